@@ -1,0 +1,309 @@
+//! The event catalog: every event type the ledger accepts, its schema versions, and the
+//! upcasters that lift an older stored payload to the current shape on read.
+//!
+//! The stored form of an event is `(event_type, schema_version, JSON payload)`. Writers may send
+//! any supported version; rows keep the version they were written with, and [`DomainEvent::decode`]
+//! upcasts step by step (v1 -> v2 -> ... -> current) before deserializing. The catalog is
+//! documented in `docs/events.md`; a tidy test keeps the two in step.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::ledger::{Account, JournalEntry, Posting};
+use crate::money::Usdc;
+
+/// One entry of the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventSpec {
+    pub event_type: &'static str,
+    pub oldest_version: u32,
+    pub current_version: u32,
+}
+
+pub const ADJUSTMENT_POSTED: &str = "ledger.adjustment_posted";
+
+/// Every event type the store accepts. An append of any other type is rejected.
+pub const EVENT_CATALOG: &[EventSpec] = &[EventSpec {
+    event_type: ADJUSTMENT_POSTED,
+    oldest_version: 1,
+    current_version: 2,
+}];
+
+/// Longest free-text reason an adjustment may carry, in characters.
+pub const REASON_CHARS_MAX: usize = 500;
+
+pub fn spec(event_type: &str) -> Option<&'static EventSpec> {
+    EVENT_CATALOG.iter().find(|spec| spec.event_type == event_type)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("unknown event type `{event_type}`")]
+    UnknownEventType { event_type: String },
+    #[error(
+        "event type `{event_type}` has no schema version {version} (supported: {oldest}..={current})"
+    )]
+    UnsupportedSchemaVersion {
+        event_type: String,
+        version: u32,
+        oldest: u32,
+        current: u32,
+    },
+    #[error("malformed `{event_type}` v{version} payload: {reason}")]
+    MalformedPayload {
+        event_type: String,
+        version: u32,
+        reason: String,
+    },
+}
+
+/// A decoded event at its current schema version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DomainEvent {
+    AdjustmentPosted(AdjustmentPosted),
+}
+
+/// Finance corrects the books by hand: a balanced journal entry with a reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdjustmentPosted {
+    pub entry_id: Uuid,
+    pub reason: String,
+    pub postings: JournalEntry,
+}
+
+/// v1 of `ledger.adjustment_posted`: a single debit/credit pair. Kept so rows written with it
+/// still decode; the upcaster turns it into a two-line journal entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdjustmentPostedV1 {
+    entry_id: Uuid,
+    reason: String,
+    debit_account: Account,
+    credit_account: Account,
+    amount_micro_usdc: Usdc,
+}
+
+impl DomainEvent {
+    pub fn event_type(&self) -> &'static str {
+        match self {
+            DomainEvent::AdjustmentPosted(_) => ADJUSTMENT_POSTED,
+        }
+    }
+
+    /// The schema version [`DomainEvent::to_payload`] writes.
+    pub fn schema_version(&self) -> u32 {
+        spec(self.event_type()).map_or(1, |spec| spec.current_version)
+    }
+
+    pub fn to_payload(&self) -> Value {
+        let encoded = match self {
+            DomainEvent::AdjustmentPosted(event) => serde_json::to_value(event),
+        };
+        // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
+        encoded.unwrap_or(Value::Null)
+    }
+
+    /// The postings this event moves, if it moves money.
+    pub fn journal(&self) -> Option<&JournalEntry> {
+        match self {
+            DomainEvent::AdjustmentPosted(event) => Some(&event.postings),
+        }
+    }
+
+    /// Decodes a submitted payload of any supported version, upcasting it first.
+    pub fn decode(event_type: &str, version: u32, payload: &Value) -> Result<DomainEvent, DecodeError> {
+        decode_with(event_type, version, |shape| shape.from_value(payload))
+    }
+
+    /// Decodes a stored payload (JSON text) of any supported version, upcasting it first.
+    pub fn decode_json(event_type: &str, version: u32, payload: &str) -> Result<DomainEvent, DecodeError> {
+        decode_with(event_type, version, |shape| shape.from_str(payload))
+    }
+}
+
+/// Which versioned struct a payload is parsed into; lets `decode` and `decode_json` share one
+/// version table without parsing text into a `Value` first.
+enum Shape {
+    AdjustmentV1,
+    AdjustmentV2,
+}
+
+enum Parsed {
+    AdjustmentV1(AdjustmentPostedV1),
+    AdjustmentV2(AdjustmentPosted),
+}
+
+impl Shape {
+    fn from_value(&self, payload: &Value) -> Result<Parsed, serde_json::Error> {
+        Ok(match self {
+            Shape::AdjustmentV1 => Parsed::AdjustmentV1(AdjustmentPostedV1::deserialize(payload)?),
+            Shape::AdjustmentV2 => Parsed::AdjustmentV2(AdjustmentPosted::deserialize(payload)?),
+        })
+    }
+
+    fn from_str(&self, payload: &str) -> Result<Parsed, serde_json::Error> {
+        Ok(match self {
+            Shape::AdjustmentV1 => Parsed::AdjustmentV1(serde_json::from_str(payload)?),
+            Shape::AdjustmentV2 => Parsed::AdjustmentV2(serde_json::from_str(payload)?),
+        })
+    }
+}
+
+fn decode_with(
+    event_type: &str,
+    version: u32,
+    parse: impl FnOnce(Shape) -> Result<Parsed, serde_json::Error>,
+) -> Result<DomainEvent, DecodeError> {
+    let spec = spec(event_type).ok_or_else(|| DecodeError::UnknownEventType {
+        event_type: event_type.chars().take(128).collect(),
+    })?;
+    if version < spec.oldest_version || version > spec.current_version {
+        return Err(DecodeError::UnsupportedSchemaVersion {
+            event_type: spec.event_type.to_owned(),
+            version,
+            oldest: spec.oldest_version,
+            current: spec.current_version,
+        });
+    }
+    let malformed = |reason: String| DecodeError::MalformedPayload {
+        event_type: spec.event_type.to_owned(),
+        version,
+        reason,
+    };
+    let shape = match (spec.event_type, version) {
+        (ADJUSTMENT_POSTED, 1) => Shape::AdjustmentV1,
+        (ADJUSTMENT_POSTED, _) => Shape::AdjustmentV2,
+        _ => {
+            return Err(DecodeError::UnknownEventType {
+                event_type: spec.event_type.to_owned(),
+            });
+        }
+    };
+    let event = match parse(shape).map_err(|e| malformed(e.to_string()))? {
+        Parsed::AdjustmentV1(v1) => upcast_adjustment_v1(v1).map_err(malformed)?,
+        Parsed::AdjustmentV2(v2) => v2,
+    };
+    validate_reason(&event.reason).map_err(malformed)?;
+    Ok(DomainEvent::AdjustmentPosted(event))
+}
+
+fn upcast_adjustment_v1(v1: AdjustmentPostedV1) -> Result<AdjustmentPosted, String> {
+    let postings = JournalEntry::new(vec![
+        Posting::debit(v1.debit_account, v1.amount_micro_usdc),
+        Posting::credit(v1.credit_account, v1.amount_micro_usdc),
+    ])
+    .map_err(|e| e.to_string())?;
+    Ok(AdjustmentPosted {
+        entry_id: v1.entry_id,
+        reason: v1.reason,
+        postings,
+    })
+}
+
+fn validate_reason(reason: &str) -> Result<(), String> {
+    if reason.trim().is_empty() {
+        return Err("reason must not be blank".to_owned());
+    }
+    let chars = reason.chars().count();
+    if chars > REASON_CHARS_MAX {
+        return Err(format!(
+            "reason has {chars} characters, more than {REASON_CHARS_MAX}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const PROVIDER: &str = "01900000-0000-7000-8000-000000000001";
+    const ENTRY: &str = "01900000-0000-7000-8000-0000000000aa";
+
+    fn v2_payload(amount: i64) -> Value {
+        json!({
+            "entry_id": ENTRY,
+            "reason": "goodwill credit for outage",
+            "postings": [
+                {"account": "platform_adjustments", "side": "debit", "amount_micro_usdc": amount},
+                {"account": format!("provider_payable:{PROVIDER}"), "side": "credit", "amount_micro_usdc": amount},
+            ]
+        })
+    }
+
+    #[test]
+    fn current_version_round_trips() {
+        let event = DomainEvent::decode(ADJUSTMENT_POSTED, 2, &v2_payload(1_500_000)).unwrap();
+        assert_eq!(event.schema_version(), 2);
+        assert_eq!(event.journal().unwrap().total(), Usdc::from_micros(1_500_000));
+        let again = DomainEvent::decode(ADJUSTMENT_POSTED, 2, &event.to_payload()).unwrap();
+        assert_eq!(again, event);
+    }
+
+    #[test]
+    fn v1_is_upcast_to_the_current_shape() {
+        let v1 = json!({
+            "entry_id": ENTRY,
+            "reason": "goodwill credit for outage",
+            "debit_account": "platform_adjustments",
+            "credit_account": format!("provider_payable:{PROVIDER}"),
+            "amount_micro_usdc": 1_500_000,
+        });
+        let upcast = DomainEvent::decode(ADJUSTMENT_POSTED, 1, &v1).unwrap();
+        let current = DomainEvent::decode(ADJUSTMENT_POSTED, 2, &v2_payload(1_500_000)).unwrap();
+        assert_eq!(upcast, current);
+    }
+
+    #[test]
+    fn text_and_value_decoding_agree() {
+        let payload = v2_payload(42);
+        let text = payload.to_string();
+        assert_eq!(
+            DomainEvent::decode_json(ADJUSTMENT_POSTED, 2, &text),
+            DomainEvent::decode(ADJUSTMENT_POSTED, 2, &payload)
+        );
+        assert!(matches!(
+            DomainEvent::decode_json(ADJUSTMENT_POSTED, 2, "{not json"),
+            Err(DecodeError::MalformedPayload { .. })
+        ));
+    }
+
+    #[test]
+    fn bad_input_gets_typed_errors() {
+        assert!(matches!(
+            DomainEvent::decode("ledger.nonsense", 1, &json!({})),
+            Err(DecodeError::UnknownEventType { .. })
+        ));
+        assert!(matches!(
+            DomainEvent::decode(ADJUSTMENT_POSTED, 3, &v2_payload(1)),
+            Err(DecodeError::UnsupportedSchemaVersion { version: 3, current: 2, .. })
+        ));
+        assert!(matches!(
+            DomainEvent::decode(ADJUSTMENT_POSTED, 0, &v2_payload(1)),
+            Err(DecodeError::UnsupportedSchemaVersion { version: 0, .. })
+        ));
+        let mut unbalanced = v2_payload(10);
+        unbalanced["postings"][1]["amount_micro_usdc"] = json!(9);
+        let error = DomainEvent::decode(ADJUSTMENT_POSTED, 2, &unbalanced).unwrap_err();
+        assert!(error.to_string().contains("unbalanced"), "{error}");
+        let mut extra = v2_payload(10);
+        extra["surprise"] = json!(true);
+        assert!(matches!(
+            DomainEvent::decode(ADJUSTMENT_POSTED, 2, &extra),
+            Err(DecodeError::MalformedPayload { .. })
+        ));
+        let mut blank = v2_payload(10);
+        blank["reason"] = json!("   ");
+        assert!(matches!(
+            DomainEvent::decode(ADJUSTMENT_POSTED, 2, &blank),
+            Err(DecodeError::MalformedPayload { .. })
+        ));
+        assert!(matches!(
+            DomainEvent::decode(ADJUSTMENT_POSTED, 2, &json!("not an object")),
+            Err(DecodeError::MalformedPayload { .. })
+        ));
+    }
+}

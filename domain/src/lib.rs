@@ -1,0 +1,16 @@
+//! The pure core of GPUnex: money, double-entry postings, stream ids and the event catalog.
+//!
+//! Nothing here performs IO, reads a clock or draws randomness: time and ids are arguments, so
+//! the same input always gives the same output. That is what makes replay and audit possible.
+#![deny(clippy::float_arithmetic)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod events;
+pub mod ledger;
+pub mod money;
+pub mod stream;
+
+pub use events::{DecodeError, DomainEvent, EVENT_CATALOG, EventSpec};
+pub use ledger::{Account, JournalEntry, JournalError, Posting, Side};
+pub use money::{MoneyError, Rounding, Usdc};
+pub use stream::{StreamId, StreamIdError};
