@@ -1,1 +1,179 @@
-//! placeholder
+//! Event persistence for GPUnex: the only crate that contains SQL.
+//!
+//! One hash-chained, append-only event log with the same semantics on SQLite (the embedded
+//! default) and PostgreSQL (production); the read-model tables the projections write; and the
+//! audit that checks both. See `docs/ARCHITECTURE.md` for the invariants this crate keeps.
+#![deny(clippy::float_arithmetic)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+/// SQL text assembled from compile-time constants (column lists, read-model table names), never
+/// from input: values always travel as bind parameters.
+macro_rules! sql {
+    ($($arg:tt)*) => {
+        sqlx::AssertSqlSafe(format!($($arg)*))
+    };
+}
+
+pub mod audit;
+pub mod envelope;
+mod plan;
+mod postgres;
+mod sqlite;
+mod store;
+mod subscription;
+mod writer;
+
+use gpunex_domain::{DecodeError, DomainEvent, StreamId};
+use gpunex_projections::ProjectedEvent;
+use uuid::Uuid;
+
+pub use audit::{AuditFinding, AuditProgress, AuditReport};
+pub use envelope::{
+    APPEND_EVENTS_MAX, ExpectedVersion, InvalidAppend, Metadata, NewEvent, StreamAppend,
+};
+pub use store::{Backend, Store, StoreOptions};
+pub use subscription::Subscription;
+
+/// Rows read per query when scanning the log.
+pub const READ_BATCH_EVENTS_MAX: usize = 10_000;
+
+/// An event as stored: exactly the columns of the `events` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedEvent {
+    pub position: u64,
+    pub event_id: Uuid,
+    pub stream_id: String,
+    pub stream_version: u64,
+    pub event_type: String,
+    pub schema_version: u32,
+    pub recorded_at_us: i64,
+    /// Canonical JSON text, exactly as hashed.
+    pub payload: String,
+    /// Canonical JSON text of [`Metadata`], exactly as hashed.
+    pub metadata: String,
+    pub hash: [u8; 32],
+}
+
+impl RecordedEvent {
+    /// The event at its current schema version (older versions are upcast).
+    pub fn decode(&self) -> Result<DomainEvent, DecodeError> {
+        DomainEvent::decode_json(&self.event_type, self.schema_version, &self.payload)
+    }
+
+    pub fn decode_metadata(&self) -> Result<Metadata, StoreError> {
+        serde_json::from_str(&self.metadata).map_err(|e| StoreError::CorruptRow {
+            position: self.position,
+            reason: format!("metadata: {e}"),
+        })
+    }
+
+    pub fn to_projected(&self) -> Result<ProjectedEvent, StoreError> {
+        let corrupt = |reason: String| StoreError::CorruptRow {
+            position: self.position,
+            reason,
+        };
+        Ok(ProjectedEvent {
+            position: self.position,
+            event_id: self.event_id,
+            stream_id: StreamId::parse(self.stream_id.clone()).map_err(|e| corrupt(e.to_string()))?,
+            stream_version: self.stream_version,
+            recorded_at_us: self.recorded_at_us,
+            event: self.decode().map_err(|e| corrupt(e.to_string()))?,
+        })
+    }
+}
+
+/// Where one appended event landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedEvent {
+    pub event_id: Uuid,
+    pub stream_id: String,
+    pub stream_version: u64,
+    pub position: u64,
+}
+
+/// The result of an append. `replayed` is true when every event id was already stored with
+/// identical content: the original positions are returned and nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub events: Vec<CommittedEvent>,
+    pub replayed: bool,
+}
+
+impl Committed {
+    pub fn last_position(&self) -> u64 {
+        self.events.iter().map(|e| e.position).max().unwrap_or(0)
+    }
+}
+
+/// Why an event id that is already stored cannot be accepted again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictReason {
+    /// Same id, different stream, type, version, payload or metadata.
+    DifferentContent,
+    /// Some ids of this append are stored and others are not: it is not a retry of one append.
+    PartiallyStored,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error("invalid append: {0}")]
+    Invalid(#[from] InvalidAppend),
+    #[error("stream `{stream_id}` is at version {actual} (0: no stream), expected {expected:?}")]
+    WrongExpectedVersion {
+        stream_id: String,
+        expected: ExpectedVersion,
+        actual: u64,
+    },
+    #[error("event id {event_id} already exists: {}", match reason {
+        ConflictReason::DifferentContent => "stored with different content",
+        ConflictReason::PartiallyStored => "stored as part of a different append",
+    })]
+    IdempotencyConflict { event_id: Uuid, reason: ConflictReason },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl AppendError {
+    /// A stable machine code for clients and logs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AppendError::Invalid(_) => "invalid_append",
+            AppendError::WrongExpectedVersion { .. } => "wrong_expected_version",
+            AppendError::IdempotencyConflict { .. } => "idempotency_conflict",
+            AppendError::Store(_) => "store_unavailable",
+        }
+    }
+}
+
+/// Infrastructure failures, as opposed to rejections of the request.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("unsupported database url `{scheme}`: use sqlite:// or postgres://")]
+    UnsupportedUrl { scheme: String },
+    #[error("stored row at position {position} is malformed: {reason}")]
+    CorruptRow { position: u64, reason: String },
+    #[error("the append writer has stopped")]
+    WriterStopped,
+    #[error("projection `{projection}` checkpoint moved from {expected}: another runner is active")]
+    CheckpointMoved { projection: String, expected: u64 },
+    #[error(transparent)]
+    Fold(#[from] gpunex_projections::FoldError),
+}
+
+pub(crate) fn to_u64(value: i64, position: u64, column: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::CorruptRow {
+        position,
+        reason: format!("{column} is negative: {value}"),
+    })
+}
+
+pub(crate) fn to_i64(value: u64) -> i64 {
+    // Positions, versions and amounts stored by this crate never exceed i64::MAX: positions are
+    // allocated one by one from 0, and amounts are i64 already.
+    i64::try_from(value).unwrap_or(i64::MAX)
+}

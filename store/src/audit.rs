@@ -1,0 +1,500 @@
+//! `audit verify`: proves the log and the read models agree, to the micro-USDC.
+//!
+//! In one read snapshot it (1) walks the log in position order, recomputing every chain hash and
+//! checking positions and stream versions are gapless; (2) replays every event through every
+//! projection in memory and compares the journal lines and account totals with the stored read
+//! models; (3) checks the trial balance (debits = credits). Every difference is reported, not
+//! just the first, up to [`FINDINGS_MAX`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::future::Future;
+
+use gpunex_domain::Account;
+use gpunex_projections::ledger::{self, AccountTotals, LedgerLine};
+use serde::Serialize;
+use sqlx::{PgPool, Postgres, Row, Sqlite, SqlitePool, Transaction};
+
+use crate::envelope::{ChainedFields, GENESIS_HASH, chain_hash};
+use crate::plan::Head;
+use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError, to_i64};
+
+/// Findings kept in a report; the rest are counted.
+pub const FINDINGS_MAX: usize = 1_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AuditFinding {
+    PositionGap { expected: u64, found: u64 },
+    HashMismatch { position: u64, stored: String, computed: String },
+    StreamVersionGap { position: u64, stream_id: String, expected: u64, found: u64 },
+    Undecodable { position: u64, reason: String },
+    HeadMismatch { head_position: u64, head_hash: String, log_position: u64, log_hash: String },
+    CheckpointAhead { projection: String, checkpoint: u64, head: u64 },
+    LineMismatch { position: u64, line_index: u32, stored: Option<String>, replayed: Option<String> },
+    BalanceMismatch { account: String, stored: Option<String>, replayed: Option<String> },
+    Unbalanced { source: String, debits_micro_usdc: String, credits_micro_usdc: String },
+}
+
+impl AuditFinding {
+    /// The first log position this finding concerns, if any.
+    pub fn position(&self) -> Option<u64> {
+        match self {
+            AuditFinding::PositionGap { expected, .. } => Some(*expected),
+            AuditFinding::HashMismatch { position, .. }
+            | AuditFinding::StreamVersionGap { position, .. }
+            | AuditFinding::Undecodable { position, .. }
+            | AuditFinding::LineMismatch { position, .. } => Some(*position),
+            AuditFinding::HeadMismatch { log_position, .. } => Some(*log_position),
+            AuditFinding::CheckpointAhead { .. }
+            | AuditFinding::BalanceMismatch { .. }
+            | AuditFinding::Unbalanced { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for AuditFinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuditFinding::PositionGap { expected, found } => {
+                write!(f, "position gap: expected {expected}, found {found} (rows deleted or reordered)")
+            }
+            AuditFinding::HashMismatch { position, stored, computed } => write!(
+                f,
+                "hash mismatch at position {position}: stored {stored}, recomputed {computed} (row edited)"
+            ),
+            AuditFinding::StreamVersionGap { position, stream_id, expected, found } => write!(
+                f,
+                "stream `{stream_id}` at position {position}: expected version {expected}, found {found}"
+            ),
+            AuditFinding::Undecodable { position, reason } => {
+                write!(f, "event at position {position} does not decode: {reason}")
+            }
+            AuditFinding::HeadMismatch { head_position, head_hash, log_position, log_hash } => write!(
+                f,
+                "log head says position {head_position} hash {head_hash}, the log ends at {log_position} hash {log_hash}"
+            ),
+            AuditFinding::CheckpointAhead { projection, checkpoint, head } => {
+                write!(f, "projection `{projection}` checkpoint {checkpoint} is past the log head {head}")
+            }
+            AuditFinding::LineMismatch { position, line_index, stored, replayed } => write!(
+                f,
+                "journal line {position}/{line_index}: stored {}, replayed {}",
+                stored.as_deref().unwrap_or("(missing)"),
+                replayed.as_deref().unwrap_or("(missing)")
+            ),
+            AuditFinding::BalanceMismatch { account, stored, replayed } => write!(
+                f,
+                "account {account}: stored {}, replayed {}",
+                stored.as_deref().unwrap_or("(missing)"),
+                replayed.as_deref().unwrap_or("(missing)")
+            ),
+            AuditFinding::Unbalanced { source, debits_micro_usdc, credits_micro_usdc } => write!(
+                f,
+                "{source} trial balance: debits {debits_micro_usdc} != credits {credits_micro_usdc} micro-USDC"
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditReport {
+    pub events_checked: u64,
+    pub head_position: u64,
+    pub head_hash: String,
+    pub ledger_checkpoint: u64,
+    pub journal_lines_checked: u64,
+    pub accounts_checked: u64,
+    /// Sum of all debits (= sum of all credits when clean), micro-USDC, as a string: may exceed i64.
+    pub total_debits_micro_usdc: String,
+    pub findings: Vec<AuditFinding>,
+    pub findings_omitted: u64,
+}
+
+impl AuditReport {
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty() && self.findings_omitted == 0
+    }
+
+    /// The first log position any finding concerns: where tampering or drift begins.
+    pub fn first_bad_position(&self) -> Option<u64> {
+        self.findings.iter().filter_map(AuditFinding::position).min()
+    }
+}
+
+/// Progress of a running audit, for a progress bar.
+#[derive(Debug, Clone, Copy)]
+pub struct AuditProgress {
+    pub position: u64,
+    pub head: u64,
+}
+
+/// A consistent read snapshot of the log and read models.
+pub(crate) trait AuditSource {
+    fn head(&mut self) -> impl Future<Output = Result<Head, StoreError>> + Send;
+    fn checkpoint(&mut self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    fn events(&mut self, after: u64, limit: usize) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
+    /// Journal lines with `after < position <= through`, in (position, line_index) order.
+    fn lines(&mut self, after: u64, through: u64) -> impl Future<Output = Result<Vec<LedgerLine>, StoreError>> + Send;
+    fn balances(&mut self) -> impl Future<Output = Result<BTreeMap<Account, AccountTotals>, StoreError>> + Send;
+}
+
+struct Findings {
+    kept: Vec<AuditFinding>,
+    omitted: u64,
+}
+
+impl Findings {
+    fn push(&mut self, finding: AuditFinding) {
+        if self.kept.len() < FINDINGS_MAX {
+            self.kept.push(finding);
+        } else {
+            self.omitted += 1;
+        }
+    }
+}
+
+pub(crate) async fn run<S: AuditSource>(
+    mut source: S,
+    progress: &(dyn Fn(AuditProgress) + Sync),
+) -> Result<AuditReport, StoreError> {
+    let head = source.head().await?;
+    let checkpoint = source.checkpoint().await?;
+    let mut findings = Findings { kept: Vec::new(), omitted: 0 };
+    if checkpoint > head.position {
+        findings.push(AuditFinding::CheckpointAhead {
+            projection: ledger::LEDGER.to_owned(),
+            checkpoint,
+            head: head.position,
+        });
+    }
+    let mut chain = ChainWalk {
+        expected_position: 1,
+        previous_hash: GENESIS_HASH,
+        stream_versions: HashMap::new(),
+    };
+    let mut replayed_totals = BTreeMap::new();
+    let mut events_checked = 0u64;
+    let mut lines_checked = 0u64;
+    let mut after = 0;
+    loop {
+        let events = source.events(after, READ_BATCH_EVENTS_MAX).await?;
+        let Some(last) = events.last() else { break };
+        let last = last.position;
+        let mut projected = Vec::with_capacity(events.len());
+        for event in &events {
+            chain.check(event, &mut findings);
+            match event.to_projected() {
+                Ok(p) if p.position <= checkpoint => projected.push(p),
+                Ok(_) => {}
+                Err(error) => findings.push(AuditFinding::Undecodable {
+                    position: event.position,
+                    reason: error.to_string(),
+                }),
+            }
+        }
+        events_checked += events.len() as u64;
+        let through = last.min(checkpoint);
+        if after < through {
+            let replayed = ledger::fold_batch(&projected)?;
+            let stored = source.lines(after, through).await?;
+            lines_checked += stored.len().max(replayed.lines.len()) as u64;
+            compare_lines(&stored, &replayed.lines, &mut findings);
+            ledger::merge_totals(&mut replayed_totals, &replayed.deltas)?;
+        }
+        after = last;
+        progress(AuditProgress {
+            position: after,
+            head: head.position,
+        });
+    }
+    let log_end = chain.expected_position - 1;
+    if log_end != head.position || chain.previous_hash != head.hash {
+        findings.push(AuditFinding::HeadMismatch {
+            head_position: head.position,
+            head_hash: hex::encode(head.hash),
+            log_position: log_end,
+            log_hash: hex::encode(chain.previous_hash),
+        });
+    }
+    // Lines stored past the checkpoint would be rows without a committed checkpoint.
+    let stray = source.lines(checkpoint, u64::MAX >> 1).await?;
+    compare_lines(&stray, &[], &mut findings);
+    let stored_totals = source.balances().await?;
+    compare_balances(&stored_totals, &replayed_totals, &mut findings);
+    let (debits, credits) = ledger::trial_balance(&replayed_totals);
+    for (source_name, (d, c)) in [("replayed", (debits, credits)), ("stored", ledger::trial_balance(&stored_totals))] {
+        if d != c {
+            findings.push(AuditFinding::Unbalanced {
+                source: source_name.to_owned(),
+                debits_micro_usdc: d.to_string(),
+                credits_micro_usdc: c.to_string(),
+            });
+        }
+    }
+    Ok(AuditReport {
+        events_checked,
+        head_position: head.position,
+        head_hash: hex::encode(head.hash),
+        ledger_checkpoint: checkpoint,
+        journal_lines_checked: lines_checked,
+        accounts_checked: replayed_totals.len().max(stored_totals.len()) as u64,
+        total_debits_micro_usdc: debits.to_string(),
+        findings: findings.kept,
+        findings_omitted: findings.omitted,
+    })
+}
+
+struct ChainWalk {
+    expected_position: u64,
+    previous_hash: [u8; 32],
+    stream_versions: HashMap<String, u64>,
+}
+
+impl ChainWalk {
+    fn check(&mut self, event: &RecordedEvent, findings: &mut Findings) {
+        if event.position != self.expected_position {
+            findings.push(AuditFinding::PositionGap {
+                expected: self.expected_position,
+                found: event.position,
+            });
+        }
+        let computed = chain_hash(
+            &self.previous_hash,
+            &ChainedFields {
+                position: event.position,
+                event_id: event.event_id,
+                stream_id: &event.stream_id,
+                stream_version: event.stream_version,
+                event_type: &event.event_type,
+                schema_version: event.schema_version,
+                recorded_at_us: event.recorded_at_us,
+                payload: &event.payload,
+                metadata: &event.metadata,
+            },
+        );
+        if computed != event.hash {
+            findings.push(AuditFinding::HashMismatch {
+                position: event.position,
+                stored: hex::encode(event.hash),
+                computed: hex::encode(computed),
+            });
+        }
+        let version = self.stream_versions.entry(event.stream_id.clone()).or_insert(0);
+        if event.stream_version != *version + 1 {
+            findings.push(AuditFinding::StreamVersionGap {
+                position: event.position,
+                stream_id: event.stream_id.clone(),
+                expected: *version + 1,
+                found: event.stream_version,
+            });
+        }
+        *version = event.stream_version;
+        // Continue from the stored hash, so one edited row is reported once, not at every row after it.
+        self.previous_hash = event.hash;
+        self.expected_position = event.position + 1;
+    }
+}
+
+fn describe_line(line: &LedgerLine) -> String {
+    format!(
+        "{} {} {} (event {}, entry {})",
+        line.account,
+        gpunex_projections_side(line.side),
+        line.amount,
+        line.event_id,
+        line.entry_id
+    )
+}
+
+fn gpunex_projections_side(side: gpunex_domain::Side) -> &'static str {
+    crate::sqlite::side_text(side)
+}
+
+fn compare_lines(stored: &[LedgerLine], replayed: &[LedgerLine], findings: &mut Findings) {
+    let (mut s, mut r) = (0, 0);
+    while s < stored.len() || r < replayed.len() {
+        let key = |line: &LedgerLine| (line.position, line.line_index);
+        match (stored.get(s), replayed.get(r)) {
+            (Some(a), Some(b)) if key(a) == key(b) => {
+                if a != b {
+                    findings.push(AuditFinding::LineMismatch {
+                        position: a.position,
+                        line_index: a.line_index,
+                        stored: Some(describe_line(a)),
+                        replayed: Some(describe_line(b)),
+                    });
+                }
+                s += 1;
+                r += 1;
+            }
+            (Some(a), Some(b)) if key(a) < key(b) => {
+                findings.push(AuditFinding::LineMismatch {
+                    position: a.position,
+                    line_index: a.line_index,
+                    stored: Some(describe_line(a)),
+                    replayed: None,
+                });
+                s += 1;
+            }
+            (Some(a), None) => {
+                findings.push(AuditFinding::LineMismatch {
+                    position: a.position,
+                    line_index: a.line_index,
+                    stored: Some(describe_line(a)),
+                    replayed: None,
+                });
+                s += 1;
+            }
+            (_, Some(b)) => {
+                findings.push(AuditFinding::LineMismatch {
+                    position: b.position,
+                    line_index: b.line_index,
+                    stored: None,
+                    replayed: Some(describe_line(b)),
+                });
+                r += 1;
+            }
+            (None, None) => break,
+        }
+    }
+}
+
+fn describe_totals(totals: &AccountTotals) -> String {
+    format!(
+        "debits {} credits {} (last position {})",
+        totals.debits, totals.credits, totals.last_position
+    )
+}
+
+fn compare_balances(
+    stored: &BTreeMap<Account, AccountTotals>,
+    replayed: &BTreeMap<Account, AccountTotals>,
+    findings: &mut Findings,
+) {
+    let mut accounts: Vec<&Account> = stored.keys().chain(replayed.keys()).collect();
+    accounts.sort_unstable();
+    accounts.dedup();
+    for account in accounts {
+        let (a, b) = (stored.get(account), replayed.get(account));
+        if a != b {
+            findings.push(AuditFinding::BalanceMismatch {
+                account: account.to_string(),
+                stored: a.map(describe_totals),
+                replayed: b.map(describe_totals),
+            });
+        }
+    }
+}
+
+/// SQLite: a deferred read transaction on a read-only connection is a WAL snapshot.
+pub(crate) struct SqliteSnapshot {
+    tx: Transaction<'static, Sqlite>,
+}
+
+impl SqliteSnapshot {
+    pub async fn begin(pool: &SqlitePool) -> Result<SqliteSnapshot, StoreError> {
+        let mut tx = pool.begin().await?;
+        // The snapshot starts at the first read.
+        sqlx::query("SELECT 1 FROM event_log_head").execute(&mut *tx).await?;
+        Ok(SqliteSnapshot { tx })
+    }
+}
+
+impl AuditSource for SqliteSnapshot {
+    async fn head(&mut self) -> Result<Head, StoreError> {
+        let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
+            .fetch_one(&mut *self.tx)
+            .await?;
+        crate::sqlite::head_from_row(&row)
+    }
+
+    async fn checkpoint(&mut self) -> Result<u64, StoreError> {
+        let position: Option<i64> = sqlx::query_scalar("SELECT position FROM projection_checkpoints WHERE projection = ?")
+            .bind(ledger::LEDGER)
+            .fetch_optional(&mut *self.tx)
+            .await?;
+        crate::to_u64(position.unwrap_or(0), 0, "checkpoint")
+    }
+
+    async fn events(&mut self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        crate::sqlite::read_all(&mut *self.tx, after, limit).await
+    }
+
+    async fn lines(&mut self, after: u64, through: u64) -> Result<Vec<LedgerLine>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+             FROM ledger_entries WHERE position > ? AND position <= ? ORDER BY position, line_index",
+        )
+        .bind(to_i64(after))
+        .bind(to_i64(through))
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter().map(crate::sqlite::line_from_row).collect()
+    }
+
+    async fn balances(&mut self) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
+        let rows = sqlx::query("SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM ledger_balances")
+            .fetch_all(&mut *self.tx)
+            .await?;
+        rows.iter().map(crate::sqlite::balance_from_row).collect()
+    }
+}
+
+/// PostgreSQL: a REPEATABLE READ, READ ONLY transaction sees one snapshot throughout.
+pub(crate) struct PgSnapshot {
+    tx: Transaction<'static, Postgres>,
+}
+
+impl PgSnapshot {
+    pub async fn begin(pool: &PgPool) -> Result<PgSnapshot, StoreError> {
+        let tx = pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await?;
+        Ok(PgSnapshot { tx })
+    }
+}
+
+impl AuditSource for PgSnapshot {
+    async fn head(&mut self) -> Result<Head, StoreError> {
+        let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
+            .fetch_one(&mut *self.tx)
+            .await?;
+        crate::postgres::head_from_row(&row)
+    }
+
+    async fn checkpoint(&mut self) -> Result<u64, StoreError> {
+        let row = sqlx::query("SELECT position FROM projection_checkpoints WHERE projection = $1")
+            .bind(ledger::LEDGER)
+            .fetch_optional(&mut *self.tx)
+            .await?;
+        let position: i64 = match row {
+            Some(row) => row.try_get("position")?,
+            None => 0,
+        };
+        crate::to_u64(position, 0, "checkpoint")
+    }
+
+    async fn events(&mut self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        crate::postgres::read_all(&mut *self.tx, after, limit).await
+    }
+
+    async fn lines(&mut self, after: u64, through: u64) -> Result<Vec<LedgerLine>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+             FROM ledger_entries WHERE position > $1 AND position <= $2 ORDER BY position, line_index",
+        )
+        .bind(to_i64(after))
+        .bind(to_i64(through))
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter().map(crate::postgres::line_from_row).collect()
+    }
+
+    async fn balances(&mut self) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
+        let rows = sqlx::query("SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM ledger_balances")
+            .fetch_all(&mut *self.tx)
+            .await?;
+        rows.iter().map(crate::postgres::balance_from_row).collect()
+    }
+}

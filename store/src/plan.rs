@@ -1,0 +1,233 @@
+//! Planning one group commit: given the log head, the stored identities of the event ids in the
+//! group and the current stream versions (all read under the head lock), decide each request's
+//! fate and produce the rows to insert, hash-chained in position order. Pure: the same inputs
+//! always give the same rows, on either database.
+
+use std::collections::HashMap;
+
+use uuid::Uuid;
+
+use crate::envelope::{CanonicalEvent, ChainedFields, ExpectedVersion, ValidatedStream, chain_hash};
+use crate::{AppendError, Committed, CommittedEvent, ConflictReason};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub position: u64,
+    pub hash: [u8; 32],
+}
+
+/// The columns of an already stored event that decide whether a retry is identical.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredIdentity {
+    pub position: u64,
+    pub stream_id: String,
+    pub stream_version: u64,
+    pub event_type: String,
+    pub schema_version: u32,
+    pub payload: String,
+    pub metadata: String,
+}
+
+/// One row of `events`, ready to insert.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub position: u64,
+    pub event_id: Uuid,
+    pub stream_id: String,
+    pub stream_version: u64,
+    pub event_type: String,
+    pub schema_version: u32,
+    pub recorded_at_us: i64,
+    pub payload: String,
+    pub metadata: String,
+    pub hash: [u8; 32],
+}
+
+pub(crate) struct Plan {
+    pub outcomes: Vec<Result<Committed, AppendError>>,
+    pub rows: Vec<Row>,
+    pub head: Head,
+}
+
+/// Decides every request of a group in arrival order. Later requests see the effects of earlier
+/// ones in the same group (versions, ids), exactly as if each had committed on its own.
+pub(crate) fn plan_group(
+    head: Head,
+    requests: &[Vec<ValidatedStream>],
+    mut existing: HashMap<Uuid, StoredIdentity>,
+    mut versions: HashMap<String, u64>,
+    recorded_at_us: i64,
+) -> Plan {
+    let mut plan = Plan {
+        outcomes: Vec::with_capacity(requests.len()),
+        rows: Vec::new(),
+        head,
+    };
+    for request in requests {
+        let outcome = plan_request(&mut plan, request, &mut existing, &mut versions, recorded_at_us);
+        plan.outcomes.push(outcome);
+    }
+    plan
+}
+
+fn plan_request(
+    plan: &mut Plan,
+    request: &[ValidatedStream],
+    existing: &mut HashMap<Uuid, StoredIdentity>,
+    versions: &mut HashMap<String, u64>,
+    recorded_at_us: i64,
+) -> Result<Committed, AppendError> {
+    if let Some(replay) = check_idempotency(request, existing)? {
+        return Ok(replay);
+    }
+    for stream in request {
+        let actual = versions.get(stream.stream_id.as_str()).copied().unwrap_or(0);
+        let matches = match stream.expected {
+            ExpectedVersion::NoStream => actual == 0,
+            ExpectedVersion::Exact(expected) => actual == expected,
+            ExpectedVersion::Any => true,
+        };
+        if !matches {
+            return Err(AppendError::WrongExpectedVersion {
+                stream_id: stream.stream_id.to_string(),
+                expected: stream.expected,
+                actual,
+            });
+        }
+    }
+    let mut committed = Vec::new();
+    for stream in request {
+        let version = versions.entry(stream.stream_id.to_string()).or_insert(0);
+        for event in &stream.events {
+            *version += 1;
+            let row = chain_row(&mut plan.head, stream.stream_id.as_str(), *version, event, recorded_at_us);
+            existing.insert(row.event_id, identity_of(&row));
+            committed.push(CommittedEvent {
+                event_id: row.event_id,
+                stream_id: row.stream_id.clone(),
+                stream_version: row.stream_version,
+                position: row.position,
+            });
+            plan.rows.push(row);
+        }
+    }
+    Ok(Committed {
+        events: committed,
+        replayed: false,
+    })
+}
+
+/// `Ok(Some(_))`: every id is stored with identical content, return the original result.
+/// `Ok(None)`: no id is stored, append normally. Anything else is a conflict.
+fn check_idempotency(
+    request: &[ValidatedStream],
+    existing: &HashMap<Uuid, StoredIdentity>,
+) -> Result<Option<Committed>, AppendError> {
+    let mut found = Vec::new();
+    let mut missing = None;
+    for stream in request {
+        for event in &stream.events {
+            match existing.get(&event.event_id) {
+                Some(stored) => found.push((stream.stream_id.as_str(), event, stored)),
+                None => missing = missing.or(Some(event.event_id)),
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(None);
+    }
+    if missing.is_some() {
+        return Err(AppendError::IdempotencyConflict {
+            event_id: found[0].1.event_id,
+            reason: ConflictReason::PartiallyStored,
+        });
+    }
+    let mut events = Vec::with_capacity(found.len());
+    for (stream_id, event, stored) in found {
+        let identical = stored.stream_id == stream_id
+            && stored.event_type == event.event_type
+            && stored.schema_version == event.schema_version
+            && stored.payload == event.payload
+            && stored.metadata == event.metadata;
+        if !identical {
+            return Err(AppendError::IdempotencyConflict {
+                event_id: event.event_id,
+                reason: ConflictReason::DifferentContent,
+            });
+        }
+        events.push(CommittedEvent {
+            event_id: event.event_id,
+            stream_id: stored.stream_id.clone(),
+            stream_version: stored.stream_version,
+            position: stored.position,
+        });
+    }
+    Ok(Some(Committed {
+        events,
+        replayed: true,
+    }))
+}
+
+fn chain_row(
+    head: &mut Head,
+    stream_id: &str,
+    stream_version: u64,
+    event: &CanonicalEvent,
+    recorded_at_us: i64,
+) -> Row {
+    let position = head.position + 1;
+    let hash = chain_hash(
+        &head.hash,
+        &ChainedFields {
+            position,
+            event_id: event.event_id,
+            stream_id,
+            stream_version,
+            event_type: &event.event_type,
+            schema_version: event.schema_version,
+            recorded_at_us,
+            payload: &event.payload,
+            metadata: &event.metadata,
+        },
+    );
+    *head = Head { position, hash };
+    Row {
+        position,
+        event_id: event.event_id,
+        stream_id: stream_id.to_owned(),
+        stream_version,
+        event_type: event.event_type.clone(),
+        schema_version: event.schema_version,
+        recorded_at_us,
+        payload: event.payload.clone(),
+        metadata: event.metadata.clone(),
+        hash,
+    }
+}
+
+fn identity_of(row: &Row) -> StoredIdentity {
+    StoredIdentity {
+        position: row.position,
+        stream_id: row.stream_id.clone(),
+        stream_version: row.stream_version,
+        event_type: row.event_type.clone(),
+        schema_version: row.schema_version,
+        payload: row.payload.clone(),
+        metadata: row.metadata.clone(),
+    }
+}
+
+/// Every event id and stream a group touches, for the two lookups done under the head lock.
+pub(crate) fn group_keys(requests: &[Vec<ValidatedStream>]) -> (Vec<Uuid>, Vec<String>) {
+    let mut ids = Vec::new();
+    let mut streams = Vec::new();
+    for request in requests {
+        for stream in request {
+            streams.push(stream.stream_id.to_string());
+            ids.extend(stream.events.iter().map(|e| e.event_id));
+        }
+    }
+    streams.sort_unstable();
+    streams.dedup();
+    (ids, streams)
+}

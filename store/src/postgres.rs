@@ -1,0 +1,492 @@
+//! PostgreSQL: production. Appends serialize on the `event_log_head` row lock (so position order
+//! is commit order across every process), and each group commit inserts its rows with one
+//! `UNNEST` statement. Commits publish the new head with `pg_notify` for live subscribers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
+
+use gpunex_domain::{Account, Usdc};
+use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row};
+use uuid::Uuid;
+
+use crate::envelope::ValidatedStream;
+use crate::plan::{Head, Row as NewRow, StoredIdentity, group_keys, plan_group};
+use crate::sqlite::{EVENT_COLUMNS, hash32, parse_side, schema_version, side_text};
+use crate::store::{LedgerTables, now_us};
+use crate::writer::{GroupCommit, GroupOutcome};
+use crate::{RecordedEvent, StoreError, to_i64, to_u64};
+
+/// The channel commits notify on; the payload is the new head position.
+pub(crate) const NOTIFY_CHANNEL: &str = "gpunex_events";
+
+pub(crate) struct PgBackend {
+    pub pool: PgPool,
+}
+
+impl PgBackend {
+    pub async fn connect(url: &str, connections_max: u32) -> Result<PgBackend, StoreError> {
+        let options = PgConnectOptions::from_str(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(connections_max)
+            .connect_with(options)
+            .await?;
+        Ok(PgBackend { pool })
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::migrate!("../migrations/postgres").run(&self.pool).await?;
+        let mut conn = self.pool.acquire().await?;
+        create_ledger_tables(&mut conn, LedgerTables::LIVE).await?;
+        sqlx::query(
+            "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES ($1, 0, $2) \
+             ON CONFLICT (projection) DO NOTHING",
+        )
+        .bind(gpunex_projections::ledger::LEDGER)
+        .bind(now_us())
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn head(&self) -> Result<Head, StoreError> {
+        let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        head_from_row(&row)
+    }
+
+    pub async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        read_all(&self.pool, after, limit).await
+    }
+
+    pub async fn read_stream(&self, stream_id: &str, after_version: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        let rows = sqlx::query(sql!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = $1 AND stream_version > $2 \
+             ORDER BY stream_version LIMIT $3"
+        ))
+        .bind(stream_id)
+        .bind(to_i64(after_version))
+        .bind(to_i64(limit as u64))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    pub async fn checkpoint(&self, projection: &str) -> Result<u64, StoreError> {
+        let position: Option<i64> =
+            sqlx::query_scalar("SELECT position FROM projection_checkpoints WHERE projection = $1")
+                .bind(projection)
+                .fetch_optional(&self.pool)
+                .await?;
+        to_u64(position.unwrap_or(0), 0, "checkpoint")
+    }
+
+    pub async fn commit_ledger(&self, batch: &LedgerBatch, from: u64, to: u64) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // First statement: takes the checkpoint row lock, so a second runner waits here and then
+        // finds the checkpoint moved instead of writing the same rows twice.
+        let moved = sqlx::query(
+            "UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 WHERE projection = $3 AND position = $4",
+        )
+        .bind(to_i64(to))
+        .bind(now_us())
+        .bind(gpunex_projections::ledger::LEDGER)
+        .bind(to_i64(from))
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            return Err(StoreError::CheckpointMoved {
+                projection: gpunex_projections::ledger::LEDGER.to_owned(),
+                expected: from,
+            });
+        }
+        write_ledger_batch(&mut tx, LedgerTables::LIVE, batch).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn balances(&self, tables: LedgerTables) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
+        let rows = sqlx::query(sql!(
+            "SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM {}",
+            tables.balances
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(balance_from_row).collect()
+    }
+
+    pub async fn entries(&self, account: Option<&str>, after: u64, limit: usize) -> Result<Vec<LedgerLine>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+             FROM ledger_entries WHERE ($1::text IS NULL OR account = $1) AND position > $2 \
+             ORDER BY position, line_index LIMIT $3",
+        )
+        .bind(account)
+        .bind(to_i64(after))
+        .bind(to_i64(limit as u64))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(line_from_row).collect()
+    }
+
+    /// Rebuilds the ledger read model from position 0 into fresh tables, then swaps them in.
+    pub async fn rebuild_ledger(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
+        let tables = LedgerTables::REBUILD;
+        {
+            let mut conn = self.pool.acquire().await?;
+            drop_ledger_tables(&mut conn, tables).await?;
+            create_ledger_tables(&mut conn, tables).await?;
+        }
+        let mut position = 0;
+        loop {
+            let events = read_all(&self.pool, position, crate::READ_BATCH_EVENTS_MAX).await?;
+            let Some(last) = events.last() else { break };
+            let last = last.position;
+            let batch = fold(&events)?;
+            let mut tx = self.pool.begin().await?;
+            write_ledger_batch(&mut tx, tables, &batch).await?;
+            tx.commit().await?;
+            position = last;
+            progress(position);
+        }
+        let mut tx = self.pool.begin().await?;
+        // Holding the checkpoint row keeps live runners out until the swap commits.
+        sqlx::query("SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE")
+            .bind(gpunex_projections::ledger::LEDGER)
+            .execute(&mut *tx)
+            .await?;
+        loop {
+            let events = read_all(&mut *tx, position, crate::READ_BATCH_EVENTS_MAX).await?;
+            let Some(last) = events.last() else { break };
+            let last = last.position;
+            write_ledger_batch(&mut tx, tables, &fold(&events)?).await?;
+            position = last;
+        }
+        drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
+        for statement in [
+            "ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries",
+            "ALTER INDEX ledger_entries_rebuild_pkey RENAME TO ledger_entries_pkey",
+            "ALTER TABLE ledger_balances_rebuild RENAME TO ledger_balances",
+            "ALTER INDEX ledger_balances_rebuild_pkey RENAME TO ledger_balances_pkey",
+            "CREATE INDEX IF NOT EXISTS ledger_entries_by_account ON ledger_entries (account, position)",
+        ] {
+            sqlx::query(statement).execute(&mut *tx).await?;
+        }
+        sqlx::query("UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 WHERE projection = $3")
+            .bind(to_i64(position))
+            .bind(now_us())
+            .bind(gpunex_projections::ledger::LEDGER)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        progress(position);
+        Ok(position)
+    }
+}
+
+fn fold(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
+    let projected = events
+        .iter()
+        .map(RecordedEvent::to_projected)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(gpunex_projections::ledger::fold_batch(&projected)?)
+}
+
+impl GroupCommit for PgBackend {
+    async fn commit_group(&self, requests: &[Vec<ValidatedStream>]) -> Result<GroupOutcome, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1 FOR UPDATE")
+            .fetch_one(&mut *tx)
+            .await?;
+        let head = head_from_row(&row)?;
+        let (ids, streams) = group_keys(requests);
+        let existing = stored_identities(&mut tx, &ids).await?;
+        let rows = sqlx::query(
+            "SELECT s.stream_id, (SELECT e.stream_version FROM events e WHERE e.stream_id = s.stream_id \
+             ORDER BY e.stream_version DESC LIMIT 1) AS version FROM UNNEST($1::text[]) AS s(stream_id)",
+        )
+        .bind(&streams)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut versions = HashMap::with_capacity(rows.len());
+        for row in rows {
+            if let Some(version) = row.try_get::<Option<i64>, _>("version")? {
+                versions.insert(row.try_get("stream_id")?, to_u64(version, 0, "stream_version")?);
+            }
+        }
+        let plan = plan_group(head, requests, existing, versions, now_us());
+        if plan.rows.is_empty() {
+            tx.rollback().await?;
+            return Ok((plan.outcomes, head.position));
+        }
+        insert_rows(&mut tx, &plan.rows).await?;
+        sqlx::query("UPDATE event_log_head SET last_position = $1, last_hash = $2 WHERE id = 1")
+            .bind(to_i64(plan.head.position))
+            .bind(plan.head.hash.as_slice())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(NOTIFY_CHANNEL)
+            .bind(plan.head.position.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((plan.outcomes, plan.head.position))
+    }
+}
+
+pub(crate) async fn read_all<'e, E>(executor: E, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(sql!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE position > $1 ORDER BY position LIMIT $2"
+    ))
+    .bind(to_i64(after))
+    .bind(to_i64(limit as u64))
+    .fetch_all(executor)
+    .await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+async fn stored_identities(conn: &mut PgConnection, ids: &[Uuid]) -> Result<HashMap<Uuid, StoredIdentity>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT event_id, position, stream_id, stream_version, event_type, schema_version, payload, metadata \
+         FROM events WHERE event_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut found = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let position = to_u64(row.try_get("position")?, 0, "position")?;
+        found.insert(
+            row.try_get("event_id")?,
+            StoredIdentity {
+                position,
+                stream_id: row.try_get("stream_id")?,
+                stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
+                event_type: row.try_get("event_type")?,
+                schema_version: schema_version(i64::from(row.try_get::<i32, _>("schema_version")?), position)?,
+                payload: row.try_get("payload")?,
+                metadata: row.try_get("metadata")?,
+            },
+        );
+    }
+    Ok(found)
+}
+
+async fn insert_rows(conn: &mut PgConnection, rows: &[NewRow]) -> Result<(), StoreError> {
+    let mut columns = EventArrays::with_capacity(rows.len());
+    for row in rows {
+        columns.push(row);
+    }
+    sqlx::query(sql!(
+        "INSERT INTO events ({EVENT_COLUMNS}) SELECT * FROM UNNEST(\
+         $1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::bytea[])"
+    ))
+    .bind(columns.position)
+    .bind(columns.event_id)
+    .bind(columns.stream_id)
+    .bind(columns.stream_version)
+    .bind(columns.event_type)
+    .bind(columns.schema_version)
+    .bind(columns.recorded_at_us)
+    .bind(columns.payload)
+    .bind(columns.metadata)
+    .bind(columns.hash)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The rows of a group as one array per column, for a single `UNNEST` insert.
+struct EventArrays<'a> {
+    position: Vec<i64>,
+    event_id: Vec<Uuid>,
+    stream_id: Vec<&'a str>,
+    stream_version: Vec<i64>,
+    event_type: Vec<&'a str>,
+    schema_version: Vec<i32>,
+    recorded_at_us: Vec<i64>,
+    payload: Vec<&'a str>,
+    metadata: Vec<&'a str>,
+    hash: Vec<Vec<u8>>,
+}
+
+impl<'a> EventArrays<'a> {
+    fn with_capacity(n: usize) -> Self {
+        EventArrays {
+            position: Vec::with_capacity(n),
+            event_id: Vec::with_capacity(n),
+            stream_id: Vec::with_capacity(n),
+            stream_version: Vec::with_capacity(n),
+            event_type: Vec::with_capacity(n),
+            schema_version: Vec::with_capacity(n),
+            recorded_at_us: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            metadata: Vec::with_capacity(n),
+            hash: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, row: &'a NewRow) {
+        self.position.push(to_i64(row.position));
+        self.event_id.push(row.event_id);
+        self.stream_id.push(&row.stream_id);
+        self.stream_version.push(to_i64(row.stream_version));
+        self.event_type.push(&row.event_type);
+        // Catalog versions are small; validation rejected anything unsupported.
+        self.schema_version.push(i32::try_from(row.schema_version).unwrap_or(i32::MAX));
+        self.recorded_at_us.push(row.recorded_at_us);
+        self.payload.push(&row.payload);
+        self.metadata.push(&row.metadata);
+        self.hash.push(row.hash.to_vec());
+    }
+}
+
+async fn write_ledger_batch(conn: &mut PgConnection, tables: LedgerTables, batch: &LedgerBatch) -> Result<(), StoreError> {
+    if !batch.lines.is_empty() {
+        let lines = &batch.lines;
+        sqlx::query(sql!(
+            "INSERT INTO {} (position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us) \
+             SELECT * FROM UNNEST($1::bigint[], $2::int[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])",
+            tables.entries
+        ))
+        .bind(lines.iter().map(|l| to_i64(l.position)).collect::<Vec<_>>())
+        .bind(lines.iter().map(|l| i32::try_from(l.line_index).unwrap_or(i32::MAX)).collect::<Vec<_>>())
+        .bind(lines.iter().map(|l| l.event_id).collect::<Vec<_>>())
+        .bind(lines.iter().map(|l| l.entry_id).collect::<Vec<_>>())
+        .bind(lines.iter().map(|l| l.account.to_string()).collect::<Vec<_>>())
+        .bind(lines.iter().map(|l| side_text(l.side)).collect::<Vec<_>>())
+        .bind(lines.iter().map(|l| l.amount.micros()).collect::<Vec<_>>())
+        .bind(lines.iter().map(|l| l.recorded_at_us).collect::<Vec<_>>())
+        .execute(&mut *conn)
+        .await?;
+    }
+    if !batch.deltas.is_empty() {
+        let deltas = &batch.deltas;
+        sqlx::query(sql!(
+            "INSERT INTO {t} (account, debits_micro_usdc, credits_micro_usdc, last_position) \
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) \
+             ON CONFLICT (account) DO UPDATE SET \
+             debits_micro_usdc = {t}.debits_micro_usdc + excluded.debits_micro_usdc, \
+             credits_micro_usdc = {t}.credits_micro_usdc + excluded.credits_micro_usdc, \
+             last_position = GREATEST({t}.last_position, excluded.last_position)",
+            t = tables.balances
+        ))
+        .bind(deltas.keys().map(ToString::to_string).collect::<Vec<_>>())
+        .bind(deltas.values().map(|t| t.debits.micros()).collect::<Vec<_>>())
+        .bind(deltas.values().map(|t| t.credits.micros()).collect::<Vec<_>>())
+        .bind(deltas.values().map(|t| to_i64(t.last_position)).collect::<Vec<_>>())
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+async fn create_ledger_tables(conn: &mut PgConnection, tables: LedgerTables) -> Result<(), StoreError> {
+    sqlx::query(sql!(
+        "CREATE TABLE IF NOT EXISTS {entries} (
+            position           BIGINT  NOT NULL,
+            line_index         INTEGER NOT NULL,
+            event_id           UUID    NOT NULL,
+            entry_id           UUID    NOT NULL,
+            account            TEXT    NOT NULL,
+            side               TEXT    NOT NULL CHECK (side IN ('debit', 'credit')),
+            amount_micro_usdc  BIGINT  NOT NULL CHECK (amount_micro_usdc > 0),
+            recorded_at_us     BIGINT  NOT NULL,
+            PRIMARY KEY (position, line_index)
+        )",
+        entries = tables.entries
+    ))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(sql!(
+        "CREATE TABLE IF NOT EXISTS {balances} (
+            account             TEXT   PRIMARY KEY,
+            debits_micro_usdc   BIGINT NOT NULL,
+            credits_micro_usdc  BIGINT NOT NULL,
+            last_position       BIGINT NOT NULL
+        )",
+        balances = tables.balances
+    ))
+    .execute(&mut *conn)
+    .await?;
+    if tables == LedgerTables::LIVE {
+        sqlx::query("CREATE INDEX IF NOT EXISTS ledger_entries_by_account ON ledger_entries (account, position)")
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn drop_ledger_tables(conn: &mut PgConnection, tables: LedgerTables) -> Result<(), StoreError> {
+    for table in [tables.entries, tables.balances] {
+        sqlx::query(sql!("DROP TABLE IF EXISTS {table}"))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+pub(crate) fn head_from_row(row: &PgRow) -> Result<Head, StoreError> {
+    let position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
+    Ok(Head {
+        position,
+        hash: hash32(row.try_get("last_hash")?, position)?,
+    })
+}
+
+pub(crate) fn event_from_row(row: &PgRow) -> Result<RecordedEvent, StoreError> {
+    let position = to_u64(row.try_get("position")?, 0, "position")?;
+    Ok(RecordedEvent {
+        position,
+        event_id: row.try_get("event_id")?,
+        stream_id: row.try_get("stream_id")?,
+        stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
+        event_type: row.try_get("event_type")?,
+        schema_version: schema_version(i64::from(row.try_get::<i32, _>("schema_version")?), position)?,
+        recorded_at_us: row.try_get("recorded_at_us")?,
+        payload: row.try_get("payload")?,
+        metadata: row.try_get("metadata")?,
+        hash: hash32(row.try_get("hash")?, position)?,
+    })
+}
+
+pub(crate) fn line_from_row(row: &PgRow) -> Result<LedgerLine, StoreError> {
+    let position = to_u64(row.try_get("position")?, 0, "position")?;
+    let corrupt = |reason: String| StoreError::CorruptRow { position, reason };
+    let account: String = row.try_get("account")?;
+    let side: String = row.try_get("side")?;
+    let line_index: i32 = row.try_get("line_index")?;
+    Ok(LedgerLine {
+        position,
+        line_index: u32::try_from(line_index).map_err(|_| corrupt(format!("line_index {line_index}")))?,
+        event_id: row.try_get("event_id")?,
+        entry_id: row.try_get("entry_id")?,
+        account: account.parse().map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
+        side: parse_side(&side).ok_or_else(|| corrupt(format!("side `{side}`")))?,
+        amount: Usdc::from_micros(row.try_get("amount_micro_usdc")?),
+        recorded_at_us: row.try_get("recorded_at_us")?,
+    })
+}
+
+pub(crate) fn balance_from_row(row: &PgRow) -> Result<(Account, AccountTotals), StoreError> {
+    let account: String = row.try_get("account")?;
+    let last_position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
+    let account = account.parse().map_err(|e: gpunex_domain::ledger::AccountParseError| StoreError::CorruptRow {
+        position: last_position,
+        reason: e.to_string(),
+    })?;
+    Ok((
+        account,
+        AccountTotals {
+            debits: Usdc::from_micros(row.try_get("debits_micro_usdc")?),
+            credits: Usdc::from_micros(row.try_get("credits_micro_usdc")?),
+            last_position,
+        },
+    ))
+}

@@ -1,0 +1,501 @@
+//! SQLite: the embedded default. One file in WAL mode with `synchronous = FULL` (a committed
+//! append survives power loss), one writer connection (SQLite allows one writer at a time anyway)
+//! and a small pool of readers that never block it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
+use std::time::Duration;
+
+use gpunex_domain::{Account, Side, Usdc};
+use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+use uuid::Uuid;
+
+use crate::envelope::ValidatedStream;
+use crate::plan::{Head, Row as NewRow, StoredIdentity, group_keys, plan_group};
+use crate::store::{LedgerTables, now_us};
+use crate::writer::{GroupCommit, GroupOutcome};
+use crate::{RecordedEvent, StoreError, to_i64, to_u64};
+
+const READ_CONNECTIONS_MAX: u32 = 4;
+/// How long a connection waits for SQLite's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Rows per multi-row INSERT, under SQLite's 32,766 bound parameters.
+const INSERT_ROWS_MAX: usize = 500;
+
+pub(crate) const EVENT_COLUMNS: &str =
+    "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload, metadata, hash";
+
+pub(crate) struct SqliteBackend {
+    pub read: SqlitePool,
+    pub write: SqlitePool,
+}
+
+impl SqliteBackend {
+    pub async fn connect(url: &str) -> Result<SqliteBackend, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(READ_CONNECTIONS_MAX)
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(SqliteBackend { read, write })
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::migrate!("../migrations/sqlite").run(&self.write).await?;
+        let mut conn = self.write.acquire().await?;
+        create_ledger_tables(&mut conn, LedgerTables::LIVE).await?;
+        sqlx::query(
+            "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES (?, 0, ?) \
+             ON CONFLICT (projection) DO NOTHING",
+        )
+        .bind(gpunex_projections::ledger::LEDGER)
+        .bind(now_us())
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn head(&self) -> Result<Head, StoreError> {
+        let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
+            .fetch_one(&self.read)
+            .await?;
+        head_from_row(&row)
+    }
+
+    pub async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        read_all(&self.read, after, limit).await
+    }
+
+    pub async fn read_stream(&self, stream_id: &str, after_version: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        let rows = sqlx::query(sql!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? AND stream_version > ? \
+             ORDER BY stream_version LIMIT ?"
+        ))
+        .bind(stream_id)
+        .bind(to_i64(after_version))
+        .bind(to_i64(limit as u64))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    pub async fn checkpoint(&self, projection: &str) -> Result<u64, StoreError> {
+        let position: Option<i64> =
+            sqlx::query_scalar("SELECT position FROM projection_checkpoints WHERE projection = ?")
+                .bind(projection)
+                .fetch_optional(&self.read)
+                .await?;
+        to_u64(position.unwrap_or(0), 0, "checkpoint")
+    }
+
+    pub async fn commit_ledger(&self, batch: &LedgerBatch, from: u64, to: u64) -> Result<(), StoreError> {
+        let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+        move_checkpoint(&mut tx, from, to).await?;
+        write_ledger_batch(&mut tx, LedgerTables::LIVE, batch).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn balances(&self, tables: LedgerTables) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
+        let rows = sqlx::query(sql!(
+            "SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM {}",
+            tables.balances
+        ))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(balance_from_row).collect()
+    }
+
+    pub async fn entries(&self, account: Option<&str>, after: u64, limit: usize) -> Result<Vec<LedgerLine>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+             FROM ledger_entries WHERE (?1 IS NULL OR account = ?1) AND position > ?2 \
+             ORDER BY position, line_index LIMIT ?3",
+        )
+        .bind(account)
+        .bind(to_i64(after))
+        .bind(to_i64(limit as u64))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(line_from_row).collect()
+    }
+
+    /// Rebuilds the ledger read model from position 0 into fresh tables, then swaps them in.
+    pub async fn rebuild_ledger(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
+        let tables = LedgerTables::REBUILD;
+        {
+            let mut conn = self.write.acquire().await?;
+            drop_ledger_tables(&mut conn, tables).await?;
+            create_ledger_tables(&mut conn, tables).await?;
+        }
+        let mut position = 0;
+        loop {
+            let events = read_all(&self.read, position, crate::READ_BATCH_EVENTS_MAX).await?;
+            let Some(last) = events.last() else { break };
+            let last = last.position;
+            let batch = fold(&events)?;
+            let mut tx = self.write.begin().await?;
+            write_ledger_batch(&mut tx, tables, &batch).await?;
+            tx.commit().await?;
+            position = last;
+            progress(position);
+        }
+        // The swap: under the write lock, fold what arrived meanwhile, then replace the tables
+        // and set the checkpoint in the same transaction.
+        let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+        loop {
+            let events = read_all(&mut *tx, position, crate::READ_BATCH_EVENTS_MAX).await?;
+            let Some(last) = events.last() else { break };
+            let last = last.position;
+            write_ledger_batch(&mut tx, tables, &fold(&events)?).await?;
+            position = last;
+        }
+        drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
+        sqlx::query("ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("ALTER TABLE ledger_balances_rebuild RENAME TO ledger_balances")
+            .execute(&mut *tx)
+            .await?;
+        create_ledger_indexes(&mut tx).await?;
+        sqlx::query("UPDATE projection_checkpoints SET position = ?, updated_at_us = ? WHERE projection = ?")
+            .bind(to_i64(position))
+            .bind(now_us())
+            .bind(gpunex_projections::ledger::LEDGER)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        progress(position);
+        Ok(position)
+    }
+}
+
+fn fold(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
+    let projected = events
+        .iter()
+        .map(RecordedEvent::to_projected)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(gpunex_projections::ledger::fold_batch(&projected)?)
+}
+
+impl GroupCommit for SqliteBackend {
+    async fn commit_group(&self, requests: &[Vec<ValidatedStream>]) -> Result<GroupOutcome, StoreError> {
+        let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+        let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?;
+        let head = head_from_row(&row)?;
+        let (ids, streams) = group_keys(requests);
+        let existing = stored_identities(&mut tx, &ids).await?;
+        let mut versions = HashMap::with_capacity(streams.len());
+        for stream in streams {
+            let version: Option<i64> = sqlx::query_scalar("SELECT max(stream_version) FROM events WHERE stream_id = ?")
+                .bind(&stream)
+                .fetch_one(&mut *tx)
+                .await?;
+            if let Some(version) = version {
+                versions.insert(stream, to_u64(version, 0, "stream_version")?);
+            }
+        }
+        let plan = plan_group(head, requests, existing, versions, now_us());
+        if plan.rows.is_empty() {
+            tx.rollback().await?;
+            return Ok((plan.outcomes, head.position));
+        }
+        insert_rows(&mut tx, &plan.rows).await?;
+        sqlx::query("UPDATE event_log_head SET last_position = ?, last_hash = ? WHERE id = 1")
+            .bind(to_i64(plan.head.position))
+            .bind(plan.head.hash.as_slice())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((plan.outcomes, plan.head.position))
+    }
+}
+
+pub(crate) async fn read_all<'e, E>(executor: E, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let rows = sqlx::query(sql!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?"
+    ))
+    .bind(to_i64(after))
+    .bind(to_i64(limit as u64))
+    .fetch_all(executor)
+    .await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+async fn stored_identities(
+    conn: &mut SqliteConnection,
+    ids: &[Uuid],
+) -> Result<HashMap<Uuid, StoredIdentity>, StoreError> {
+    let mut found = HashMap::new();
+    for chunk in ids.chunks(INSERT_ROWS_MAX) {
+        let mut query = QueryBuilder::<Sqlite>::new(
+            "SELECT event_id, position, stream_id, stream_version, event_type, schema_version, payload, metadata \
+             FROM events WHERE event_id IN (",
+        );
+        let mut separated = query.separated(", ");
+        for id in chunk {
+            separated.push_bind(*id);
+        }
+        query.push(")");
+        for row in query.build().fetch_all(&mut *conn).await? {
+            let position = to_u64(row.try_get("position")?, 0, "position")?;
+            found.insert(
+                row.try_get("event_id")?,
+                StoredIdentity {
+                    position,
+                    stream_id: row.try_get("stream_id")?,
+                    stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
+                    event_type: row.try_get("event_type")?,
+                    schema_version: schema_version(row.try_get("schema_version")?, position)?,
+                    payload: row.try_get("payload")?,
+                    metadata: row.try_get("metadata")?,
+                },
+            );
+        }
+    }
+    Ok(found)
+}
+
+async fn insert_rows(conn: &mut SqliteConnection, rows: &[NewRow]) -> Result<(), StoreError> {
+    for chunk in rows.chunks(INSERT_ROWS_MAX / 2) {
+        let mut query = QueryBuilder::<Sqlite>::new(format!("INSERT INTO events ({EVENT_COLUMNS}) "));
+        query.push_values(chunk, |mut values, row| {
+            values
+                .push_bind(to_i64(row.position))
+                .push_bind(row.event_id)
+                .push_bind(&row.stream_id)
+                .push_bind(to_i64(row.stream_version))
+                .push_bind(&row.event_type)
+                .push_bind(i64::from(row.schema_version))
+                .push_bind(row.recorded_at_us)
+                .push_bind(&row.payload)
+                .push_bind(&row.metadata)
+                .push_bind(row.hash.as_slice());
+        });
+        query.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+async fn move_checkpoint(conn: &mut SqliteConnection, from: u64, to: u64) -> Result<(), StoreError> {
+    let projection = gpunex_projections::ledger::LEDGER;
+    let moved = sqlx::query(
+        "UPDATE projection_checkpoints SET position = ?, updated_at_us = ? WHERE projection = ? AND position = ?",
+    )
+    .bind(to_i64(to))
+    .bind(now_us())
+    .bind(projection)
+    .bind(to_i64(from))
+    .execute(&mut *conn)
+    .await?;
+    if moved.rows_affected() != 1 {
+        return Err(StoreError::CheckpointMoved {
+            projection: projection.to_owned(),
+            expected: from,
+        });
+    }
+    Ok(())
+}
+
+async fn write_ledger_batch(conn: &mut SqliteConnection, tables: LedgerTables, batch: &LedgerBatch) -> Result<(), StoreError> {
+    for chunk in batch.lines.chunks(INSERT_ROWS_MAX) {
+        let mut query = QueryBuilder::<Sqlite>::new(format!(
+            "INSERT INTO {} (position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us) ",
+            tables.entries
+        ));
+        query.push_values(chunk, |mut values, line| {
+            values
+                .push_bind(to_i64(line.position))
+                .push_bind(i64::from(line.line_index))
+                .push_bind(line.event_id)
+                .push_bind(line.entry_id)
+                .push_bind(line.account.to_string())
+                .push_bind(side_text(line.side))
+                .push_bind(line.amount.micros())
+                .push_bind(line.recorded_at_us);
+        });
+        query.build().execute(&mut *conn).await?;
+    }
+    let deltas: Vec<_> = batch.deltas.iter().collect();
+    for chunk in deltas.chunks(INSERT_ROWS_MAX) {
+        let mut query = QueryBuilder::<Sqlite>::new(format!(
+            "INSERT INTO {} (account, debits_micro_usdc, credits_micro_usdc, last_position) ",
+            tables.balances
+        ));
+        query.push_values(chunk, |mut values, (account, totals)| {
+            values
+                .push_bind(account.to_string())
+                .push_bind(totals.debits.micros())
+                .push_bind(totals.credits.micros())
+                .push_bind(to_i64(totals.last_position));
+        });
+        query.push(format!(
+            " ON CONFLICT (account) DO UPDATE SET \
+             debits_micro_usdc = {t}.debits_micro_usdc + excluded.debits_micro_usdc, \
+             credits_micro_usdc = {t}.credits_micro_usdc + excluded.credits_micro_usdc, \
+             last_position = max({t}.last_position, excluded.last_position)",
+            t = tables.balances
+        ));
+        query.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+async fn create_ledger_tables(conn: &mut SqliteConnection, tables: LedgerTables) -> Result<(), StoreError> {
+    // `typeof(...) = 'integer'`: SQLite turns an overflowing integer sum into a float; refuse it.
+    sqlx::query(sql!(
+        "CREATE TABLE IF NOT EXISTS {entries} (
+            position           INTEGER NOT NULL,
+            line_index         INTEGER NOT NULL,
+            event_id           BLOB    NOT NULL,
+            entry_id           BLOB    NOT NULL,
+            account            TEXT    NOT NULL,
+            side               TEXT    NOT NULL CHECK (side IN ('debit', 'credit')),
+            amount_micro_usdc  INTEGER NOT NULL CHECK (typeof(amount_micro_usdc) = 'integer' AND amount_micro_usdc > 0),
+            recorded_at_us     INTEGER NOT NULL,
+            PRIMARY KEY (position, line_index)
+        )",
+        entries = tables.entries
+    ))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(sql!(
+        "CREATE TABLE IF NOT EXISTS {balances} (
+            account             TEXT    PRIMARY KEY,
+            debits_micro_usdc   INTEGER NOT NULL CHECK (typeof(debits_micro_usdc) = 'integer'),
+            credits_micro_usdc  INTEGER NOT NULL CHECK (typeof(credits_micro_usdc) = 'integer'),
+            last_position       INTEGER NOT NULL
+        )",
+        balances = tables.balances
+    ))
+    .execute(&mut *conn)
+    .await?;
+    if tables == LedgerTables::LIVE {
+        create_ledger_indexes(conn).await?;
+    }
+    Ok(())
+}
+
+async fn create_ledger_indexes(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    sqlx::query("CREATE INDEX IF NOT EXISTS ledger_entries_by_account ON ledger_entries (account, position)")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+async fn drop_ledger_tables(conn: &mut SqliteConnection, tables: LedgerTables) -> Result<(), StoreError> {
+    for table in [tables.entries, tables.balances] {
+        sqlx::query(sql!("DROP TABLE IF EXISTS {table}"))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+pub(crate) fn head_from_row(row: &SqliteRow) -> Result<Head, StoreError> {
+    let position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
+    let hash: Vec<u8> = row.try_get("last_hash")?;
+    Ok(Head {
+        position,
+        hash: hash32(hash, position)?,
+    })
+}
+
+pub(crate) fn event_from_row(row: &SqliteRow) -> Result<RecordedEvent, StoreError> {
+    let position = to_u64(row.try_get("position")?, 0, "position")?;
+    let event_id: Uuid = row.try_get("event_id")?;
+    Ok(RecordedEvent {
+        position,
+        event_id,
+        stream_id: row.try_get("stream_id")?,
+        stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
+        event_type: row.try_get("event_type")?,
+        schema_version: schema_version(row.try_get("schema_version")?, position)?,
+        recorded_at_us: row.try_get("recorded_at_us")?,
+        payload: row.try_get("payload")?,
+        metadata: row.try_get("metadata")?,
+        hash: hash32(row.try_get("hash")?, position)?,
+    })
+}
+
+pub(crate) fn line_from_row(row: &SqliteRow) -> Result<LedgerLine, StoreError> {
+    let position = to_u64(row.try_get("position")?, 0, "position")?;
+    let corrupt = |reason: String| StoreError::CorruptRow { position, reason };
+    let account: String = row.try_get("account")?;
+    let side: String = row.try_get("side")?;
+    let line_index: i64 = row.try_get("line_index")?;
+    Ok(LedgerLine {
+        position,
+        line_index: u32::try_from(line_index).map_err(|_| corrupt(format!("line_index {line_index}")))?,
+        event_id: row.try_get("event_id")?,
+        entry_id: row.try_get("entry_id")?,
+        account: account.parse().map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
+        side: parse_side(&side).ok_or_else(|| corrupt(format!("side `{side}`")))?,
+        amount: Usdc::from_micros(row.try_get("amount_micro_usdc")?),
+        recorded_at_us: row.try_get("recorded_at_us")?,
+    })
+}
+
+pub(crate) fn balance_from_row(row: &SqliteRow) -> Result<(Account, AccountTotals), StoreError> {
+    let account: String = row.try_get("account")?;
+    let last_position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
+    let account = account.parse().map_err(|e: gpunex_domain::ledger::AccountParseError| StoreError::CorruptRow {
+        position: last_position,
+        reason: e.to_string(),
+    })?;
+    Ok((
+        account,
+        AccountTotals {
+            debits: Usdc::from_micros(row.try_get("debits_micro_usdc")?),
+            credits: Usdc::from_micros(row.try_get("credits_micro_usdc")?),
+            last_position,
+        },
+    ))
+}
+
+pub(crate) fn hash32(bytes: Vec<u8>, position: u64) -> Result<[u8; 32], StoreError> {
+    <[u8; 32]>::try_from(bytes).map_err(|bytes| StoreError::CorruptRow {
+        position,
+        reason: format!("hash is {} bytes, not 32", bytes.len()),
+    })
+}
+
+pub(crate) fn schema_version(value: i64, position: u64) -> Result<u32, StoreError> {
+    u32::try_from(value).map_err(|_| StoreError::CorruptRow {
+        position,
+        reason: format!("schema_version {value}"),
+    })
+}
+
+pub(crate) fn side_text(side: Side) -> &'static str {
+    match side {
+        Side::Debit => "debit",
+        Side::Credit => "credit",
+    }
+}
+
+pub(crate) fn parse_side(text: &str) -> Option<Side> {
+    match text {
+        "debit" => Some(Side::Debit),
+        "credit" => Some(Side::Credit),
+        _ => None,
+    }
+}

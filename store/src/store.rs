@@ -1,0 +1,378 @@
+//! `Store`: the handle the rest of GPUnex uses. It picks the database from the URL, owns the
+//! group-commit writer, and publishes the log head to subscribers in this process.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use gpunex_domain::{Account, StreamId};
+use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
+use gpunex_projections::{ProjectedEvent, ProjectionBackend, RunReport};
+use tokio::sync::{OnceCell, mpsc, oneshot, watch};
+
+use crate::audit::{AuditProgress, AuditReport};
+use crate::envelope::{ExpectedVersion, NewEvent, StreamAppend, validate};
+use crate::postgres::PgBackend;
+use crate::sqlite::SqliteBackend;
+use crate::subscription::Subscription;
+use crate::writer::{self, Pending};
+use crate::{AppendError, Committed, RecordedEvent, StoreError};
+
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// PostgreSQL connections this process may hold (readers, the writer, the listener).
+    pub postgres_connections_max: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            postgres_connections_max: 16,
+        }
+    }
+}
+
+/// Table names of one generation of the ledger read model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerTables {
+    pub entries: &'static str,
+    pub balances: &'static str,
+}
+
+impl LedgerTables {
+    pub const LIVE: LedgerTables = LedgerTables {
+        entries: "ledger_entries",
+        balances: "ledger_balances",
+    };
+    pub const REBUILD: LedgerTables = LedgerTables {
+        entries: "ledger_entries_rebuild",
+        balances: "ledger_balances_rebuild",
+    };
+}
+
+pub(crate) enum Db {
+    Sqlite(Arc<SqliteBackend>),
+    Postgres(Arc<PgBackend>),
+}
+
+pub(crate) struct Inner {
+    pub db: Db,
+    writer: mpsc::Sender<Pending>,
+    pub head: watch::Sender<u64>,
+    listener: OnceCell<()>,
+}
+
+/// A cheap-to-clone handle on the event store.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Projection status: how far a read model is behind the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProjectionStatus {
+    pub projection: &'static str,
+    pub checkpoint: u64,
+    pub head: u64,
+}
+
+impl ProjectionStatus {
+    pub fn lag(&self) -> u64 {
+        self.head.saturating_sub(self.checkpoint)
+    }
+}
+
+impl Store {
+    /// Connects without migrating. `url` is `sqlite://path` or `postgres://...`.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
+        let scheme = url.split_once(':').map_or(url, |(scheme, _)| scheme);
+        let (db, head_sender) = match scheme {
+            "sqlite" => {
+                let backend = Arc::new(SqliteBackend::connect(url).await?);
+                let (head, _) = watch::channel(0);
+                let sender = writer::spawn(Arc::clone(&backend), head.clone());
+                ((Db::Sqlite(backend), sender), head)
+            }
+            "postgres" | "postgresql" => {
+                let backend = Arc::new(PgBackend::connect(url, options.postgres_connections_max).await?);
+                let (head, _) = watch::channel(0);
+                let sender = writer::spawn(Arc::clone(&backend), head.clone());
+                ((Db::Postgres(backend), sender), head)
+            }
+            other => {
+                return Err(StoreError::UnsupportedUrl {
+                    scheme: other.chars().take(32).collect(),
+                });
+            }
+        };
+        let (db, writer) = db;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                db,
+                writer,
+                head: head_sender,
+                listener: OnceCell::new(),
+            }),
+        })
+    }
+
+    /// Connects and applies migrations: what every binary does on start.
+    pub async fn open(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
+        let store = Store::connect(url, options).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match &self.inner.db {
+            Db::Sqlite(db) => db.migrate().await?,
+            Db::Postgres(db) => db.migrate().await?,
+        }
+        let head = self.head_position().await?;
+        writer::advance(&self.inner.head, head);
+        Ok(())
+    }
+
+    pub fn backend(&self) -> Backend {
+        match &self.inner.db {
+            Db::Sqlite(_) => Backend::Sqlite,
+            Db::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Appends `events` to one stream atomically, if its version matches `expected`.
+    pub async fn append(
+        &self,
+        stream_id: StreamId,
+        expected: ExpectedVersion,
+        events: Vec<NewEvent>,
+    ) -> Result<Committed, AppendError> {
+        self.append_streams(vec![StreamAppend {
+            stream_id,
+            expected,
+            events,
+        }])
+        .await
+    }
+
+    /// Appends to several streams in one transaction, each with its own expectation: all or none.
+    pub async fn append_streams(&self, streams: Vec<StreamAppend>) -> Result<Committed, AppendError> {
+        let streams = validate(streams)?;
+        let (reply, receive) = oneshot::channel();
+        self.inner
+            .writer
+            .send(Pending { streams, reply })
+            .await
+            .map_err(|_| StoreError::WriterStopped)?;
+        receive.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// Events with position > `after`, in position order, at most `limit` (capped).
+    pub async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        let limit = limit.clamp(1, crate::READ_BATCH_EVENTS_MAX);
+        match &self.inner.db {
+            Db::Sqlite(db) => db.read_all(after, limit).await,
+            Db::Postgres(db) => db.read_all(after, limit).await,
+        }
+    }
+
+    /// A stream's events with version > `after_version`, in version order.
+    pub async fn read_stream(
+        &self,
+        stream_id: &StreamId,
+        after_version: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let limit = limit.clamp(1, crate::READ_BATCH_EVENTS_MAX);
+        match &self.inner.db {
+            Db::Sqlite(db) => db.read_stream(stream_id.as_str(), after_version, limit).await,
+            Db::Postgres(db) => db.read_stream(stream_id.as_str(), after_version, limit).await,
+        }
+    }
+
+    /// The last committed position and the chain hash at it (hex).
+    pub async fn head(&self) -> Result<(u64, String), StoreError> {
+        let head = match &self.inner.db {
+            Db::Sqlite(db) => db.head().await?,
+            Db::Postgres(db) => db.head().await?,
+        };
+        Ok((head.position, hex::encode(head.hash)))
+    }
+
+    pub async fn head_position(&self) -> Result<u64, StoreError> {
+        Ok(self.head().await?.0)
+    }
+
+    /// A subscription that delivers every event after `after` exactly once, in order, first
+    /// catching up and then waiting for new commits.
+    pub async fn subscribe(&self, after: u64) -> Subscription {
+        if let Db::Postgres(db) = &self.inner.db {
+            let weak = Arc::downgrade(&self.inner);
+            let pool = db.pool.clone();
+            self.inner
+                .listener
+                .get_or_init(|| async move {
+                    tokio::spawn(listen(pool, weak));
+                })
+                .await;
+        }
+        Subscription::new(self.clone(), after, self.inner.head.subscribe())
+    }
+
+    pub async fn projection_status(&self) -> Result<Vec<ProjectionStatus>, StoreError> {
+        let head = self.head_position().await?;
+        let mut statuses = Vec::new();
+        for projection in gpunex_projections::PROJECTIONS {
+            statuses.push(ProjectionStatus {
+                projection,
+                checkpoint: self.checkpoint_of(projection).await?,
+                head,
+            });
+        }
+        Ok(statuses)
+    }
+
+    async fn checkpoint_of(&self, projection: &str) -> Result<u64, StoreError> {
+        match &self.inner.db {
+            Db::Sqlite(db) => db.checkpoint(projection).await,
+            Db::Postgres(db) => db.checkpoint(projection).await,
+        }
+    }
+
+    /// Folds every event after the checkpoints into the read models.
+    pub async fn run_projections(&self) -> Result<RunReport, StoreError> {
+        gpunex_projections::catch_up(self, gpunex_projections::runner::BATCH_EVENTS_MAX)
+            .await
+            .map_err(|error| match error {
+                gpunex_projections::runner::RunError::Backend(e) => e,
+                gpunex_projections::runner::RunError::Fold(e) => StoreError::Fold(e),
+            })
+    }
+
+    /// Rebuilds every read model from position 0 into fresh tables and swaps them in. Returns
+    /// the position the rebuilt models are at. `progress` receives positions as it goes.
+    pub async fn rebuild_projections(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
+        match &self.inner.db {
+            Db::Sqlite(db) => db.rebuild_ledger(progress).await,
+            Db::Postgres(db) => db.rebuild_ledger(progress).await,
+        }
+    }
+
+    /// Every account's totals from the ledger read model.
+    pub async fn balances(&self) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
+        match &self.inner.db {
+            Db::Sqlite(db) => db.balances(LedgerTables::LIVE).await,
+            Db::Postgres(db) => db.balances(LedgerTables::LIVE).await,
+        }
+    }
+
+    /// Journal lines (optionally of one account) after `after`, in position order.
+    pub async fn journal_lines(
+        &self,
+        account: Option<Account>,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LedgerLine>, StoreError> {
+        let account = account.map(|a| a.to_string());
+        let limit = limit.clamp(1, crate::READ_BATCH_EVENTS_MAX);
+        match &self.inner.db {
+            Db::Sqlite(db) => db.entries(account.as_deref(), after, limit).await,
+            Db::Postgres(db) => db.entries(account.as_deref(), after, limit).await,
+        }
+    }
+
+    /// Verifies the hash chain and replays the log through every projection, comparing with the
+    /// stored read models and balances. See [`crate::audit`].
+    pub async fn audit(&self, progress: &(dyn Fn(AuditProgress) + Sync)) -> Result<AuditReport, StoreError> {
+        match &self.inner.db {
+            Db::Sqlite(db) => {
+                let snapshot = crate::audit::SqliteSnapshot::begin(&db.read).await?;
+                crate::audit::run(snapshot, progress).await
+            }
+            Db::Postgres(db) => {
+                let snapshot = crate::audit::PgSnapshot::begin(&db.pool).await?;
+                crate::audit::run(snapshot, progress).await
+            }
+        }
+    }
+
+    /// Cheap liveness check of the database, for `/readyz`.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.head_position().await.map(|_| ())
+    }
+}
+
+impl ProjectionBackend for Store {
+    type Error = StoreError;
+
+    async fn checkpoint(&self, projection: &'static str) -> Result<u64, StoreError> {
+        self.checkpoint_of(projection).await
+    }
+
+    async fn read_projected(&self, after: u64, limit: usize) -> Result<Vec<ProjectedEvent>, StoreError> {
+        self.read_all(after, limit)
+            .await?
+            .iter()
+            .map(RecordedEvent::to_projected)
+            .collect()
+    }
+
+    async fn commit_ledger(&self, batch: &LedgerBatch, from: u64, to: u64) -> Result<(), StoreError> {
+        match &self.inner.db {
+            Db::Sqlite(db) => db.commit_ledger(batch, from, to).await,
+            Db::Postgres(db) => db.commit_ledger(batch, from, to).await,
+        }
+    }
+}
+
+/// Forwards `pg_notify` heads from other processes to this process's subscribers. Notifications
+/// are a hint: subscribers also poll, so a dropped connection delays delivery but loses nothing.
+async fn listen(pool: sqlx::PgPool, store: Weak<Inner>) {
+    const RETRY: Duration = Duration::from_secs(1);
+    const LIVENESS_CHECK: Duration = Duration::from_secs(5);
+    loop {
+        let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for event notifications; retrying");
+                tokio::time::sleep(RETRY).await;
+                if store.upgrade().is_none() {
+                    return;
+                }
+                continue;
+            }
+        };
+        if let Err(error) = listener.listen(crate::postgres::NOTIFY_CHANNEL).await {
+            tracing::warn!(%error, "LISTEN failed; retrying");
+            tokio::time::sleep(RETRY).await;
+            continue;
+        }
+        loop {
+            let Some(inner) = store.upgrade() else { return };
+            match tokio::time::timeout(LIVENESS_CHECK, listener.recv()).await {
+                Err(_) => {}
+                Ok(Ok(notification)) => {
+                    if let Ok(position) = notification.payload().parse::<u64>() {
+                        writer::advance(&inner.head, position);
+                    }
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "event notification listener lost its connection");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Wall-clock time in microseconds since the Unix epoch: the store stamps `recorded_at_us`.
+pub(crate) fn now_us() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
