@@ -147,3 +147,71 @@ pub fn credits(provider_id: Uuid, count: usize) -> Vec<NewEvent> {
         .map(|i| new_event(&credit(provider_id, 1_000 + i64::try_from(i).unwrap_or(0))))
         .collect()
 }
+
+impl TestDb {
+    pub fn is_postgres(&self) -> bool {
+        self.name.is_some()
+    }
+
+    /// Runs raw SQL as a database administrator would, bypassing the store: how tests tamper
+    /// with rows or inject failures. `sqlite` or `postgres` is chosen by this database's kind.
+    pub async fn execute_raw(&self, sqlite: &[&str], postgres: &[&str]) {
+        if self.is_postgres() {
+            let mut conn = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+            for statement in postgres {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string()))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap_or_else(|e| panic!("{statement}: {e}"));
+            }
+        } else {
+            let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
+            for statement in sqlite {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string()))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap_or_else(|e| panic!("{statement}: {e}"));
+            }
+        }
+    }
+
+    /// Same as [`TestDb::execute_raw`] with one statement valid on both databases; returns
+    /// whether it succeeded.
+    pub async fn try_execute_raw(&self, statement: &str) -> Result<(), String> {
+        let statement = sqlx::AssertSqlSafe(statement.to_string());
+        if self.is_postgres() {
+            let mut conn = sqlx::PgConnection::connect(&self.url).await.map_err(|e| e.to_string())?;
+            sqlx::raw_sql(statement).execute(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+        } else {
+            let mut conn = sqlx::SqliteConnection::connect(&self.url).await.map_err(|e| e.to_string())?;
+            sqlx::raw_sql(statement).execute(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Appends `count` credits in batches of up to 1,000, spread over `providers` providers, and
+/// returns each provider's expected payable total in micro-USDC.
+pub async fn seed_credits(store: &Store, count: usize, providers: u128) -> std::collections::BTreeMap<Uuid, i64> {
+    use gpunex_store::ExpectedVersion;
+    let mut totals = std::collections::BTreeMap::new();
+    let mut remaining = count;
+    let mut batch_number = 0u128;
+    while remaining > 0 {
+        let size = remaining.min(1_000);
+        let events: Vec<NewEvent> = (0..size)
+            .map(|i| {
+                let who = provider((batch_number + i as u128) % providers);
+                let amount = 1_000_000 + i64::try_from(i).unwrap_or(0);
+                *totals.entry(who).or_insert(0) += amount;
+                new_event(&credit(who, amount))
+            })
+            .collect();
+        store
+            .append(stream(&format!("ledger-seed{batch_number}")), ExpectedVersion::NoStream, events)
+            .await
+            .expect("seed append");
+        remaining -= size;
+        batch_number += 1;
+    }
+    totals
+}
