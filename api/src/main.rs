@@ -1,1 +1,113 @@
-fn main() {}
+//! `gpunex`: the server and the operator commands.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use gpunex_api::cli::{
+    self, AuditCommand, BenchCommand, Cli, Command, EventsCommand, LogFormat, ProjectionsCommand,
+};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve { listen } => {
+            let store = cli::open_store(&cli.database_url).await?;
+            gpunex_api::server::serve(store, listen).await?;
+        }
+        Command::Migrate => {
+            let store = cli::open_store(&cli.database_url).await?;
+            let (position, hash) = store.head().await?;
+            println!("migrations applied; log head at position {position} (hash {hash})");
+        }
+        Command::Events {
+            command:
+                EventsCommand::Tail {
+                    after,
+                    lines,
+                    follow,
+                    json,
+                },
+        } => {
+            let store = cli::open_store(&cli.database_url).await?;
+            cli::events_tail(&store, after, lines, follow, json).await?;
+        }
+        Command::Audit {
+            command:
+                AuditCommand::Verify {
+                    json,
+                    expect_head_hash,
+                    expect_head_position,
+                },
+        } => {
+            let store = cli::open_store(&cli.database_url).await?;
+            let anchor = expect_head_position.zip(expect_head_hash);
+            if !cli::audit_verify(&store, json, anchor).await? {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Projections { command } => {
+            let store = cli::open_store(&cli.database_url).await?;
+            match command {
+                ProjectionsCommand::Status => {
+                    for status in store.projection_status().await? {
+                        println!(
+                            "{:<12} checkpoint {:>10}  head {:>10}  lag {:>8} events",
+                            status.projection,
+                            status.checkpoint,
+                            status.head,
+                            status.lag()
+                        );
+                    }
+                }
+                ProjectionsCommand::Run => {
+                    let report = store.run_projections().await?;
+                    println!(
+                        "folded {} events in {} batches; checkpoint {}",
+                        report.events, report.batches, report.checkpoint
+                    );
+                }
+                ProjectionsCommand::Rebuild => {
+                    let position = cli::rebuild(&store).await?;
+                    println!(
+                        "read models rebuilt from position 0 and swapped in at position {position}"
+                    );
+                }
+            }
+        }
+        Command::Bench {
+            command: BenchCommand::Store(args),
+        } => gpunex_api::bench::run(args).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

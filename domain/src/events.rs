@@ -34,7 +34,9 @@ pub const EVENT_CATALOG: &[EventSpec] = &[EventSpec {
 pub const REASON_CHARS_MAX: usize = 500;
 
 pub fn spec(event_type: &str) -> Option<&'static EventSpec> {
-    EVENT_CATALOG.iter().find(|spec| spec.event_type == event_type)
+    EVENT_CATALOG
+        .iter()
+        .find(|spec| spec.event_type == event_type)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,13 +115,21 @@ impl DomainEvent {
     }
 
     /// Decodes a submitted payload of any supported version, upcasting it first.
-    pub fn decode(event_type: &str, version: u32, payload: &Value) -> Result<DomainEvent, DecodeError> {
-        decode_with(event_type, version, |shape| shape.from_value(payload))
+    pub fn decode(
+        event_type: &str,
+        version: u32,
+        payload: &Value,
+    ) -> Result<DomainEvent, DecodeError> {
+        decode_with(event_type, version, |shape| shape.parse_value(payload))
     }
 
     /// Decodes a stored payload (JSON text) of any supported version, upcasting it first.
-    pub fn decode_json(event_type: &str, version: u32, payload: &str) -> Result<DomainEvent, DecodeError> {
-        decode_with(event_type, version, |shape| shape.from_str(payload))
+    pub fn decode_json(
+        event_type: &str,
+        version: u32,
+        payload: &str,
+    ) -> Result<DomainEvent, DecodeError> {
+        decode_with(event_type, version, |shape| shape.parse_str(payload))
     }
 }
 
@@ -136,14 +146,14 @@ enum Parsed {
 }
 
 impl Shape {
-    fn from_value(&self, payload: &Value) -> Result<Parsed, serde_json::Error> {
+    fn parse_value(&self, payload: &Value) -> Result<Parsed, serde_json::Error> {
         Ok(match self {
             Shape::AdjustmentV1 => Parsed::AdjustmentV1(AdjustmentPostedV1::deserialize(payload)?),
             Shape::AdjustmentV2 => Parsed::AdjustmentV2(AdjustmentPosted::deserialize(payload)?),
         })
     }
 
-    fn from_str(&self, payload: &str) -> Result<Parsed, serde_json::Error> {
+    fn parse_str(&self, payload: &str) -> Result<Parsed, serde_json::Error> {
         Ok(match self {
             Shape::AdjustmentV1 => Parsed::AdjustmentV1(serde_json::from_str(payload)?),
             Shape::AdjustmentV2 => Parsed::AdjustmentV2(serde_json::from_str(payload)?),
@@ -238,7 +248,10 @@ mod tests {
     fn current_version_round_trips() {
         let event = DomainEvent::decode(ADJUSTMENT_POSTED, 2, &v2_payload(1_500_000)).unwrap();
         assert_eq!(event.schema_version(), 2);
-        assert_eq!(event.journal().unwrap().total(), Usdc::from_micros(1_500_000));
+        assert_eq!(
+            event.journal().unwrap().total(),
+            Usdc::from_micros(1_500_000)
+        );
         let again = DomainEvent::decode(ADJUSTMENT_POSTED, 2, &event.to_payload()).unwrap();
         assert_eq!(again, event);
     }
@@ -279,7 +292,11 @@ mod tests {
         ));
         assert!(matches!(
             DomainEvent::decode(ADJUSTMENT_POSTED, 3, &v2_payload(1)),
-            Err(DecodeError::UnsupportedSchemaVersion { version: 3, current: 2, .. })
+            Err(DecodeError::UnsupportedSchemaVersion {
+                version: 3,
+                current: 2,
+                ..
+            })
         ));
         assert!(matches!(
             DomainEvent::decode(ADJUSTMENT_POSTED, 0, &v2_payload(1)),

@@ -292,11 +292,20 @@ mod tests {
 
     #[test]
     fn account_text_errors_are_precise() {
-        let cases: [(&str, fn(&AccountParseError) -> bool); 5] = [
-            ("wallet", |e| matches!(e, AccountParseError::UnknownKind { .. })),
-            ("provider_payable", |e| matches!(e, AccountParseError::MissingOwner { .. })),
-            ("treasury:0190", |e| matches!(e, AccountParseError::UnexpectedOwner { .. })),
-            ("provider_payable:nope", |e| matches!(e, AccountParseError::InvalidOwner { .. })),
+        type Check = fn(&AccountParseError) -> bool;
+        let cases: [(&str, Check); 5] = [
+            ("wallet", |e| {
+                matches!(e, AccountParseError::UnknownKind { .. })
+            }),
+            ("provider_payable", |e| {
+                matches!(e, AccountParseError::MissingOwner { .. })
+            }),
+            ("treasury:0190", |e| {
+                matches!(e, AccountParseError::UnexpectedOwner { .. })
+            }),
+            ("provider_payable:nope", |e| {
+                matches!(e, AccountParseError::InvalidOwner { .. })
+            }),
             // Same id, non-canonical spelling: one account must have one spelling.
             ("provider_payable:01900000000070008000000000000001", |e| {
                 matches!(e, AccountParseError::InvalidOwner { .. })

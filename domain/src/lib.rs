@@ -3,7 +3,10 @@
 //! Nothing here performs IO, reads a clock or draws randomness: time and ids are arguments, so
 //! the same input always gives the same output. That is what makes replay and audit possible.
 #![deny(clippy::float_arithmetic)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod events;
 pub mod ledger;

@@ -242,7 +242,10 @@ mod tests {
 
     #[test]
     fn checked_arithmetic_reports_overflow() {
-        assert_eq!(Usdc::MAX.checked_add(Usdc::from_micros(1)), Err(MoneyError::Overflow));
+        assert_eq!(
+            Usdc::MAX.checked_add(Usdc::from_micros(1)),
+            Err(MoneyError::Overflow)
+        );
         assert_eq!(
             Usdc::from_micros(i64::MIN).checked_neg(),
             Err(MoneyError::Overflow)
@@ -257,17 +260,23 @@ mod tests {
     fn ratio_rounding_rules() {
         // (amount, num, den, floor, half_even)
         let cases = [
-            (10, 1, 4, 2, 2),   // 2.5 -> floor 2, even 2
-            (14, 1, 4, 3, 4),   // 3.5 -> floor 3, even 4
-            (7, 1, 3, 2, 2),    // 2.33
-            (8, 1, 3, 2, 3),    // 2.67
+            (10, 1, 4, 2, 2),    // 2.5 -> floor 2, even 2
+            (14, 1, 4, 3, 4),    // 3.5 -> floor 3, even 4
+            (7, 1, 3, 2, 2),     // 2.33
+            (8, 1, 3, 2, 3),     // 2.67
             (-10, 1, 4, -3, -2), // -2.5 -> floor -3, even -2
             (-14, 1, 4, -4, -4), // -3.5
         ];
         for (amount, num, den, floor, even) in cases {
             let a = Usdc::from_micros(amount);
-            assert_eq!(a.mul_ratio(num, den, Rounding::Floor).unwrap().micros(), floor);
-            assert_eq!(a.mul_ratio(num, den, Rounding::HalfEven).unwrap().micros(), even);
+            assert_eq!(
+                a.mul_ratio(num, den, Rounding::Floor).unwrap().micros(),
+                floor
+            );
+            assert_eq!(
+                a.mul_ratio(num, den, Rounding::HalfEven).unwrap().micros(),
+                even
+            );
         }
         assert!(matches!(
             Usdc::ZERO.mul_ratio(1, 0, Rounding::Floor),

@@ -46,7 +46,9 @@ impl StreamId {
     }
 
     pub fn category(&self) -> &str {
-        self.0.split_once('-').map_or(self.0.as_str(), |(category, _)| category)
+        self.0
+            .split_once('-')
+            .map_or(self.0.as_str(), |(category, _)| category)
     }
 }
 

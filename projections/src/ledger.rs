@@ -48,7 +48,12 @@ impl AccountTotals {
         }
     }
 
-    fn add(&mut self, side: Side, amount: Usdc, position: u64) -> Result<(), gpunex_domain::MoneyError> {
+    fn add(
+        &mut self,
+        side: Side,
+        amount: Usdc,
+        position: u64,
+    ) -> Result<(), gpunex_domain::MoneyError> {
         match side {
             Side::Debit => self.debits = self.debits.checked_add(amount)?,
             Side::Credit => self.credits = self.credits.checked_add(amount)?,
@@ -128,8 +133,14 @@ pub fn merge_totals(
             account: account.to_string(),
             position: delta.last_position,
         };
-        current.debits = current.debits.checked_add(delta.debits).map_err(|_| overflow())?;
-        current.credits = current.credits.checked_add(delta.credits).map_err(|_| overflow())?;
+        current.debits = current
+            .debits
+            .checked_add(delta.debits)
+            .map_err(|_| overflow())?;
+        current.credits = current
+            .credits
+            .checked_add(delta.credits)
+            .map_err(|_| overflow())?;
         current.last_position = current.last_position.max(delta.last_position);
     }
     Ok(())
@@ -139,7 +150,10 @@ pub fn merge_totals(
 /// Summed in 128 bits, so no number of accounts can overflow it.
 pub fn trial_balance(totals: &BTreeMap<Account, AccountTotals>) -> (i128, i128) {
     let debits = totals.values().map(|t| i128::from(t.debits.micros())).sum();
-    let credits = totals.values().map(|t| i128::from(t.credits.micros())).sum();
+    let credits = totals
+        .values()
+        .map(|t| i128::from(t.credits.micros()))
+        .sum();
     (debits, credits)
 }
 
@@ -178,14 +192,22 @@ mod tests {
         let payable = batch.deltas[&Account::ProviderPayable(PROVIDER)];
         assert_eq!(payable.credits, Usdc::from_micros(12));
         assert_eq!(payable.last_position, 2);
-        assert_eq!(payable.balance(Account::ProviderPayable(PROVIDER)).unwrap().micros(), 12);
+        assert_eq!(
+            payable
+                .balance(Account::ProviderPayable(PROVIDER))
+                .unwrap()
+                .micros(),
+            12
+        );
         let (debits, credits) = trial_balance(&batch.deltas);
         assert_eq!(debits, credits);
     }
 
     #[test]
     fn batches_compose_like_one_fold() {
-        let events: Vec<_> = (1..=10).map(|p| adjustment(p, i64::try_from(p).unwrap() * 3)).collect();
+        let events: Vec<_> = (1..=10)
+            .map(|p| adjustment(p, i64::try_from(p).unwrap() * 3))
+            .collect();
         let whole = fold_batch(&events).unwrap();
         let mut merged = BTreeMap::new();
         for chunk in events.chunks(3) {
@@ -198,7 +220,10 @@ mod tests {
     fn rejects_out_of_order_input() {
         assert_eq!(
             fold_batch(&[adjustment(2, 1), adjustment(2, 1)]),
-            Err(FoldError::OutOfOrder { position: 2, previous: 2 })
+            Err(FoldError::OutOfOrder {
+                position: 2,
+                previous: 2
+            })
         );
     }
 }

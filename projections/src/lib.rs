@@ -5,7 +5,10 @@
 //! projection's checkpoint in one transaction. The fold never sees a database; the backend never
 //! sees a rule. `audit verify` runs the same folds in memory and compares.
 #![deny(clippy::float_arithmetic)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod ledger;
 pub mod runner;
@@ -33,6 +36,8 @@ pub struct ProjectedEvent {
 pub enum FoldError {
     #[error("account {account} overflows at position {position}")]
     BalanceOverflow { account: String, position: u64 },
-    #[error("event at position {position} arrived after position {previous}: a fold needs increasing positions")]
+    #[error(
+        "event at position {position} arrived after position {previous}: a fold needs increasing positions"
+    )]
     OutOfOrder { position: u64, previous: u64 },
 }

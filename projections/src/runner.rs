@@ -16,7 +16,10 @@ pub const BATCH_EVENTS_MAX: usize = 2_000;
 pub trait ProjectionBackend: Sync {
     type Error: std::error::Error + Send + Sync + 'static;
 
-    fn checkpoint(&self, projection: &'static str) -> impl Future<Output = Result<u64, Self::Error>> + Send;
+    fn checkpoint(
+        &self,
+        projection: &'static str,
+    ) -> impl Future<Output = Result<u64, Self::Error>> + Send;
 
     /// Up to `limit` events with position > `after`, in increasing position.
     fn read_projected(

@@ -25,15 +25,52 @@ pub const FINDINGS_MAX: usize = 1_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AuditFinding {
-    PositionGap { expected: u64, found: u64 },
-    HashMismatch { position: u64, stored: String, computed: String },
-    StreamVersionGap { position: u64, stream_id: String, expected: u64, found: u64 },
-    Undecodable { position: u64, reason: String },
-    HeadMismatch { head_position: u64, head_hash: String, log_position: u64, log_hash: String },
-    CheckpointAhead { projection: String, checkpoint: u64, head: u64 },
-    LineMismatch { position: u64, line_index: u32, stored: Option<String>, replayed: Option<String> },
-    BalanceMismatch { account: String, stored: Option<String>, replayed: Option<String> },
-    Unbalanced { source: String, debits_micro_usdc: String, credits_micro_usdc: String },
+    PositionGap {
+        expected: u64,
+        found: u64,
+    },
+    HashMismatch {
+        position: u64,
+        stored: String,
+        computed: String,
+    },
+    StreamVersionGap {
+        position: u64,
+        stream_id: String,
+        expected: u64,
+        found: u64,
+    },
+    Undecodable {
+        position: u64,
+        reason: String,
+    },
+    HeadMismatch {
+        head_position: u64,
+        head_hash: String,
+        log_position: u64,
+        log_hash: String,
+    },
+    CheckpointAhead {
+        projection: String,
+        checkpoint: u64,
+        head: u64,
+    },
+    LineMismatch {
+        position: u64,
+        line_index: u32,
+        stored: Option<String>,
+        replayed: Option<String>,
+    },
+    BalanceMismatch {
+        account: String,
+        stored: Option<String>,
+        replayed: Option<String>,
+    },
+    Unbalanced {
+        source: String,
+        debits_micro_usdc: String,
+        credits_micro_usdc: String,
+    },
 }
 
 impl AuditFinding {
@@ -57,39 +94,76 @@ impl fmt::Display for AuditFinding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AuditFinding::PositionGap { expected, found } => {
-                write!(f, "position gap: expected {expected}, found {found} (rows deleted or reordered)")
+                write!(
+                    f,
+                    "position gap: expected {expected}, found {found} (rows deleted or reordered)"
+                )
             }
-            AuditFinding::HashMismatch { position, stored, computed } => write!(
+            AuditFinding::HashMismatch {
+                position,
+                stored,
+                computed,
+            } => write!(
                 f,
                 "hash mismatch at position {position}: stored {stored}, recomputed {computed} (row edited)"
             ),
-            AuditFinding::StreamVersionGap { position, stream_id, expected, found } => write!(
+            AuditFinding::StreamVersionGap {
+                position,
+                stream_id,
+                expected,
+                found,
+            } => write!(
                 f,
                 "stream `{stream_id}` at position {position}: expected version {expected}, found {found}"
             ),
             AuditFinding::Undecodable { position, reason } => {
                 write!(f, "event at position {position} does not decode: {reason}")
             }
-            AuditFinding::HeadMismatch { head_position, head_hash, log_position, log_hash } => write!(
+            AuditFinding::HeadMismatch {
+                head_position,
+                head_hash,
+                log_position,
+                log_hash,
+            } => write!(
                 f,
                 "log head says position {head_position} hash {head_hash}, the log ends at {log_position} hash {log_hash}"
             ),
-            AuditFinding::CheckpointAhead { projection, checkpoint, head } => {
-                write!(f, "projection `{projection}` checkpoint {checkpoint} is past the log head {head}")
+            AuditFinding::CheckpointAhead {
+                projection,
+                checkpoint,
+                head,
+            } => {
+                write!(
+                    f,
+                    "projection `{projection}` checkpoint {checkpoint} is past the log head {head}"
+                )
             }
-            AuditFinding::LineMismatch { position, line_index, stored, replayed } => write!(
+            AuditFinding::LineMismatch {
+                position,
+                line_index,
+                stored,
+                replayed,
+            } => write!(
                 f,
                 "journal line {position}/{line_index}: stored {}, replayed {}",
                 stored.as_deref().unwrap_or("(missing)"),
                 replayed.as_deref().unwrap_or("(missing)")
             ),
-            AuditFinding::BalanceMismatch { account, stored, replayed } => write!(
+            AuditFinding::BalanceMismatch {
+                account,
+                stored,
+                replayed,
+            } => write!(
                 f,
                 "account {account}: stored {}, replayed {}",
                 stored.as_deref().unwrap_or("(missing)"),
                 replayed.as_deref().unwrap_or("(missing)")
             ),
-            AuditFinding::Unbalanced { source, debits_micro_usdc, credits_micro_usdc } => write!(
+            AuditFinding::Unbalanced {
+                source,
+                debits_micro_usdc,
+                credits_micro_usdc,
+            } => write!(
                 f,
                 "{source} trial balance: debits {debits_micro_usdc} != credits {credits_micro_usdc} micro-USDC"
             ),
@@ -118,7 +192,10 @@ impl AuditReport {
 
     /// The first log position any finding concerns: where tampering or drift begins.
     pub fn first_bad_position(&self) -> Option<u64> {
-        self.findings.iter().filter_map(AuditFinding::position).min()
+        self.findings
+            .iter()
+            .filter_map(AuditFinding::position)
+            .min()
     }
 }
 
@@ -133,10 +210,20 @@ pub struct AuditProgress {
 pub(crate) trait AuditSource {
     fn head(&mut self) -> impl Future<Output = Result<Head, StoreError>> + Send;
     fn checkpoint(&mut self) -> impl Future<Output = Result<u64, StoreError>> + Send;
-    fn events(&mut self, after: u64, limit: usize) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
+    fn events(
+        &mut self,
+        after: u64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
     /// Journal lines with `after < position <= through`, in (position, line_index) order.
-    fn lines(&mut self, after: u64, through: u64) -> impl Future<Output = Result<Vec<LedgerLine>, StoreError>> + Send;
-    fn balances(&mut self) -> impl Future<Output = Result<BTreeMap<Account, AccountTotals>, StoreError>> + Send;
+    fn lines(
+        &mut self,
+        after: u64,
+        through: u64,
+    ) -> impl Future<Output = Result<Vec<LedgerLine>, StoreError>> + Send;
+    fn balances(
+        &mut self,
+    ) -> impl Future<Output = Result<BTreeMap<Account, AccountTotals>, StoreError>> + Send;
 }
 
 struct Findings {
@@ -160,7 +247,10 @@ pub(crate) async fn run<S: AuditSource>(
 ) -> Result<AuditReport, StoreError> {
     let head = source.head().await?;
     let checkpoint = source.checkpoint().await?;
-    let mut findings = Findings { kept: Vec::new(), omitted: 0 };
+    let mut findings = Findings {
+        kept: Vec::new(),
+        omitted: 0,
+    };
     if checkpoint > head.position {
         findings.push(AuditFinding::CheckpointAhead {
             projection: ledger::LEDGER.to_owned(),
@@ -223,7 +313,10 @@ pub(crate) async fn run<S: AuditSource>(
     let stored_totals = source.balances().await?;
     compare_balances(&stored_totals, &replayed_totals, &mut findings);
     let (debits, credits) = ledger::trial_balance(&replayed_totals);
-    for (source_name, (d, c)) in [("replayed", (debits, credits)), ("stored", ledger::trial_balance(&stored_totals))] {
+    for (source_name, (d, c)) in [
+        ("replayed", (debits, credits)),
+        ("stored", ledger::trial_balance(&stored_totals)),
+    ] {
         if d != c {
             findings.push(AuditFinding::Unbalanced {
                 source: source_name.to_owned(),
@@ -280,7 +373,10 @@ impl ChainWalk {
                 computed: hex::encode(computed),
             });
         }
-        let version = self.stream_versions.entry(event.stream_id.clone()).or_insert(0);
+        let version = self
+            .stream_versions
+            .entry(event.stream_id.clone())
+            .or_insert(0);
         if event.stream_version != *version + 1 {
             findings.push(AuditFinding::StreamVersionGap {
                 position: event.position,
@@ -396,7 +492,9 @@ impl SqliteSnapshot {
     pub async fn begin(pool: &SqlitePool) -> Result<SqliteSnapshot, StoreError> {
         let mut tx = pool.begin().await?;
         // The snapshot starts at the first read.
-        sqlx::query("SELECT 1 FROM event_log_head").execute(&mut *tx).await?;
+        sqlx::query("SELECT 1 FROM event_log_head")
+            .execute(&mut *tx)
+            .await?;
         Ok(SqliteSnapshot { tx })
     }
 }
@@ -410,10 +508,11 @@ impl AuditSource for SqliteSnapshot {
     }
 
     async fn checkpoint(&mut self) -> Result<u64, StoreError> {
-        let position: Option<i64> = sqlx::query_scalar("SELECT position FROM projection_checkpoints WHERE projection = ?")
-            .bind(ledger::LEDGER)
-            .fetch_optional(&mut *self.tx)
-            .await?;
+        let position: Option<i64> =
+            sqlx::query_scalar("SELECT position FROM projection_checkpoints WHERE projection = ?")
+                .bind(ledger::LEDGER)
+                .fetch_optional(&mut *self.tx)
+                .await?;
         crate::to_u64(position.unwrap_or(0), 0, "checkpoint")
     }
 

@@ -95,16 +95,28 @@ pub enum InvalidAppend {
     #[error("event id {event_id} appears twice in one append")]
     DuplicateEventId { event_id: Uuid },
     #[error("event {event_id} (index {index}): event ids must be UUIDv7, got version {version}")]
-    EventIdNotV7 { index: usize, event_id: Uuid, version: usize },
+    EventIdNotV7 {
+        index: usize,
+        event_id: Uuid,
+        version: usize,
+    },
     #[error("event {event_id} (index {index}): {source}")]
     Decode {
         index: usize,
         event_id: Uuid,
         source: DecodeError,
     },
-    #[error("event {event_id} (index {index}): payload is {bytes} bytes, more than {PAYLOAD_BYTES_MAX}")]
-    PayloadTooLarge { index: usize, event_id: Uuid, bytes: usize },
-    #[error("event {event_id} (index {index}): actor must be 1..={ACTOR_BYTES_MAX} bytes of printable text")]
+    #[error(
+        "event {event_id} (index {index}): payload is {bytes} bytes, more than {PAYLOAD_BYTES_MAX}"
+    )]
+    PayloadTooLarge {
+        index: usize,
+        event_id: Uuid,
+        bytes: usize,
+    },
+    #[error(
+        "event {event_id} (index {index}): actor must be 1..={ACTOR_BYTES_MAX} bytes of printable text"
+    )]
     InvalidActor { index: usize, event_id: Uuid },
 }
 
@@ -315,20 +327,55 @@ mod tests {
         };
         let reference = chain_hash(&GENESIS_HASH, &base);
         let variants = [
-            ChainedFields { position: 2, ..base },
-            ChainedFields { event_id: Uuid::from_u128(2), ..base },
-            ChainedFields { stream_id: "s2", ..base },
-            ChainedFields { stream_version: 2, ..base },
-            ChainedFields { event_type: "u", ..base },
-            ChainedFields { schema_version: 2, ..base },
-            ChainedFields { recorded_at_us: 1, ..base },
-            ChainedFields { payload: "{ }", ..base },
-            ChainedFields { metadata: "[]", ..base },
+            ChainedFields {
+                position: 2,
+                ..base
+            },
+            ChainedFields {
+                event_id: Uuid::from_u128(2),
+                ..base
+            },
+            ChainedFields {
+                stream_id: "s2",
+                ..base
+            },
+            ChainedFields {
+                stream_version: 2,
+                ..base
+            },
+            ChainedFields {
+                event_type: "u",
+                ..base
+            },
+            ChainedFields {
+                schema_version: 2,
+                ..base
+            },
+            ChainedFields {
+                recorded_at_us: 1,
+                ..base
+            },
+            ChainedFields {
+                payload: "{ }",
+                ..base
+            },
+            ChainedFields {
+                metadata: "[]",
+                ..base
+            },
             // Moving bytes between adjacent fields must change the hash too.
-            ChainedFields { stream_id: "st", event_type: "", ..base },
+            ChainedFields {
+                stream_id: "st",
+                event_type: "",
+                ..base
+            },
         ];
         for variant in variants {
-            assert_ne!(chain_hash(&GENESIS_HASH, &variant), reference, "{variant:?}");
+            assert_ne!(
+                chain_hash(&GENESIS_HASH, &variant),
+                reference,
+                "{variant:?}"
+            );
         }
         assert_ne!(chain_hash(&[1; 32], &base), reference);
     }

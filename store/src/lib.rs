@@ -4,7 +4,10 @@
 //! default) and PostgreSQL (production); the read-model tables the projections write; and the
 //! audit that checks both. See `docs/ARCHITECTURE.md` for the invariants this crate keeps.
 #![deny(clippy::float_arithmetic)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 /// SQL text assembled from compile-time constants (column lists, read-model table names), never
 /// from input: values always travel as bind parameters.
@@ -15,6 +18,7 @@ macro_rules! sql {
 }
 
 pub mod audit;
+pub mod bench;
 pub mod envelope;
 mod plan;
 mod postgres;
@@ -31,7 +35,7 @@ pub use audit::{AuditFinding, AuditProgress, AuditReport};
 pub use envelope::{
     APPEND_EVENTS_MAX, ExpectedVersion, InvalidAppend, Metadata, NewEvent, StreamAppend,
 };
-pub use store::{Backend, Store, StoreOptions};
+pub use store::{Backend, ProjectionStatus, Store, StoreOptions};
 pub use subscription::Subscription;
 
 /// Rows read per query when scanning the log.
@@ -75,7 +79,8 @@ impl RecordedEvent {
         Ok(ProjectedEvent {
             position: self.position,
             event_id: self.event_id,
-            stream_id: StreamId::parse(self.stream_id.clone()).map_err(|e| corrupt(e.to_string()))?,
+            stream_id: StreamId::parse(self.stream_id.clone())
+                .map_err(|e| corrupt(e.to_string()))?,
             stream_version: self.stream_version,
             recorded_at_us: self.recorded_at_us,
             event: self.decode().map_err(|e| corrupt(e.to_string()))?,
@@ -129,7 +134,10 @@ pub enum AppendError {
         ConflictReason::DifferentContent => "stored with different content",
         ConflictReason::PartiallyStored => "stored as part of a different append",
     })]
-    IdempotencyConflict { event_id: Uuid, reason: ConflictReason },
+    IdempotencyConflict {
+        event_id: Uuid,
+        reason: ConflictReason,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }

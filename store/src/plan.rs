@@ -7,7 +7,9 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use crate::envelope::{CanonicalEvent, ChainedFields, ExpectedVersion, ValidatedStream, chain_hash};
+use crate::envelope::{
+    CanonicalEvent, ChainedFields, ExpectedVersion, ValidatedStream, chain_hash,
+};
 use crate::{AppendError, Committed, CommittedEvent, ConflictReason};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +66,13 @@ pub(crate) fn plan_group(
         head,
     };
     for request in requests {
-        let outcome = plan_request(&mut plan, request, &mut existing, &mut versions, recorded_at_us);
+        let outcome = plan_request(
+            &mut plan,
+            request,
+            &mut existing,
+            &mut versions,
+            recorded_at_us,
+        );
         plan.outcomes.push(outcome);
     }
     plan
@@ -81,7 +89,10 @@ fn plan_request(
         return Ok(replay);
     }
     for stream in request {
-        let actual = versions.get(stream.stream_id.as_str()).copied().unwrap_or(0);
+        let actual = versions
+            .get(stream.stream_id.as_str())
+            .copied()
+            .unwrap_or(0);
         let matches = match stream.expected {
             ExpectedVersion::NoStream => actual == 0,
             ExpectedVersion::Exact(expected) => actual == expected,
@@ -100,7 +111,13 @@ fn plan_request(
         let version = versions.entry(stream.stream_id.to_string()).or_insert(0);
         for event in &stream.events {
             *version += 1;
-            let row = chain_row(&mut plan.head, stream.stream_id.as_str(), *version, event, recorded_at_us);
+            let row = chain_row(
+                &mut plan.head,
+                stream.stream_id.as_str(),
+                *version,
+                event,
+                recorded_at_us,
+            );
             existing.insert(row.event_id, identity_of(&row));
             committed.push(CommittedEvent {
                 event_id: row.event_id,

@@ -36,7 +36,9 @@ impl PgBackend {
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::migrate!("../migrations/postgres").run(&self.pool).await?;
+        sqlx::migrate!("../migrations/postgres")
+            .run(&self.pool)
+            .await?;
         let mut conn = self.pool.acquire().await?;
         create_ledger_tables(&mut conn, LedgerTables::LIVE).await?;
         sqlx::query(
@@ -57,11 +59,20 @@ impl PgBackend {
         head_from_row(&row)
     }
 
-    pub async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+    pub async fn read_all(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
         read_all(&self.pool, after, limit).await
     }
 
-    pub async fn read_stream(&self, stream_id: &str, after_version: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+    pub async fn read_stream(
+        &self,
+        stream_id: &str,
+        after_version: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
         let rows = sqlx::query(sql!(
             "SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = $1 AND stream_version > $2 \
              ORDER BY stream_version LIMIT $3"
@@ -83,7 +94,12 @@ impl PgBackend {
         to_u64(position.unwrap_or(0), 0, "checkpoint")
     }
 
-    pub async fn commit_ledger(&self, batch: &LedgerBatch, from: u64, to: u64) -> Result<(), StoreError> {
+    pub async fn commit_ledger(
+        &self,
+        batch: &LedgerBatch,
+        from: u64,
+        to: u64,
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         // First statement: takes the checkpoint row lock, so a second runner waits here and then
         // finds the checkpoint moved instead of writing the same rows twice.
@@ -107,7 +123,10 @@ impl PgBackend {
         Ok(())
     }
 
-    pub async fn balances(&self, tables: LedgerTables) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
+    pub async fn balances(
+        &self,
+        tables: LedgerTables,
+    ) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
         let rows = sqlx::query(sql!(
             "SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM {}",
             tables.balances
@@ -117,7 +136,12 @@ impl PgBackend {
         rows.iter().map(balance_from_row).collect()
     }
 
-    pub async fn entries(&self, account: Option<&str>, after: u64, limit: usize) -> Result<Vec<LedgerLine>, StoreError> {
+    pub async fn entries(
+        &self,
+        account: Option<&str>,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LedgerLine>, StoreError> {
         let rows = sqlx::query(
             "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
              FROM ledger_entries WHERE ($1::text IS NULL OR account = $1) AND position > $2 \
@@ -195,11 +219,16 @@ fn fold(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
 }
 
 impl GroupCommit for PgBackend {
-    async fn commit_group(&self, requests: &[Vec<ValidatedStream>]) -> Result<GroupOutcome, StoreError> {
+    async fn commit_group(
+        &self,
+        requests: &[Vec<ValidatedStream>],
+    ) -> Result<GroupOutcome, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1 FOR UPDATE")
-            .fetch_one(&mut *tx)
-            .await?;
+        let row = sqlx::query(
+            "SELECT last_position, last_hash FROM event_log_head WHERE id = 1 FOR UPDATE",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
         let head = head_from_row(&row)?;
         let (ids, streams) = group_keys(requests);
         let existing = stored_identities(&mut tx, &ids).await?;
@@ -213,7 +242,10 @@ impl GroupCommit for PgBackend {
         let mut versions = HashMap::with_capacity(rows.len());
         for row in rows {
             if let Some(version) = row.try_get::<Option<i64>, _>("version")? {
-                versions.insert(row.try_get("stream_id")?, to_u64(version, 0, "stream_version")?);
+                versions.insert(
+                    row.try_get("stream_id")?,
+                    to_u64(version, 0, "stream_version")?,
+                );
             }
         }
         let plan = plan_group(head, requests, existing, versions, now_us());
@@ -237,7 +269,11 @@ impl GroupCommit for PgBackend {
     }
 }
 
-pub(crate) async fn read_all<'e, E>(executor: E, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError>
+pub(crate) async fn read_all<'e, E>(
+    executor: E,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<RecordedEvent>, StoreError>
 where
     E: sqlx::Executor<'e, Database = Postgres>,
 {
@@ -251,7 +287,10 @@ where
     rows.iter().map(event_from_row).collect()
 }
 
-async fn stored_identities(conn: &mut PgConnection, ids: &[Uuid]) -> Result<HashMap<Uuid, StoredIdentity>, StoreError> {
+async fn stored_identities(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+) -> Result<HashMap<Uuid, StoredIdentity>, StoreError> {
     let rows = sqlx::query(
         "SELECT event_id, position, stream_id, stream_version, event_type, schema_version, payload, metadata \
          FROM events WHERE event_id = ANY($1)",
@@ -269,7 +308,10 @@ async fn stored_identities(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Hash
                 stream_id: row.try_get("stream_id")?,
                 stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
                 event_type: row.try_get("event_type")?,
-                schema_version: schema_version(i64::from(row.try_get::<i32, _>("schema_version")?), position)?,
+                schema_version: schema_version(
+                    i64::from(row.try_get::<i32, _>("schema_version")?),
+                    position,
+                )?,
                 payload: row.try_get("payload")?,
                 metadata: row.try_get("metadata")?,
             },
@@ -339,7 +381,8 @@ impl<'a> EventArrays<'a> {
         self.stream_version.push(to_i64(row.stream_version));
         self.event_type.push(&row.event_type);
         // Catalog versions are small; validation rejected anything unsupported.
-        self.schema_version.push(i32::try_from(row.schema_version).unwrap_or(i32::MAX));
+        self.schema_version
+            .push(i32::try_from(row.schema_version).unwrap_or(i32::MAX));
         self.recorded_at_us.push(row.recorded_at_us);
         self.payload.push(&row.payload);
         self.metadata.push(&row.metadata);
@@ -347,7 +390,11 @@ impl<'a> EventArrays<'a> {
     }
 }
 
-async fn write_ledger_batch(conn: &mut PgConnection, tables: LedgerTables, batch: &LedgerBatch) -> Result<(), StoreError> {
+async fn write_ledger_batch(
+    conn: &mut PgConnection,
+    tables: LedgerTables,
+    batch: &LedgerBatch,
+) -> Result<(), StoreError> {
     if !batch.lines.is_empty() {
         let lines = &batch.lines;
         sqlx::query(sql!(
@@ -378,16 +425,34 @@ async fn write_ledger_batch(conn: &mut PgConnection, tables: LedgerTables, batch
             t = tables.balances
         ))
         .bind(deltas.keys().map(ToString::to_string).collect::<Vec<_>>())
-        .bind(deltas.values().map(|t| t.debits.micros()).collect::<Vec<_>>())
-        .bind(deltas.values().map(|t| t.credits.micros()).collect::<Vec<_>>())
-        .bind(deltas.values().map(|t| to_i64(t.last_position)).collect::<Vec<_>>())
+        .bind(
+            deltas
+                .values()
+                .map(|t| t.debits.micros())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            deltas
+                .values()
+                .map(|t| t.credits.micros())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            deltas
+                .values()
+                .map(|t| to_i64(t.last_position))
+                .collect::<Vec<_>>(),
+        )
         .execute(&mut *conn)
         .await?;
     }
     Ok(())
 }
 
-async fn create_ledger_tables(conn: &mut PgConnection, tables: LedgerTables) -> Result<(), StoreError> {
+async fn create_ledger_tables(
+    conn: &mut PgConnection,
+    tables: LedgerTables,
+) -> Result<(), StoreError> {
     sqlx::query(sql!(
         "CREATE TABLE IF NOT EXISTS {entries} (
             position           BIGINT  NOT NULL,
@@ -423,7 +488,10 @@ async fn create_ledger_tables(conn: &mut PgConnection, tables: LedgerTables) -> 
     Ok(())
 }
 
-async fn drop_ledger_tables(conn: &mut PgConnection, tables: LedgerTables) -> Result<(), StoreError> {
+async fn drop_ledger_tables(
+    conn: &mut PgConnection,
+    tables: LedgerTables,
+) -> Result<(), StoreError> {
     for table in [tables.entries, tables.balances] {
         sqlx::query(sql!("DROP TABLE IF EXISTS {table}"))
             .execute(&mut *conn)
@@ -448,7 +516,10 @@ pub(crate) fn event_from_row(row: &PgRow) -> Result<RecordedEvent, StoreError> {
         stream_id: row.try_get("stream_id")?,
         stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
         event_type: row.try_get("event_type")?,
-        schema_version: schema_version(i64::from(row.try_get::<i32, _>("schema_version")?), position)?,
+        schema_version: schema_version(
+            i64::from(row.try_get::<i32, _>("schema_version")?),
+            position,
+        )?,
         recorded_at_us: row.try_get("recorded_at_us")?,
         payload: row.try_get("payload")?,
         metadata: row.try_get("metadata")?,
@@ -464,10 +535,13 @@ pub(crate) fn line_from_row(row: &PgRow) -> Result<LedgerLine, StoreError> {
     let line_index: i32 = row.try_get("line_index")?;
     Ok(LedgerLine {
         position,
-        line_index: u32::try_from(line_index).map_err(|_| corrupt(format!("line_index {line_index}")))?,
+        line_index: u32::try_from(line_index)
+            .map_err(|_| corrupt(format!("line_index {line_index}")))?,
         event_id: row.try_get("event_id")?,
         entry_id: row.try_get("entry_id")?,
-        account: account.parse().map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
+        account: account
+            .parse()
+            .map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
         side: parse_side(&side).ok_or_else(|| corrupt(format!("side `{side}`")))?,
         amount: Usdc::from_micros(row.try_get("amount_micro_usdc")?),
         recorded_at_us: row.try_get("recorded_at_us")?,
@@ -477,10 +551,14 @@ pub(crate) fn line_from_row(row: &PgRow) -> Result<LedgerLine, StoreError> {
 pub(crate) fn balance_from_row(row: &PgRow) -> Result<(Account, AccountTotals), StoreError> {
     let account: String = row.try_get("account")?;
     let last_position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
-    let account = account.parse().map_err(|e: gpunex_domain::ledger::AccountParseError| StoreError::CorruptRow {
-        position: last_position,
-        reason: e.to_string(),
-    })?;
+    let account = account
+        .parse()
+        .map_err(
+            |e: gpunex_domain::ledger::AccountParseError| StoreError::CorruptRow {
+                position: last_position,
+                reason: e.to_string(),
+            },
+        )?;
     Ok((
         account,
         AccountTotals {

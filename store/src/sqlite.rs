@@ -9,7 +9,8 @@ use std::time::Duration;
 use gpunex_domain::{Account, Side, Usdc};
 use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use uuid::Uuid;
@@ -26,8 +27,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Rows per multi-row INSERT, under SQLite's 32,766 bound parameters.
 const INSERT_ROWS_MAX: usize = 500;
 
-pub(crate) const EVENT_COLUMNS: &str =
-    "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload, metadata, hash";
+pub(crate) const EVENT_COLUMNS: &str = "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload, metadata, hash";
 
 pub(crate) struct SqliteBackend {
     pub read: SqlitePool,
@@ -54,7 +54,9 @@ impl SqliteBackend {
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::migrate!("../migrations/sqlite").run(&self.write).await?;
+        sqlx::migrate!("../migrations/sqlite")
+            .run(&self.write)
+            .await?;
         let mut conn = self.write.acquire().await?;
         create_ledger_tables(&mut conn, LedgerTables::LIVE).await?;
         sqlx::query(
@@ -75,11 +77,20 @@ impl SqliteBackend {
         head_from_row(&row)
     }
 
-    pub async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+    pub async fn read_all(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
         read_all(&self.read, after, limit).await
     }
 
-    pub async fn read_stream(&self, stream_id: &str, after_version: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+    pub async fn read_stream(
+        &self,
+        stream_id: &str,
+        after_version: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
         let rows = sqlx::query(sql!(
             "SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? AND stream_version > ? \
              ORDER BY stream_version LIMIT ?"
@@ -101,7 +112,12 @@ impl SqliteBackend {
         to_u64(position.unwrap_or(0), 0, "checkpoint")
     }
 
-    pub async fn commit_ledger(&self, batch: &LedgerBatch, from: u64, to: u64) -> Result<(), StoreError> {
+    pub async fn commit_ledger(
+        &self,
+        batch: &LedgerBatch,
+        from: u64,
+        to: u64,
+    ) -> Result<(), StoreError> {
         let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
         move_checkpoint(&mut tx, from, to).await?;
         write_ledger_batch(&mut tx, LedgerTables::LIVE, batch).await?;
@@ -109,7 +125,10 @@ impl SqliteBackend {
         Ok(())
     }
 
-    pub async fn balances(&self, tables: LedgerTables) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
+    pub async fn balances(
+        &self,
+        tables: LedgerTables,
+    ) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
         let rows = sqlx::query(sql!(
             "SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM {}",
             tables.balances
@@ -119,7 +138,12 @@ impl SqliteBackend {
         rows.iter().map(balance_from_row).collect()
     }
 
-    pub async fn entries(&self, account: Option<&str>, after: u64, limit: usize) -> Result<Vec<LedgerLine>, StoreError> {
+    pub async fn entries(
+        &self,
+        account: Option<&str>,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LedgerLine>, StoreError> {
         let rows = sqlx::query(
             "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
              FROM ledger_entries WHERE (?1 IS NULL OR account = ?1) AND position > ?2 \
@@ -192,7 +216,10 @@ fn fold(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
 }
 
 impl GroupCommit for SqliteBackend {
-    async fn commit_group(&self, requests: &[Vec<ValidatedStream>]) -> Result<GroupOutcome, StoreError> {
+    async fn commit_group(
+        &self,
+        requests: &[Vec<ValidatedStream>],
+    ) -> Result<GroupOutcome, StoreError> {
         let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
         let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
             .fetch_one(&mut *tx)
@@ -202,10 +229,11 @@ impl GroupCommit for SqliteBackend {
         let existing = stored_identities(&mut tx, &ids).await?;
         let mut versions = HashMap::with_capacity(streams.len());
         for stream in streams {
-            let version: Option<i64> = sqlx::query_scalar("SELECT max(stream_version) FROM events WHERE stream_id = ?")
-                .bind(&stream)
-                .fetch_one(&mut *tx)
-                .await?;
+            let version: Option<i64> =
+                sqlx::query_scalar("SELECT max(stream_version) FROM events WHERE stream_id = ?")
+                    .bind(&stream)
+                    .fetch_one(&mut *tx)
+                    .await?;
             if let Some(version) = version {
                 versions.insert(stream, to_u64(version, 0, "stream_version")?);
             }
@@ -226,7 +254,11 @@ impl GroupCommit for SqliteBackend {
     }
 }
 
-pub(crate) async fn read_all<'e, E>(executor: E, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError>
+pub(crate) async fn read_all<'e, E>(
+    executor: E,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<RecordedEvent>, StoreError>
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
@@ -262,7 +294,11 @@ async fn stored_identities(
                 StoredIdentity {
                     position,
                     stream_id: row.try_get("stream_id")?,
-                    stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
+                    stream_version: to_u64(
+                        row.try_get("stream_version")?,
+                        position,
+                        "stream_version",
+                    )?,
                     event_type: row.try_get("event_type")?,
                     schema_version: schema_version(row.try_get("schema_version")?, position)?,
                     payload: row.try_get("payload")?,
@@ -276,7 +312,8 @@ async fn stored_identities(
 
 async fn insert_rows(conn: &mut SqliteConnection, rows: &[NewRow]) -> Result<(), StoreError> {
     for chunk in rows.chunks(INSERT_ROWS_MAX / 2) {
-        let mut query = QueryBuilder::<Sqlite>::new(format!("INSERT INTO events ({EVENT_COLUMNS}) "));
+        let mut query =
+            QueryBuilder::<Sqlite>::new(format!("INSERT INTO events ({EVENT_COLUMNS}) "));
         query.push_values(chunk, |mut values, row| {
             values
                 .push_bind(to_i64(row.position))
@@ -295,7 +332,11 @@ async fn insert_rows(conn: &mut SqliteConnection, rows: &[NewRow]) -> Result<(),
     Ok(())
 }
 
-async fn move_checkpoint(conn: &mut SqliteConnection, from: u64, to: u64) -> Result<(), StoreError> {
+async fn move_checkpoint(
+    conn: &mut SqliteConnection,
+    from: u64,
+    to: u64,
+) -> Result<(), StoreError> {
     let projection = gpunex_projections::ledger::LEDGER;
     let moved = sqlx::query(
         "UPDATE projection_checkpoints SET position = ?, updated_at_us = ? WHERE projection = ? AND position = ?",
@@ -315,7 +356,11 @@ async fn move_checkpoint(conn: &mut SqliteConnection, from: u64, to: u64) -> Res
     Ok(())
 }
 
-async fn write_ledger_batch(conn: &mut SqliteConnection, tables: LedgerTables, batch: &LedgerBatch) -> Result<(), StoreError> {
+async fn write_ledger_batch(
+    conn: &mut SqliteConnection,
+    tables: LedgerTables,
+    batch: &LedgerBatch,
+) -> Result<(), StoreError> {
     for chunk in batch.lines.chunks(INSERT_ROWS_MAX) {
         let mut query = QueryBuilder::<Sqlite>::new(format!(
             "INSERT INTO {} (position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us) ",
@@ -359,7 +404,10 @@ async fn write_ledger_batch(conn: &mut SqliteConnection, tables: LedgerTables, b
     Ok(())
 }
 
-async fn create_ledger_tables(conn: &mut SqliteConnection, tables: LedgerTables) -> Result<(), StoreError> {
+async fn create_ledger_tables(
+    conn: &mut SqliteConnection,
+    tables: LedgerTables,
+) -> Result<(), StoreError> {
     // `typeof(...) = 'integer'`: SQLite turns an overflowing integer sum into a float; refuse it.
     sqlx::query(sql!(
         "CREATE TABLE IF NOT EXISTS {entries} (
@@ -401,7 +449,10 @@ async fn create_ledger_indexes(conn: &mut SqliteConnection) -> Result<(), StoreE
     Ok(())
 }
 
-async fn drop_ledger_tables(conn: &mut SqliteConnection, tables: LedgerTables) -> Result<(), StoreError> {
+async fn drop_ledger_tables(
+    conn: &mut SqliteConnection,
+    tables: LedgerTables,
+) -> Result<(), StoreError> {
     for table in [tables.entries, tables.balances] {
         sqlx::query(sql!("DROP TABLE IF EXISTS {table}"))
             .execute(&mut *conn)
@@ -444,10 +495,13 @@ pub(crate) fn line_from_row(row: &SqliteRow) -> Result<LedgerLine, StoreError> {
     let line_index: i64 = row.try_get("line_index")?;
     Ok(LedgerLine {
         position,
-        line_index: u32::try_from(line_index).map_err(|_| corrupt(format!("line_index {line_index}")))?,
+        line_index: u32::try_from(line_index)
+            .map_err(|_| corrupt(format!("line_index {line_index}")))?,
         event_id: row.try_get("event_id")?,
         entry_id: row.try_get("entry_id")?,
-        account: account.parse().map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
+        account: account
+            .parse()
+            .map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
         side: parse_side(&side).ok_or_else(|| corrupt(format!("side `{side}`")))?,
         amount: Usdc::from_micros(row.try_get("amount_micro_usdc")?),
         recorded_at_us: row.try_get("recorded_at_us")?,
@@ -457,10 +511,14 @@ pub(crate) fn line_from_row(row: &SqliteRow) -> Result<LedgerLine, StoreError> {
 pub(crate) fn balance_from_row(row: &SqliteRow) -> Result<(Account, AccountTotals), StoreError> {
     let account: String = row.try_get("account")?;
     let last_position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
-    let account = account.parse().map_err(|e: gpunex_domain::ledger::AccountParseError| StoreError::CorruptRow {
-        position: last_position,
-        reason: e.to_string(),
-    })?;
+    let account = account
+        .parse()
+        .map_err(
+            |e: gpunex_domain::ledger::AccountParseError| StoreError::CorruptRow {
+                position: last_position,
+                reason: e.to_string(),
+            },
+        )?;
     Ok((
         account,
         AccountTotals {

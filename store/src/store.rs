@@ -101,7 +101,8 @@ impl Store {
                 ((Db::Sqlite(backend), sender), head)
             }
             "postgres" | "postgresql" => {
-                let backend = Arc::new(PgBackend::connect(url, options.postgres_connections_max).await?);
+                let backend =
+                    Arc::new(PgBackend::connect(url, options.postgres_connections_max).await?);
                 let (head, _) = watch::channel(0);
                 let sender = writer::spawn(Arc::clone(&backend), head.clone());
                 ((Db::Postgres(backend), sender), head)
@@ -163,7 +164,10 @@ impl Store {
     }
 
     /// Appends to several streams in one transaction, each with its own expectation: all or none.
-    pub async fn append_streams(&self, streams: Vec<StreamAppend>) -> Result<Committed, AppendError> {
+    pub async fn append_streams(
+        &self,
+        streams: Vec<StreamAppend>,
+    ) -> Result<Committed, AppendError> {
         let streams = validate(streams)?;
         let (reply, receive) = oneshot::channel();
         self.inner
@@ -175,7 +179,11 @@ impl Store {
     }
 
     /// Events with position > `after`, in position order, at most `limit` (capped).
-    pub async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+    pub async fn read_all(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
         let limit = limit.clamp(1, crate::READ_BATCH_EVENTS_MAX);
         match &self.inner.db {
             Db::Sqlite(db) => db.read_all(after, limit).await,
@@ -192,8 +200,14 @@ impl Store {
     ) -> Result<Vec<RecordedEvent>, StoreError> {
         let limit = limit.clamp(1, crate::READ_BATCH_EVENTS_MAX);
         match &self.inner.db {
-            Db::Sqlite(db) => db.read_stream(stream_id.as_str(), after_version, limit).await,
-            Db::Postgres(db) => db.read_stream(stream_id.as_str(), after_version, limit).await,
+            Db::Sqlite(db) => {
+                db.read_stream(stream_id.as_str(), after_version, limit)
+                    .await
+            }
+            Db::Postgres(db) => {
+                db.read_stream(stream_id.as_str(), after_version, limit)
+                    .await
+            }
         }
     }
 
@@ -213,6 +227,12 @@ impl Store {
     /// A subscription that delivers every event after `after` exactly once, in order, first
     /// catching up and then waiting for new commits.
     pub async fn subscribe(&self, after: u64) -> Subscription {
+        Subscription::new(self.clone(), after, self.head_watch().await)
+    }
+
+    /// Changes of the log head: commits in this process and, on PostgreSQL, in every process.
+    /// A wake-up hint, not a delivery guarantee: pair it with a poll (as subscriptions do).
+    pub async fn head_watch(&self) -> watch::Receiver<u64> {
         if let Db::Postgres(db) = &self.inner.db {
             let weak = Arc::downgrade(&self.inner);
             let pool = db.pool.clone();
@@ -223,7 +243,7 @@ impl Store {
                 })
                 .await;
         }
-        Subscription::new(self.clone(), after, self.inner.head.subscribe())
+        self.inner.head.subscribe()
     }
 
     pub async fn projection_status(&self) -> Result<Vec<ProjectionStatus>, StoreError> {
@@ -258,7 +278,10 @@ impl Store {
 
     /// Rebuilds every read model from position 0 into fresh tables and swaps them in. Returns
     /// the position the rebuilt models are at. `progress` receives positions as it goes.
-    pub async fn rebuild_projections(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
+    pub async fn rebuild_projections(
+        &self,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<u64, StoreError> {
         match &self.inner.db {
             Db::Sqlite(db) => db.rebuild_ledger(progress).await,
             Db::Postgres(db) => db.rebuild_ledger(progress).await,
@@ -290,7 +313,10 @@ impl Store {
 
     /// Verifies the hash chain and replays the log through every projection, comparing with the
     /// stored read models and balances. See [`crate::audit`].
-    pub async fn audit(&self, progress: &(dyn Fn(AuditProgress) + Sync)) -> Result<AuditReport, StoreError> {
+    pub async fn audit(
+        &self,
+        progress: &(dyn Fn(AuditProgress) + Sync),
+    ) -> Result<AuditReport, StoreError> {
         match &self.inner.db {
             Db::Sqlite(db) => {
                 let snapshot = crate::audit::SqliteSnapshot::begin(&db.read).await?;
@@ -316,7 +342,11 @@ impl ProjectionBackend for Store {
         self.checkpoint_of(projection).await
     }
 
-    async fn read_projected(&self, after: u64, limit: usize) -> Result<Vec<ProjectedEvent>, StoreError> {
+    async fn read_projected(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<ProjectedEvent>, StoreError> {
         self.read_all(after, limit)
             .await?
             .iter()
@@ -324,7 +354,12 @@ impl ProjectionBackend for Store {
             .collect()
     }
 
-    async fn commit_ledger(&self, batch: &LedgerBatch, from: u64, to: u64) -> Result<(), StoreError> {
+    async fn commit_ledger(
+        &self,
+        batch: &LedgerBatch,
+        from: u64,
+        to: u64,
+    ) -> Result<(), StoreError> {
         match &self.inner.db {
             Db::Sqlite(db) => db.commit_ledger(batch, from, to).await,
             Db::Postgres(db) => db.commit_ledger(batch, from, to).await,

@@ -35,13 +35,20 @@ pub(crate) trait GroupCommit: Send + Sync + 'static {
     ) -> impl Future<Output = Result<GroupOutcome, StoreError>> + Send;
 }
 
-pub(crate) fn spawn<C: GroupCommit>(committer: Arc<C>, head: watch::Sender<u64>) -> mpsc::Sender<Pending> {
+pub(crate) fn spawn<C: GroupCommit>(
+    committer: Arc<C>,
+    head: watch::Sender<u64>,
+) -> mpsc::Sender<Pending> {
     let (sender, receiver) = mpsc::channel(QUEUE_APPENDS_MAX);
     tokio::spawn(run(committer, receiver, head));
     sender
 }
 
-async fn run<C: GroupCommit>(committer: Arc<C>, mut receiver: mpsc::Receiver<Pending>, head: watch::Sender<u64>) {
+async fn run<C: GroupCommit>(
+    committer: Arc<C>,
+    mut receiver: mpsc::Receiver<Pending>,
+    head: watch::Sender<u64>,
+) {
     while let Some(first) = receiver.recv().await {
         let mut events: usize = first.streams.iter().map(|s| s.events.len()).sum();
         let mut group = vec![first];
@@ -59,7 +66,8 @@ async fn run<C: GroupCommit>(committer: Arc<C>, mut receiver: mpsc::Receiver<Pen
 }
 
 async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch::Sender<u64>) {
-    let (requests, replies): (Vec<_>, Vec<_>) = group.into_iter().map(|p| (p.streams, p.reply)).unzip();
+    let (requests, replies): (Vec<_>, Vec<_>) =
+        group.into_iter().map(|p| (p.streams, p.reply)).unzip();
     match committer.commit_group(&requests).await {
         Ok((outcomes, position)) => {
             advance(head, position);
@@ -81,7 +89,9 @@ async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch
                 let outcome = match committer.commit_group(&single).await {
                     Ok((mut outcomes, position)) => {
                         advance(head, position);
-                        outcomes.pop().unwrap_or(Err(AppendError::Store(StoreError::WriterStopped)))
+                        outcomes
+                            .pop()
+                            .unwrap_or(Err(AppendError::Store(StoreError::WriterStopped)))
                     }
                     Err(error) => Err(AppendError::Store(error)),
                 };

@@ -36,7 +36,8 @@ impl TestDb {
     /// A fresh PostgreSQL database, or `None` (with a notice) when PostgreSQL is unreachable
     /// outside CI. In CI it panics instead: the PostgreSQL run is mandatory there.
     pub async fn postgres() -> Option<TestDb> {
-        let admin_url = std::env::var("GPUNEX_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned());
+        let admin_url = std::env::var("GPUNEX_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned());
         let mut admin = match sqlx::PgConnection::connect(&admin_url).await {
             Ok(conn) => conn,
             Err(error) => {
@@ -65,18 +66,22 @@ impl TestDb {
     }
 
     pub async fn open(&self) -> Store {
-        Store::open(&self.url, &StoreOptions::default()).await.expect("open store")
+        Store::open(&self.url, &StoreOptions::default())
+            .await
+            .expect("open store")
     }
 
     /// Drops the PostgreSQL database (SQLite files go with the temporary directory). Called at
     /// the end of a passing test; a failing test leaves its database for inspection.
     pub async fn cleanup(self) {
-        if let (Some(admin_url), Some(name)) = (&self.admin_url, &self.name) {
-            if let Ok(mut admin) = sqlx::PgConnection::connect(admin_url).await {
-                let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                    .execute(&mut admin)
-                    .await;
-            }
+        if let (Some(admin_url), Some(name)) = (&self.admin_url, &self.name)
+            && let Ok(mut admin) = sqlx::PgConnection::connect(admin_url).await
+        {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut admin)
+            .await;
         }
     }
 }
@@ -157,7 +162,9 @@ impl TestDb {
     /// with rows or inject failures. `sqlite` or `postgres` is chosen by this database's kind.
     pub async fn execute_raw(&self, sqlite: &[&str], postgres: &[&str]) {
         if self.is_postgres() {
-            let mut conn = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+            let mut conn = sqlx::PgConnection::connect(&self.url)
+                .await
+                .expect("connect");
             for statement in postgres {
                 sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string()))
                     .execute(&mut conn)
@@ -165,7 +172,9 @@ impl TestDb {
                     .unwrap_or_else(|e| panic!("{statement}: {e}"));
             }
         } else {
-            let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
+            let mut conn = sqlx::SqliteConnection::connect(&self.url)
+                .await
+                .expect("connect");
             for statement in sqlite {
                 sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string()))
                     .execute(&mut conn)
@@ -180,18 +189,34 @@ impl TestDb {
     pub async fn try_execute_raw(&self, statement: &str) -> Result<(), String> {
         let statement = sqlx::AssertSqlSafe(statement.to_string());
         if self.is_postgres() {
-            let mut conn = sqlx::PgConnection::connect(&self.url).await.map_err(|e| e.to_string())?;
-            sqlx::raw_sql(statement).execute(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+            let mut conn = sqlx::PgConnection::connect(&self.url)
+                .await
+                .map_err(|e| e.to_string())?;
+            sqlx::raw_sql(statement)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         } else {
-            let mut conn = sqlx::SqliteConnection::connect(&self.url).await.map_err(|e| e.to_string())?;
-            sqlx::raw_sql(statement).execute(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+            let mut conn = sqlx::SqliteConnection::connect(&self.url)
+                .await
+                .map_err(|e| e.to_string())?;
+            sqlx::raw_sql(statement)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         }
     }
 }
 
 /// Appends `count` credits in batches of up to 1,000, spread over `providers` providers, and
 /// returns each provider's expected payable total in micro-USDC.
-pub async fn seed_credits(store: &Store, count: usize, providers: u128) -> std::collections::BTreeMap<Uuid, i64> {
+pub async fn seed_credits(
+    store: &Store,
+    count: usize,
+    providers: u128,
+) -> std::collections::BTreeMap<Uuid, i64> {
     use gpunex_store::ExpectedVersion;
     let mut totals = std::collections::BTreeMap::new();
     let mut remaining = count;
@@ -207,7 +232,11 @@ pub async fn seed_credits(store: &Store, count: usize, providers: u128) -> std::
             })
             .collect();
         store
-            .append(stream(&format!("ledger-seed{batch_number}")), ExpectedVersion::NoStream, events)
+            .append(
+                stream(&format!("ledger-seed{batch_number}")),
+                ExpectedVersion::NoStream,
+                events,
+            )
             .await
             .expect("seed append");
         remaining -= size;

@@ -28,13 +28,20 @@ async fn appends_and_reads_a_stream(db: &TestDb) {
     let store = db.open().await;
     let events = credits(provider(1), 3);
     let committed = store
-        .append(stream("ledger-a"), ExpectedVersion::NoStream, events.clone())
+        .append(
+            stream("ledger-a"),
+            ExpectedVersion::NoStream,
+            events.clone(),
+        )
         .await
         .unwrap();
     assert!(!committed.replayed);
     let positions: Vec<u64> = committed.events.iter().map(|e| e.position).collect();
     assert_eq!(positions, [1, 2, 3]);
-    let read = store.read_stream(&stream("ledger-a"), 0, 100).await.unwrap();
+    let read = store
+        .read_stream(&stream("ledger-a"), 0, 100)
+        .await
+        .unwrap();
     assert_eq!(read.len(), 3);
     for (i, (recorded, sent)) in read.iter().zip(&events).enumerate() {
         assert_eq!(recorded.stream_version, i as u64 + 1);
@@ -46,15 +53,32 @@ async fn appends_and_reads_a_stream(db: &TestDb) {
             DomainEvent::decode(&sent.event_type, sent.schema_version, &sent.payload).unwrap()
         );
     }
-    let after_first = store.read_stream(&stream("ledger-a"), 1, 100).await.unwrap();
+    let after_first = store
+        .read_stream(&stream("ledger-a"), 1, 100)
+        .await
+        .unwrap();
     assert_eq!(after_first.len(), 2);
-    assert!(store.read_stream(&stream("ledger-none"), 0, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .read_stream(&stream("ledger-none"), 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     store
-        .append(stream("ledger-a"), ExpectedVersion::Exact(3), credits(provider(1), 1))
+        .append(
+            stream("ledger-a"),
+            ExpectedVersion::Exact(3),
+            credits(provider(1), 1),
+        )
         .await
         .unwrap();
     store
-        .append(stream("ledger-a"), ExpectedVersion::Any, credits(provider(1), 1))
+        .append(
+            stream("ledger-a"),
+            ExpectedVersion::Any,
+            credits(provider(1), 1),
+        )
         .await
         .unwrap();
     assert_eq!(store.head_position().await.unwrap(), 5);
@@ -63,7 +87,11 @@ async fn appends_and_reads_a_stream(db: &TestDb) {
 async fn expected_version_mismatch_carries_the_actual_version(db: &TestDb) {
     let store = db.open().await;
     store
-        .append(stream("ledger-a"), ExpectedVersion::NoStream, credits(provider(1), 3))
+        .append(
+            stream("ledger-a"),
+            ExpectedVersion::NoStream,
+            credits(provider(1), 3),
+        )
         .await
         .unwrap();
     let cases = [
@@ -78,19 +106,29 @@ async fn expected_version_mismatch_carries_the_actual_version(db: &TestDb) {
             .await
             .unwrap_err();
         match error {
-            AppendError::WrongExpectedVersion { stream_id, actual, .. } => {
+            AppendError::WrongExpectedVersion {
+                stream_id, actual, ..
+            } => {
                 assert_eq!((stream_id.as_str(), actual), (name, actual_version));
             }
             other => panic!("expected a version conflict, got {other:?}"),
         }
     }
-    assert_eq!(store.head_position().await.unwrap(), 3, "rejected appends wrote nothing");
+    assert_eq!(
+        store.head_position().await.unwrap(),
+        3,
+        "rejected appends wrote nothing"
+    );
 }
 
 async fn multi_stream_appends_are_all_or_nothing(db: &TestDb) {
     let store = db.open().await;
     store
-        .append(stream("ledger-b"), ExpectedVersion::NoStream, credits(provider(2), 1))
+        .append(
+            stream("ledger-b"),
+            ExpectedVersion::NoStream,
+            credits(provider(2), 1),
+        )
         .await
         .unwrap();
     let error = store
@@ -108,8 +146,17 @@ async fn multi_stream_appends_are_all_or_nothing(db: &TestDb) {
         ])
         .await
         .unwrap_err();
-    assert!(matches!(error, AppendError::WrongExpectedVersion { actual: 1, .. }), "{error:?}");
-    assert!(store.read_stream(&stream("ledger-a"), 0, 10).await.unwrap().is_empty());
+    assert!(
+        matches!(error, AppendError::WrongExpectedVersion { actual: 1, .. }),
+        "{error:?}"
+    );
+    assert!(
+        store
+            .read_stream(&stream("ledger-a"), 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(store.head_position().await.unwrap(), 1);
 
     let committed = store
@@ -146,12 +193,20 @@ async fn retries_return_the_original_positions_even_after_restart(db: &TestDb) {
     let store = db.open().await;
     let events = credits(provider(1), 2);
     let first = store
-        .append(stream("ledger-a"), ExpectedVersion::NoStream, events.clone())
+        .append(
+            stream("ledger-a"),
+            ExpectedVersion::NoStream,
+            events.clone(),
+        )
         .await
         .unwrap();
     // The retry's expectation is stale (the stream now has 2 events): idempotency comes first.
     let retry = store
-        .append(stream("ledger-a"), ExpectedVersion::NoStream, events.clone())
+        .append(
+            stream("ledger-a"),
+            ExpectedVersion::NoStream,
+            events.clone(),
+        )
         .await
         .unwrap();
     assert!(retry.replayed);
@@ -182,8 +237,16 @@ async fn retries_return_the_original_positions_even_after_restart(db: &TestDb) {
     // Two concurrent retries of one new append: one writes, the other replays.
     let events = credits(provider(1), 3);
     let (a, b) = tokio::join!(
-        reopened.append(stream("ledger-c"), ExpectedVersion::NoStream, events.clone()),
-        reopened.append(stream("ledger-c"), ExpectedVersion::NoStream, events.clone()),
+        reopened.append(
+            stream("ledger-c"),
+            ExpectedVersion::NoStream,
+            events.clone()
+        ),
+        reopened.append(
+            stream("ledger-c"),
+            ExpectedVersion::NoStream,
+            events.clone()
+        ),
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.events, b.events);
@@ -195,7 +258,11 @@ async fn same_id_with_different_content_is_rejected(db: &TestDb) {
     let store = db.open().await;
     let events = credits(provider(1), 2);
     store
-        .append(stream("ledger-a"), ExpectedVersion::NoStream, events.clone())
+        .append(
+            stream("ledger-a"),
+            ExpectedVersion::NoStream,
+            events.clone(),
+        )
         .await
         .unwrap();
 
@@ -217,7 +284,13 @@ async fn same_id_with_different_content_is_rejected(db: &TestDb) {
         .append(stream("ledger-b"), ExpectedVersion::Any, other_stream)
         .await
         .unwrap_err();
-    assert!(matches!(error, AppendError::IdempotencyConflict { reason: ConflictReason::DifferentContent, .. }));
+    assert!(matches!(
+        error,
+        AppendError::IdempotencyConflict {
+            reason: ConflictReason::DifferentContent,
+            ..
+        }
+    ));
 
     let mut partial = vec![events[0].clone()];
     partial.extend(credits(provider(1), 1));
@@ -225,9 +298,19 @@ async fn same_id_with_different_content_is_rejected(db: &TestDb) {
         .append(stream("ledger-a"), ExpectedVersion::Any, partial)
         .await
         .unwrap_err();
-    assert!(matches!(error, AppendError::IdempotencyConflict { reason: ConflictReason::PartiallyStored, .. }));
+    assert!(matches!(
+        error,
+        AppendError::IdempotencyConflict {
+            reason: ConflictReason::PartiallyStored,
+            ..
+        }
+    ));
     assert_eq!(error.code(), "idempotency_conflict");
-    assert_eq!(store.head_position().await.unwrap(), 2, "conflicts wrote nothing");
+    assert_eq!(
+        store.head_position().await.unwrap(),
+        2,
+        "conflicts wrote nothing"
+    );
 }
 
 async fn bad_input_gets_typed_errors_and_writes_nothing(db: &TestDb) {
@@ -241,31 +324,84 @@ async fn bad_input_gets_typed_errors_and_writes_nothing(db: &TestDb) {
     type Check = fn(&InvalidAppend) -> bool;
     let cases: Vec<(&str, Vec<NewEvent>, Check)> = vec![
         ("empty", vec![], |e| matches!(e, InvalidAppend::Empty)),
-        ("unknown type", with(&|e| e.event_type = "ledger.invented".into()), |e| {
-            matches!(e, InvalidAppend::Decode { index: 1, source: DecodeError::UnknownEventType { .. }, .. })
-        }),
+        (
+            "unknown type",
+            with(&|e| e.event_type = "ledger.invented".into()),
+            |e| {
+                matches!(
+                    e,
+                    InvalidAppend::Decode {
+                        index: 1,
+                        source: DecodeError::UnknownEventType { .. },
+                        ..
+                    }
+                )
+            },
+        ),
         ("future version", with(&|e| e.schema_version = 9), |e| {
-            matches!(e, InvalidAppend::Decode { source: DecodeError::UnsupportedSchemaVersion { version: 9, .. }, .. })
+            matches!(
+                e,
+                InvalidAppend::Decode {
+                    source: DecodeError::UnsupportedSchemaVersion { version: 9, .. },
+                    ..
+                }
+            )
         }),
-        ("malformed payload", with(&|e| e.payload = json!({"entry_id": 5})), |e| {
-            matches!(e, InvalidAppend::Decode { source: DecodeError::MalformedPayload { .. }, .. })
+        (
+            "malformed payload",
+            with(&|e| e.payload = json!({"entry_id": 5})),
+            |e| {
+                matches!(
+                    e,
+                    InvalidAppend::Decode {
+                        source: DecodeError::MalformedPayload { .. },
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "unbalanced postings",
+            with(&|e| e.payload["postings"][0]["amount_micro_usdc"] = json!(11)),
+            |e| matches!(e, InvalidAppend::Decode { source: DecodeError::MalformedPayload { reason, .. }, .. } if reason.contains("unbalanced")),
+        ),
+        (
+            "uuid v4 id",
+            with(&|e| e.event_id = Uuid::from_u128(0x4000_0000_0000_4000_8000_0000_0000_0001)),
+            |e| {
+                matches!(
+                    e,
+                    InvalidAppend::EventIdNotV7 {
+                        index: 1,
+                        version: 4,
+                        ..
+                    }
+                )
+            },
+        ),
+        ("duplicate id", with(&|e| e.event_id = Uuid::nil()), |_| {
+            true
         }),
-        ("unbalanced postings", with(&|e| e.payload["postings"][0]["amount_micro_usdc"] = json!(11)), |e| {
-            matches!(e, InvalidAppend::Decode { source: DecodeError::MalformedPayload { reason, .. }, .. } if reason.contains("unbalanced"))
-        }),
-        ("uuid v4 id", with(&|e| e.event_id = Uuid::from_u128(0x4000_0000_0000_4000_8000_0000_0000_0001)), |e| {
-            matches!(e, InvalidAppend::EventIdNotV7 { index: 1, version: 4, .. })
-        }),
-        ("duplicate id", with(&|e| e.event_id = Uuid::nil()), |_| true),
-        ("blank actor", with(&|e| e.metadata.actor = String::new()), |e| {
-            matches!(e, InvalidAppend::InvalidActor { index: 1, .. })
-        }),
-        ("huge payload", with(&|e| e.payload["reason"] = json!("x".repeat(70_000))), |e| {
-            matches!(e, InvalidAppend::Decode { .. } | InvalidAppend::PayloadTooLarge { .. })
-        }),
-        ("oversized batch", credits(provider(1), gpunex_store::APPEND_EVENTS_MAX + 1), |e| {
-            matches!(e, InvalidAppend::TooManyEvents { .. })
-        }),
+        (
+            "blank actor",
+            with(&|e| e.metadata.actor = String::new()),
+            |e| matches!(e, InvalidAppend::InvalidActor { index: 1, .. }),
+        ),
+        (
+            "huge payload",
+            with(&|e| e.payload["reason"] = json!("x".repeat(70_000))),
+            |e| {
+                matches!(
+                    e,
+                    InvalidAppend::Decode { .. } | InvalidAppend::PayloadTooLarge { .. }
+                )
+            },
+        ),
+        (
+            "oversized batch",
+            credits(provider(1), gpunex_store::APPEND_EVENTS_MAX + 1),
+            |e| matches!(e, InvalidAppend::TooManyEvents { .. }),
+        ),
     ];
     for (name, events, check) in cases {
         let mut events = events;
@@ -278,7 +414,10 @@ async fn bad_input_gets_typed_errors_and_writes_nothing(db: &TestDb) {
             .unwrap_err();
         match &error {
             AppendError::Invalid(invalid) if name == "duplicate id" => {
-                assert!(matches!(invalid, InvalidAppend::DuplicateEventId { .. }), "{name}: {invalid:?}")
+                assert!(
+                    matches!(invalid, InvalidAppend::DuplicateEventId { .. }),
+                    "{name}: {invalid:?}"
+                )
             }
             AppendError::Invalid(invalid) => assert!(check(invalid), "{name}: {invalid:?}"),
             other => panic!("{name}: expected a validation error, got {other:?}"),
@@ -287,13 +426,28 @@ async fn bad_input_gets_typed_errors_and_writes_nothing(db: &TestDb) {
     }
     let error = store
         .append_streams(vec![
-            StreamAppend { stream_id: stream("ledger-a"), expected: ExpectedVersion::Any, events: credits(provider(1), 1) },
-            StreamAppend { stream_id: stream("ledger-a"), expected: ExpectedVersion::Any, events: credits(provider(1), 1) },
+            StreamAppend {
+                stream_id: stream("ledger-a"),
+                expected: ExpectedVersion::Any,
+                events: credits(provider(1), 1),
+            },
+            StreamAppend {
+                stream_id: stream("ledger-a"),
+                expected: ExpectedVersion::Any,
+                events: credits(provider(1), 1),
+            },
         ])
         .await
         .unwrap_err();
-    assert!(matches!(error, AppendError::Invalid(InvalidAppend::DuplicateStream { .. })));
-    assert_eq!(store.head_position().await.unwrap(), 0, "nothing was written");
+    assert!(matches!(
+        error,
+        AppendError::Invalid(InvalidAppend::DuplicateStream { .. })
+    ));
+    assert_eq!(
+        store.head_position().await.unwrap(),
+        0,
+        "nothing was written"
+    );
 }
 
 async fn older_schema_versions_are_upcast_on_read(db: &TestDb) {
@@ -316,21 +470,31 @@ async fn older_schema_versions_are_upcast_on_read(db: &TestDb) {
         .await
         .unwrap();
     let stored = &store.read_all(0, 10).await.unwrap()[0];
-    assert_eq!(stored.schema_version, 1, "rows keep the version they were written with");
+    assert_eq!(
+        stored.schema_version, 1,
+        "rows keep the version they were written with"
+    );
     let DomainEvent::AdjustmentPosted(event) = stored.decode().unwrap();
     assert_eq!(event.postings.lines().len(), 2);
     assert_eq!(event.postings.total().micros(), 2_500_000);
     store.run_projections().await.unwrap();
     let balances = store.balances().await.unwrap();
     let payable = gpunex_domain::Account::ProviderPayable(provider(7));
-    assert_eq!(balances[&payable].balance(payable).unwrap().micros(), 2_500_000);
+    assert_eq!(
+        balances[&payable].balance(payable).unwrap().micros(),
+        2_500_000
+    );
 }
 
 async fn reads_everything_in_batches(db: &TestDb) {
     let store = db.open().await;
     for i in 0..5 {
         store
-            .append(stream(&format!("ledger-{i}")), ExpectedVersion::NoStream, credits(provider(1), 50))
+            .append(
+                stream(&format!("ledger-{i}")),
+                ExpectedVersion::NoStream,
+                credits(provider(1), 50),
+            )
             .await
             .unwrap();
     }
@@ -351,24 +515,38 @@ async fn reads_everything_in_batches(db: &TestDb) {
 async fn subscription_catches_up_then_delivers_live(db: &TestDb) {
     let store = db.open().await;
     store
-        .append(stream("ledger-a"), ExpectedVersion::NoStream, credits(provider(1), 5))
+        .append(
+            stream("ledger-a"),
+            ExpectedVersion::NoStream,
+            credits(provider(1), 5),
+        )
         .await
         .unwrap();
     let mut subscription = store.subscribe(2).await;
     let first = subscription.next_batch(100).await.unwrap();
-    assert_eq!(first.iter().map(|e| e.position).collect::<Vec<_>>(), [3, 4, 5]);
+    assert_eq!(
+        first.iter().map(|e| e.position).collect::<Vec<_>>(),
+        [3, 4, 5]
+    );
     let writer = store.clone();
     let live = tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         writer
-            .append(stream("ledger-a"), ExpectedVersion::Exact(5), credits(provider(1), 2))
+            .append(
+                stream("ledger-a"),
+                ExpectedVersion::Exact(5),
+                credits(provider(1), 2),
+            )
             .await
             .unwrap()
     });
-    let next = tokio::time::timeout(std::time::Duration::from_secs(5), subscription.next_batch(100))
-        .await
-        .expect("live event delivered within 5 s")
-        .unwrap();
+    let next = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        subscription.next_batch(100),
+    )
+    .await
+    .expect("live event delivered within 5 s")
+    .unwrap();
     live.await.unwrap();
     assert_eq!(next[0].position, 6);
     assert_eq!(subscription.position(), next.last().unwrap().position);
@@ -390,7 +568,11 @@ async fn concurrent_writers_never_let_a_subscriber_skip(db: &TestDb) {
                 let events = credits(provider(w as u128), 1 + i % 3);
                 ids.extend(events.iter().map(|e| e.event_id));
                 store
-                    .append(stream(&format!("ledger-w{w}")), ExpectedVersion::Any, events)
+                    .append(
+                        stream(&format!("ledger-w{w}")),
+                        ExpectedVersion::Any,
+                        events,
+                    )
                     .await
                     .unwrap();
             }
@@ -403,10 +585,13 @@ async fn concurrent_writers_never_let_a_subscriber_skip(db: &TestDb) {
     }
     let mut seen = Vec::new();
     while seen.len() < expected.len() {
-        let batch = tokio::time::timeout(std::time::Duration::from_secs(10), subscription.next_batch(500))
-            .await
-            .expect("subscriber keeps up")
-            .unwrap();
+        let batch = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            subscription.next_batch(500),
+        )
+        .await
+        .expect("subscriber keeps up")
+        .unwrap();
         seen.extend(batch);
     }
     let positions: Vec<u64> = seen.iter().map(|e| e.position).collect();

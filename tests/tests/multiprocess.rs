@@ -18,7 +18,9 @@ const APPENDS_PER_WRITER: usize = 150;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_two_processes_eight_writers() {
-    let Some(db) = TestDb::postgres().await else { return };
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
     run_parent(&db).await;
     db.cleanup().await;
 }
@@ -52,9 +54,10 @@ async fn run_parent(db: &TestDb) {
     let mut seen = Vec::new();
     let reader = async {
         while seen.len() < written {
-            let batch = tokio::time::timeout(Duration::from_secs(60), subscription.next_batch(1_000))
-                .await
-                .expect("the subscriber receives events while writers run");
+            let batch =
+                tokio::time::timeout(Duration::from_secs(60), subscription.next_batch(1_000))
+                    .await
+                    .expect("the subscriber receives events while writers run");
             seen.extend(batch.unwrap());
         }
     };
@@ -76,13 +79,23 @@ async fn run_parent(db: &TestDb) {
     let mut expected = HashSet::new();
     for file in files {
         for line in std::fs::read_to_string(file).unwrap().lines() {
-            assert!(expected.insert(Uuid::parse_str(line).unwrap()), "ids are unique");
+            assert!(
+                expected.insert(Uuid::parse_str(line).unwrap()),
+                "ids are unique"
+            );
         }
     }
     assert_eq!(expected.len(), written);
-    assert!(store.read_all(written as u64, 10).await.unwrap().is_empty(), "no event beyond those written");
+    assert!(
+        store.read_all(written as u64, 10).await.unwrap().is_empty(),
+        "no event beyond those written"
+    );
     let positions: Vec<u64> = seen.iter().map(|e| e.position).collect();
-    assert_eq!(positions, (1..=written as u64).collect::<Vec<_>>(), "every position once, in order");
+    assert_eq!(
+        positions,
+        (1..=written as u64).collect::<Vec<_>>(),
+        "every position once, in order"
+    );
     let seen_ids: HashSet<Uuid> = seen.iter().map(|e| e.event_id).collect();
     assert_eq!(seen_ids.len(), seen.len(), "nothing twice");
     assert_eq!(seen_ids, expected, "nothing missing");
@@ -92,13 +105,25 @@ async fn run_parent(db: &TestDb) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_writer() {
-    let Ok(url) = std::env::var("GPUNEX_CHILD_DATABASE_URL") else { return };
-    let process: usize = std::env::var("GPUNEX_CHILD_PROCESS").unwrap().parse().unwrap();
+    let Ok(url) = std::env::var("GPUNEX_CHILD_DATABASE_URL") else {
+        return;
+    };
+    let process: usize = std::env::var("GPUNEX_CHILD_PROCESS")
+        .unwrap()
+        .parse()
+        .unwrap();
     let ids_file = std::env::var("GPUNEX_CHILD_IDS_FILE").unwrap();
     let mut writers = Vec::new();
     for w in 0..WRITERS_PER_PROCESS {
         // Each writer is its own store handle: its own connections and its own writer task.
-        let store = Store::open(&url, &StoreOptions { postgres_connections_max: 4 }).await.unwrap();
+        let store = Store::open(
+            &url,
+            &StoreOptions {
+                postgres_connections_max: 4,
+            },
+        )
+        .await
+        .unwrap();
         let writer = process * WRITERS_PER_PROCESS + w;
         writers.push(tokio::spawn(async move {
             let mut ids = Vec::new();
@@ -106,7 +131,11 @@ async fn child_writer() {
                 let events = credits(provider(writer as u128), 1 + i % 3);
                 ids.extend(events.iter().map(|e| e.event_id));
                 store
-                    .append(stream(&format!("ledger-w{writer}")), ExpectedVersion::Any, events)
+                    .append(
+                        stream(&format!("ledger-w{writer}")),
+                        ExpectedVersion::Any,
+                        events,
+                    )
                     .await
                     .unwrap();
             }

@@ -25,11 +25,18 @@ async fn runner_folds_every_event_once(db: &TestDb) {
     let expected = seed_credits(&store, 2_500, 7).await;
     let report = store.run_projections().await.unwrap();
     assert_eq!((report.events, report.checkpoint), (2_500, 2_500));
-    assert_eq!(store.run_projections().await.unwrap().events, 0, "nothing twice");
+    assert_eq!(
+        store.run_projections().await.unwrap().events,
+        0,
+        "nothing twice"
+    );
     let balances = store.balances().await.unwrap();
     for (provider_id, total) in &expected {
         let account = Account::ProviderPayable(*provider_id);
-        assert_eq!(balances[&account].balance(account).unwrap().micros(), *total);
+        assert_eq!(
+            balances[&account].balance(account).unwrap().micros(),
+            *total
+        );
     }
     let adjustments = balances[&Account::PlatformAdjustments];
     assert_eq!(adjustments.debits.micros(), expected.values().sum::<i64>());
@@ -40,7 +47,11 @@ async fn runner_folds_every_event_once(db: &TestDb) {
         .await
         .unwrap();
     let lines_total: i64 = lines.iter().map(|line| line.amount.micros()).sum();
-    assert_eq!(lines_total, expected[&provider(0)], "journal lines add up to the balance");
+    assert_eq!(
+        lines_total,
+        expected[&provider(0)],
+        "journal lines add up to the balance"
+    );
     assert!(audit(&store).await.is_clean());
 }
 
@@ -62,16 +73,30 @@ async fn failure_mid_batch_neither_loses_nor_doubles(db: &TestDb) {
     let error = store.run_projections().await.unwrap_err();
     assert!(error.to_string().contains("injected failure"), "{error}");
     let status = store.projection_status().await.unwrap()[0];
-    assert_eq!(status.checkpoint, 2_000, "first batch committed, second rolled back");
+    assert_eq!(
+        status.checkpoint, 2_000,
+        "first batch committed, second rolled back"
+    );
     assert!(
-        store.journal_lines(None, 2_000, 10).await.unwrap().is_empty(),
+        store
+            .journal_lines(None, 2_000, 10)
+            .await
+            .unwrap()
+            .is_empty(),
         "no row of the failed batch survived"
     );
     let partial = audit(&store).await;
-    assert!(partial.is_clean(), "read model consistent at its checkpoint: {:?}", partial.findings);
+    assert!(
+        partial.is_clean(),
+        "read model consistent at its checkpoint: {:?}",
+        partial.findings
+    );
 
-    db.execute_raw(&["DROP TRIGGER fail_mid_batch"], &["DROP TRIGGER fail_mid_batch ON ledger_entries"])
-        .await;
+    db.execute_raw(
+        &["DROP TRIGGER fail_mid_batch"],
+        &["DROP TRIGGER fail_mid_batch ON ledger_entries"],
+    )
+    .await;
     store.run_projections().await.unwrap();
     let resumed_balances = store.balances().await.unwrap();
     let resumed_lines = store.journal_lines(None, 0, 10_000).await.unwrap();
@@ -80,7 +105,10 @@ async fn failure_mid_batch_neither_loses_nor_doubles(db: &TestDb) {
     let rebuilt_at = store.rebuild_projections(&|_| {}).await.unwrap();
     assert_eq!(rebuilt_at, 5_000);
     assert_eq!(store.balances().await.unwrap(), resumed_balances);
-    assert_eq!(store.journal_lines(None, 0, 10_000).await.unwrap(), resumed_lines);
+    assert_eq!(
+        store.journal_lines(None, 0, 10_000).await.unwrap(),
+        resumed_lines
+    );
     assert!(audit(&store).await.is_clean());
 }
 
@@ -94,18 +122,38 @@ async fn rebuild_swaps_in_fresh_tables_and_repairs_drift(db: &TestDb) {
     ))
     .await
     .unwrap();
-    db.try_execute_raw("DELETE FROM ledger_entries WHERE position = 17").await.unwrap();
+    db.try_execute_raw("DELETE FROM ledger_entries WHERE position = 17")
+        .await
+        .unwrap();
     let drifted = audit(&store).await;
-    assert!(drifted.findings.iter().any(|f| matches!(f, AuditFinding::BalanceMismatch { account, .. } if *account == payable)));
-    assert!(drifted.findings.iter().any(|f| matches!(f, AuditFinding::LineMismatch { position: 17, stored: None, .. })));
-    assert!(drifted.findings.iter().any(|f| matches!(f, AuditFinding::Unbalanced { source, .. } if source == "stored")));
+    assert!(drifted.findings.iter().any(
+        |f| matches!(f, AuditFinding::BalanceMismatch { account, .. } if *account == payable)
+    ));
+    assert!(drifted.findings.iter().any(|f| matches!(
+        f,
+        AuditFinding::LineMismatch {
+            position: 17,
+            stored: None,
+            ..
+        }
+    )));
+    assert!(
+        drifted
+            .findings
+            .iter()
+            .any(|f| matches!(f, AuditFinding::Unbalanced { source, .. } if source == "stored"))
+    );
 
     // Appends keep arriving while the rebuild runs; the swap folds them in.
     let writer = store.clone();
     let appends = tokio::spawn(async move {
         for _ in 0..20 {
             writer
-                .append(stream("ledger-live"), ExpectedVersion::Any, credits(provider(2), 5))
+                .append(
+                    stream("ledger-live"),
+                    ExpectedVersion::Any,
+                    credits(provider(2), 5),
+                )
                 .await
                 .unwrap();
         }
@@ -163,10 +211,26 @@ async fn tamper(db: &TestDb, statements: &[&str]) {
 
 async fn audit_reports_edited_rows(db: &TestDb) {
     let store = seeded_and_audited(db).await;
-    tamper(db, &["UPDATE events SET payload = replace(payload, '1000005', '9000005') WHERE position = 6"]).await;
+    tamper(
+        db,
+        &["UPDATE events SET payload = replace(payload, '1000005', '9000005') WHERE position = 6"],
+    )
+    .await;
     let report = audit(&store).await;
-    assert_eq!(report.first_bad_position(), Some(6), "{:?}", report.findings);
-    assert!(matches!(report.findings[0], AuditFinding::HashMismatch { position: 6, .. }), "{:?}", report.findings);
+    assert_eq!(
+        report.first_bad_position(),
+        Some(6),
+        "{:?}",
+        report.findings
+    );
+    assert!(
+        matches!(
+            report.findings[0],
+            AuditFinding::HashMismatch { position: 6, .. }
+        ),
+        "{:?}",
+        report.findings
+    );
 }
 
 async fn audit_reports_deleted_rows(db: &TestDb) {
@@ -174,7 +238,14 @@ async fn audit_reports_deleted_rows(db: &TestDb) {
     tamper(db, &["DELETE FROM events WHERE position = 7"]).await;
     let report = audit(&store).await;
     assert_eq!(report.first_bad_position(), Some(7));
-    assert!(report.findings.contains(&AuditFinding::PositionGap { expected: 7, found: 8 }), "{:?}", report.findings);
+    assert!(
+        report.findings.contains(&AuditFinding::PositionGap {
+            expected: 7,
+            found: 8
+        }),
+        "{:?}",
+        report.findings
+    );
 }
 
 async fn audit_reports_reordered_rows(db: &TestDb) {
@@ -189,7 +260,12 @@ async fn audit_reports_reordered_rows(db: &TestDb) {
     )
     .await;
     let report = audit(&store).await;
-    assert_eq!(report.first_bad_position(), Some(3), "{:?}", report.findings);
+    assert_eq!(
+        report.first_bad_position(),
+        Some(3),
+        "{:?}",
+        report.findings
+    );
 }
 
 async fn audit_reports_a_truncated_tail(db: &TestDb) {
@@ -197,7 +273,14 @@ async fn audit_reports_a_truncated_tail(db: &TestDb) {
     tamper(db, &["DELETE FROM events WHERE position = 12"]).await;
     let report = audit(&store).await;
     assert!(
-        report.findings.iter().any(|f| matches!(f, AuditFinding::HeadMismatch { head_position: 12, log_position: 11, .. })),
+        report.findings.iter().any(|f| matches!(
+            f,
+            AuditFinding::HeadMismatch {
+                head_position: 12,
+                log_position: 11,
+                ..
+            }
+        )),
         "{:?}",
         report.findings
     );
@@ -210,6 +293,9 @@ async fn events_are_immutable_to_ordinary_sql(db: &TestDb) {
         "DELETE FROM events WHERE position = 1",
     ] {
         let error = db.try_execute_raw(statement).await.unwrap_err();
-        assert!(error.contains("events are immutable"), "{statement}: {error}");
+        assert!(
+            error.contains("events are immutable"),
+            "{statement}: {error}"
+        );
     }
 }

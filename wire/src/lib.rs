@@ -1,1 +1,117 @@
-//! placeholder
+//! JSON types that cross the network between the GPUnex server, its clients and the agent.
+//! No logic lives here: the server converts domain values into these at its edge.
+//!
+//! Money is always sent twice: as exact integer micro-USDC (`*_micro_usdc`) for programs and as
+//! a six-decimal string (`*_usdc`, e.g. `"12.500000"`) for people. Never as a float.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// `GET /healthz`: the process is up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+}
+
+/// `GET /readyz`: the database answers and every projection's lag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Readiness {
+    pub status: String,
+    pub database: String,
+    pub head_position: u64,
+    pub projections: Vec<ProjectionStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectionStatus {
+    pub projection: String,
+    pub checkpoint: u64,
+    /// Events in the log not yet folded into this projection.
+    pub lag_events: u64,
+}
+
+/// One stored event, as operators see it in `GET /v1/events`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub position: u64,
+    pub event_id: Uuid,
+    pub stream_id: String,
+    pub stream_version: u64,
+    pub event_type: String,
+    pub schema_version: u32,
+    /// RFC 3339, microsecond precision, UTC.
+    pub recorded_at: String,
+    pub payload: serde_json::Value,
+    pub metadata: serde_json::Value,
+    /// Hex SHA-256 chain hash of this event.
+    pub hash: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventsPage {
+    pub events: Vec<Event>,
+    /// Pass as `after` to get the next page; equal to the request's `after` when empty.
+    pub next_after: u64,
+}
+
+/// One account of the ledger read model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountBalance {
+    pub account: String,
+    pub debits_micro_usdc: i64,
+    pub credits_micro_usdc: i64,
+    /// On the account's normal side: what a payable owes, what a receivable is owed.
+    pub balance_micro_usdc: i64,
+    pub balance_usdc: String,
+    pub last_position: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountBalances {
+    pub accounts: Vec<AccountBalance>,
+    /// The log position the ledger read model reflects.
+    pub as_of_position: u64,
+}
+
+/// One posting, with the event it came from: the audit trail of a balance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalLine {
+    pub position: u64,
+    pub line_index: u32,
+    pub event_id: Uuid,
+    pub entry_id: Uuid,
+    pub account: String,
+    pub side: String,
+    pub amount_micro_usdc: i64,
+    pub amount_usdc: String,
+    pub recorded_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalPage {
+    pub lines: Vec<JournalLine>,
+    pub next_after: u64,
+}
+
+/// An RFC 9457 problem document (`application/problem+json`), with a stable machine `code`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+/// One invalid field of a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldError {
+    /// JSON pointer or query parameter name.
+    pub field: String,
+    pub code: String,
+    pub message: String,
+}

@@ -1,0 +1,305 @@
+//! The `gpunex` command line: one typed configuration, parsed once in `main`.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use gpunex_store::{AuditProgress, AuditReport, Store, StoreOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// The embedded default: one SQLite file under `./data/`.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/gpunex.sqlite";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpunex",
+    version,
+    about = "GPUnex: the GPU compute marketplace backend"
+)]
+pub struct Cli {
+    /// Database: `sqlite://PATH` (embedded default) or `postgres://USER@HOST:PORT/DB` (production).
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true)]
+    pub database_url: String,
+
+    /// Log output: human-readable text or one JSON object per line.
+    #[arg(long, env = "GPUNEX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP API (migrations are applied on start; SIGTERM or Ctrl-C stops it gracefully).
+    Serve {
+        /// Address to listen on.
+        #[arg(long, env = "GPUNEX_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Operator view of the event log.
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
+    /// Audit the ledger.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+    /// Inspect, run or rebuild the read models.
+    Projections {
+        #[command(subcommand)]
+        command: ProjectionsCommand,
+    },
+    /// Measure performance and print figures.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// Print the last events of the log, one per line; with --follow, keep printing new ones.
+    Tail {
+        /// Start after this position instead of showing the last --lines events.
+        #[arg(long)]
+        after: Option<u64>,
+        /// How many of the last events to show first.
+        #[arg(long, default_value_t = 20)]
+        lines: u64,
+        /// Keep running and print events as they are committed.
+        #[arg(long, short)]
+        follow: bool,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the hash chain, replay the log through every projection and compare with the stored
+    /// read models and double-entry balances. Exit 0 when all agree, 1 with each difference.
+    Verify {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// A head hash recorded elsewhere earlier (hex); fails if the log no longer contains it at
+        /// --expect-head-position, which catches a rewritten tail.
+        #[arg(long, requires = "expect_head_position")]
+        expect_head_hash: Option<String>,
+        #[arg(long)]
+        expect_head_position: Option<u64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectionsCommand {
+    /// Show each projection's checkpoint and lag.
+    Status,
+    /// Fold all pending events into the read models and exit.
+    Run,
+    /// Rebuild every read model from position 0 into fresh tables, then swap them in.
+    Rebuild,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Event store throughput on SQLite and PostgreSQL, each beside the database's own ceiling.
+    Store(crate::bench::StoreBenchArgs),
+}
+
+/// Opens the configured store and applies migrations. Creates the SQLite file's directory.
+pub async fn open_store(database_url: &str) -> anyhow::Result<Store> {
+    if let Some(path) = database_url.strip_prefix("sqlite://") {
+        let path = path.split('?').next().unwrap_or(path);
+        if let Some(parent) = Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).with_context(|| {
+                format!("cannot create the database directory {}", parent.display())
+            })?;
+        }
+    }
+    Store::open(database_url, &StoreOptions::default())
+        .await
+        .with_context(|| format!("cannot open the database at {}", redact(database_url)))
+}
+
+/// The URL with any password removed, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+pub async fn events_tail(
+    store: &Store,
+    after: Option<u64>,
+    lines: u64,
+    follow: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let head = store.head_position().await?;
+    let start = after.unwrap_or_else(|| head.saturating_sub(lines));
+    let mut subscription = store.subscribe(start).await;
+    loop {
+        if !follow && subscription.position() >= head {
+            return Ok(());
+        }
+        let batch = tokio::select! {
+            batch = subscription.next_batch(1_000) => batch?,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        for event in &batch {
+            if !follow && event.position > head {
+                return Ok(());
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&crate::server::event_to_wire(event))?
+                );
+            } else {
+                let actor = event
+                    .decode_metadata()
+                    .map(|m| m.actor)
+                    .unwrap_or_else(|_| "?".to_owned());
+                println!(
+                    "{:>10}  {}  {}@{}  {} v{}  {}  {}",
+                    event.position,
+                    crate::server::timestamp(event.recorded_at_us),
+                    event.stream_id,
+                    event.stream_version,
+                    event.event_type,
+                    event.schema_version,
+                    event.event_id,
+                    actor
+                );
+            }
+        }
+    }
+}
+
+/// A progress bar on stderr when it is a terminal, nothing otherwise.
+pub fn progress_bar(length: u64, message: &'static str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(length);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({per_sec}, eta {eta})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(message);
+    bar
+}
+
+/// Runs the audit and prints it; returns whether the ledger is clean.
+pub async fn audit_verify(
+    store: &Store,
+    json: bool,
+    expected_head: Option<(u64, String)>,
+) -> anyhow::Result<bool> {
+    let head = store.head_position().await?;
+    let bar = progress_bar(head, "verifying");
+    let report = store
+        .audit(&|p: AuditProgress| {
+            bar.set_length(p.head);
+            bar.set_position(p.position);
+        })
+        .await?;
+    bar.finish_and_clear();
+    let anchor_problem = match expected_head {
+        Some((position, hash)) => check_anchor(store, position, &hash).await?,
+        None => None,
+    };
+    if json {
+        let mut value = serde_json::to_value(&report)?;
+        value["clean"] = serde_json::Value::Bool(report.is_clean() && anchor_problem.is_none());
+        value["first_bad_position"] = serde_json::to_value(report.first_bad_position())?;
+        if let Some(problem) = &anchor_problem {
+            value["anchor_mismatch"] = serde_json::Value::String(problem.clone());
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print_report(&report, anchor_problem.as_deref());
+    }
+    Ok(report.is_clean() && anchor_problem.is_none())
+}
+
+async fn check_anchor(store: &Store, position: u64, hash: &str) -> anyhow::Result<Option<String>> {
+    let events = store.read_all(position.saturating_sub(1), 1).await?;
+    let found = events
+        .first()
+        .filter(|e| e.position == position)
+        .map(|e| hex::encode(e.hash));
+    Ok(match found {
+        Some(found) if found.eq_ignore_ascii_case(hash) => None,
+        Some(found) => Some(format!(
+            "position {position} has hash {found}, expected {hash}"
+        )),
+        None => Some(format!("position {position} is not in the log")),
+    })
+}
+
+fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
+    println!("events checked:        {}", report.events_checked);
+    println!(
+        "head:                  position {} hash {}",
+        report.head_position, report.head_hash
+    );
+    println!("ledger checkpoint:     {}", report.ledger_checkpoint);
+    println!("journal lines checked: {}", report.journal_lines_checked);
+    println!("accounts checked:      {}", report.accounts_checked);
+    println!(
+        "total debits:          {} micro-USDC",
+        report.total_debits_micro_usdc
+    );
+    if let Some(problem) = anchor_problem {
+        println!("ANCHOR MISMATCH: {problem}");
+    }
+    if report.is_clean() && anchor_problem.is_none() {
+        println!("result:                OK: chain intact, read models and balances match the log");
+        return;
+    }
+    if let Some(position) = report.first_bad_position() {
+        println!("first bad position:    {position}");
+    }
+    for finding in &report.findings {
+        println!("DIFFERENCE: {finding}");
+    }
+    if report.findings_omitted > 0 {
+        println!("... and {} more differences", report.findings_omitted);
+    }
+    println!("result:                FAILED");
+}
+
+pub async fn rebuild(store: &Store) -> anyhow::Result<u64> {
+    let head = store.head_position().await?;
+    let bar = progress_bar(head, "rebuilding");
+    let position = store.rebuild_projections(&|p| bar.set_position(p)).await?;
+    bar.finish_and_clear();
+    Ok(position)
+}

@@ -1,0 +1,86 @@
+//! One API error type, one table from error to HTTP status and stable code. Internal errors are
+//! logged once here and never leaked to clients.
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use gpunex_store::StoreError;
+use gpunex_wire::{FieldError, Problem};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("the request has invalid parameters")]
+    InvalidRequest(Vec<FieldError>),
+    #[error("no route for this path")]
+    NoRoute,
+    #[error("the database is unavailable")]
+    Unavailable(#[source] StoreError),
+    #[error("internal error")]
+    Internal(#[source] StoreError),
+}
+
+impl ApiError {
+    pub fn invalid(field: &str, code: &str, message: impl Into<String>) -> ApiError {
+        ApiError::InvalidRequest(vec![FieldError {
+            field: field.to_owned(),
+            code: code.to_owned(),
+            message: message.into(),
+        }])
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            ApiError::NoRoute => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> ApiError {
+        match error {
+            StoreError::Database(
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
+            ) => ApiError::Unavailable(error),
+            other => ApiError::Internal(other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let detail = match &self {
+            ApiError::Unavailable(source) | ApiError::Internal(source) => {
+                tracing::error!(error = %source, code, "request failed");
+                self.to_string()
+            }
+            ApiError::InvalidRequest(errors) => errors
+                .iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+            ApiError::NoRoute => self.to_string(),
+        };
+        let errors = match self {
+            ApiError::InvalidRequest(errors) => errors,
+            _ => Vec::new(),
+        };
+        let problem = Problem {
+            type_uri: format!("https://docs.gpunex.dev/errors/{code}"),
+            title: status.canonical_reason().unwrap_or("error").to_lowercase(),
+            status: status.as_u16(),
+            detail,
+            code: code.to_owned(),
+            errors,
+        };
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body,
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,13 @@
+//! The GPUnex HTTP API and the operator commands behind the `gpunex` binary.
+//!
+//! Only this crate knows HTTP. Handlers parse input at the edge, call the store, and convert
+//! results into `gpunex-wire` types; errors become RFC 9457 problem documents with stable codes.
+#![deny(clippy::float_arithmetic)]
+
+pub mod bench;
+pub mod cli;
+pub mod error;
+pub mod runner;
+pub mod server;
+
+pub use server::{AppState, router};

@@ -1,0 +1,289 @@
+//! Routes, handlers and the conversions from store values to wire types.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use gpunex_domain::{Account, Side};
+use gpunex_store::{RecordedEvent, Store};
+use gpunex_wire as wire;
+
+use crate::error::ApiError;
+
+/// Default and largest page of events or journal lines.
+pub const PAGE_ITEMS_DEFAULT: u64 = 100;
+pub const PAGE_ITEMS_MAX: u64 = 1_000;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/events", get(list_events))
+        .route("/v1/projections", get(projections))
+        .route("/v1/ledger/accounts", get(balances))
+        .route("/v1/ledger/accounts/{account}/lines", get(account_lines))
+        .fallback(|| async { ApiError::NoRoute })
+        .with_state(state)
+}
+
+async fn healthz() -> Json<wire::Health> {
+    Json(wire::Health {
+        status: "ok".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    })
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match readiness(&state.store).await {
+        Ok(ready) => Json(ready).into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "not ready");
+            ApiError::Unavailable(error).into_response()
+        }
+    }
+}
+
+async fn readiness(store: &Store) -> Result<wire::Readiness, gpunex_store::StoreError> {
+    let statuses = store.projection_status().await?;
+    Ok(wire::Readiness {
+        status: "ready".to_owned(),
+        database: format!("{:?}", store.backend()).to_lowercase(),
+        head_position: statuses
+            .first()
+            .map_or(store.head_position().await?, |s| s.head),
+        projections: statuses.iter().map(projection_status).collect(),
+    })
+}
+
+fn projection_status(status: &gpunex_store::ProjectionStatus) -> wire::ProjectionStatus {
+    wire::ProjectionStatus {
+        projection: status.projection.to_owned(),
+        checkpoint: status.checkpoint,
+        lag_events: status.lag(),
+    }
+}
+
+async fn projections(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<wire::ProjectionStatus>>, ApiError> {
+    let statuses = state.store.projection_status().await?;
+    Ok(Json(statuses.iter().map(projection_status).collect()))
+}
+
+/// `after` and `limit` query parameters, parsed at the edge with field-level errors.
+struct Page {
+    after: u64,
+    limit: u64,
+}
+
+impl Page {
+    fn parse(query: &HashMap<String, String>) -> Result<Page, ApiError> {
+        let mut errors = Vec::new();
+        let mut number = |name: &str, default: u64, max: u64, min: u64| -> u64 {
+            let Some(text) = query.get(name) else {
+                return default;
+            };
+            match text.parse::<u64>() {
+                Ok(value) if (min..=max).contains(&value) => value,
+                _ => {
+                    errors.push(wire::FieldError {
+                        field: name.to_owned(),
+                        code: "out_of_range".to_owned(),
+                        message: format!(
+                            "must be a whole number from {min} to {max}, got `{}`",
+                            truncate(text)
+                        ),
+                    });
+                    default
+                }
+            }
+        };
+        let after = number("after", 0, i64::MAX as u64, 0);
+        let limit = number("limit", PAGE_ITEMS_DEFAULT, PAGE_ITEMS_MAX, 1);
+        if errors.is_empty() {
+            Ok(Page { after, limit })
+        } else {
+            Err(ApiError::InvalidRequest(errors))
+        }
+    }
+}
+
+fn truncate(text: &str) -> String {
+    text.chars().take(40).collect()
+}
+
+async fn list_events(
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<wire::EventsPage>, ApiError> {
+    let page = Page::parse(&query)?;
+    let events = state
+        .store
+        .read_all(page.after, page.limit as usize)
+        .await?;
+    let next_after = events.last().map_or(page.after, |e| e.position);
+    Ok(Json(wire::EventsPage {
+        events: events.iter().map(event_to_wire).collect(),
+        next_after,
+    }))
+}
+
+pub fn event_to_wire(event: &RecordedEvent) -> wire::Event {
+    wire::Event {
+        position: event.position,
+        event_id: event.event_id,
+        stream_id: event.stream_id.clone(),
+        stream_version: event.stream_version,
+        event_type: event.event_type.clone(),
+        schema_version: event.schema_version,
+        recorded_at: timestamp(event.recorded_at_us),
+        payload: serde_json::from_str(&event.payload).unwrap_or(serde_json::Value::Null),
+        metadata: serde_json::from_str(&event.metadata).unwrap_or(serde_json::Value::Null),
+        hash: hex_lower(&event.hash),
+    }
+}
+
+fn hex_lower(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// RFC 3339 in UTC with microseconds, from microseconds since the epoch.
+pub fn timestamp(us: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .unwrap_or_else(|| us.to_string())
+}
+
+async fn balances(State(state): State<AppState>) -> Result<Json<wire::AccountBalances>, ApiError> {
+    let as_of_position = state
+        .store
+        .projection_status()
+        .await?
+        .first()
+        .map_or(0, |s| s.checkpoint);
+    let balances = state.store.balances().await?;
+    let mut accounts = Vec::with_capacity(balances.len());
+    for (account, totals) in &balances {
+        let balance = totals.balance(*account).map_err(|e| {
+            ApiError::Internal(gpunex_store::StoreError::CorruptRow {
+                position: totals.last_position,
+                reason: e.to_string(),
+            })
+        })?;
+        accounts.push(wire::AccountBalance {
+            account: account.to_string(),
+            debits_micro_usdc: totals.debits.micros(),
+            credits_micro_usdc: totals.credits.micros(),
+            balance_micro_usdc: balance.micros(),
+            balance_usdc: balance.to_string(),
+            last_position: totals.last_position,
+        });
+    }
+    Ok(Json(wire::AccountBalances {
+        accounts,
+        as_of_position,
+    }))
+}
+
+async fn account_lines(
+    State(state): State<AppState>,
+    Path(account): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<wire::JournalPage>, ApiError> {
+    let account: Account =
+        account
+            .parse()
+            .map_err(|e: gpunex_domain::ledger::AccountParseError| {
+                ApiError::invalid("account", "invalid_account", e.to_string())
+            })?;
+    let page = Page::parse(&query)?;
+    let lines = state
+        .store
+        .journal_lines(Some(account), page.after, page.limit as usize)
+        .await?;
+    let next_after = lines.last().map_or(page.after, |l| l.position);
+    Ok(Json(wire::JournalPage {
+        lines: lines
+            .iter()
+            .map(|line| wire::JournalLine {
+                position: line.position,
+                line_index: line.line_index,
+                event_id: line.event_id,
+                entry_id: line.entry_id,
+                account: line.account.to_string(),
+                side: match line.side {
+                    Side::Debit => "debit",
+                    Side::Credit => "credit",
+                }
+                .to_owned(),
+                amount_micro_usdc: line.amount.micros(),
+                amount_usdc: line.amount.to_string(),
+                recorded_at: timestamp(line.recorded_at_us),
+            })
+            .collect(),
+        next_after,
+    }))
+}
+
+/// Serves the API until SIGTERM or Ctrl-C, with the projection runner in the background.
+/// In-flight requests finish before the process exits.
+pub async fn serve(store: Store, listen: std::net::SocketAddr) -> anyhow::Result<()> {
+    let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    let local = listener.local_addr()?;
+    tracing::info!(address = %local, database = ?store.backend(), "gpunex listening");
+    let app = router(AppState { store }).layer(axum::middleware::from_fn(log_request));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    runner.abort();
+    tracing::info!("gpunex stopped");
+    Ok(())
+}
+
+/// One INFO line per request with method, path, status and latency.
+async fn log_request(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    tracing::info!(
+        %method,
+        path,
+        status = response.status().as_u16(),
+        latency_us = started.elapsed().as_micros() as u64,
+        "request"
+    );
+    response
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutdown requested; finishing in-flight requests");
+}
