@@ -1,0 +1,226 @@
+//! The real `gpunex` binary: server over real HTTP with graceful shutdown, and the operator
+//! commands with their exit codes.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use gpunex_tests::{TestDb, conformance, seed_credits};
+
+const GPUNEX: &str = env!("CARGO_BIN_EXE_gpunex");
+
+conformance!(
+    audit_verify_exits_zero_when_clean_and_one_with_each_difference,
+    migrate_and_tail_the_log
+);
+
+fn gpunex(db: &TestDb, args: &[&str]) -> Output {
+    Command::new(GPUNEX)
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run gpunex")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+async fn audit_verify_exits_zero_when_clean_and_one_with_each_difference(db: &TestDb) {
+    let store = db.open().await;
+    seed_credits(&store, 300, 3).await;
+    store.run_projections().await.unwrap();
+    let clean = gpunex(db, &["audit", "verify"]);
+    assert_eq!(clean.status.code(), Some(0), "{}", stdout(&clean));
+    assert!(stdout(&clean).contains("OK: chain intact"));
+
+    let json = gpunex(db, &["audit", "verify", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["clean"], true);
+    assert_eq!(report["events_checked"], 300);
+    let head_hash = report["head_hash"].as_str().unwrap().to_owned();
+    let anchored = gpunex(
+        db,
+        &[
+            "audit",
+            "verify",
+            "--expect-head-position",
+            "300",
+            "--expect-head-hash",
+            &head_hash,
+        ],
+    );
+    assert_eq!(anchored.status.code(), Some(0), "{}", stdout(&anchored));
+    let wrong_anchor = gpunex(
+        db,
+        &[
+            "audit",
+            "verify",
+            "--expect-head-position",
+            "300",
+            "--expect-head-hash",
+            "00",
+        ],
+    );
+    assert_eq!(wrong_anchor.status.code(), Some(1));
+
+    db.execute_raw(
+        &[
+            "DROP TRIGGER events_are_immutable_update",
+            "UPDATE events SET metadata = replace(metadata, 'finance-test', 'someone-else') WHERE position = 120",
+            "UPDATE ledger_balances SET debits_micro_usdc = debits_micro_usdc + 5 WHERE account = 'platform_adjustments'",
+        ],
+        &[
+            "ALTER TABLE events DISABLE TRIGGER USER",
+            "UPDATE events SET metadata = replace(metadata, 'finance-test', 'someone-else') WHERE position = 120",
+            "UPDATE ledger_balances SET debits_micro_usdc = debits_micro_usdc + 5 WHERE account = 'platform_adjustments'",
+        ],
+    )
+    .await;
+    let tampered = gpunex(db, &["audit", "verify"]);
+    let text = stdout(&tampered);
+    assert_eq!(tampered.status.code(), Some(1), "{text}");
+    assert!(text.contains("first bad position:    120"), "{text}");
+    assert!(
+        text.contains("DIFFERENCE: hash mismatch at position 120"),
+        "{text}"
+    );
+    assert!(
+        text.contains("DIFFERENCE: account platform_adjustments"),
+        "{text}"
+    );
+    assert!(text.contains("result:                FAILED"), "{text}");
+}
+
+async fn migrate_and_tail_the_log(db: &TestDb) {
+    let migrated = gpunex(db, &["migrate"]);
+    assert_eq!(
+        migrated.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    assert!(stdout(&migrated).contains("log head at position 0"));
+    let store = db.open().await;
+    seed_credits(&store, 30, 2).await;
+    let tail = gpunex(db, &["events", "tail", "--lines", "5"]);
+    let text = stdout(&tail);
+    assert_eq!(tail.status.code(), Some(0));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(lines[0].trim_start().starts_with("26 "), "{text}");
+    assert!(lines[4].contains("ledger.adjustment_posted v2"), "{text}");
+    let json = gpunex(db, &["events", "tail", "--after", "28", "--json"]);
+    let events: Vec<serde_json::Value> = stdout(&json)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[1]["position"], 30);
+    let status = gpunex(db, &["projections", "status"]);
+    assert!(
+        stdout(&status).contains("lag       30 events"),
+        "{}",
+        stdout(&status)
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_over_http_folds_new_events_and_stops_gracefully() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // No DATABASE_URL: the embedded default under ./data/ relative to the working directory.
+    let mut server = tokio::process::Command::new(GPUNEX)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--log-format",
+            "json",
+        ])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    loop {
+        if let Ok(response) = client.get(format!("{base}/healthz")).send().await {
+            assert!(response.status().is_success());
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let database = dir.path().join("data/gpunex.sqlite");
+    assert!(database.exists(), "SQLite file created under ./data/");
+
+    // Another process appends; the server's projection runner folds it without being asked.
+    let store = gpunex_store::Store::open(
+        &format!("sqlite://{}", database.display()),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    seed_credits(&store, 50, 2).await;
+    let started = Instant::now();
+    loop {
+        let ready: serde_json::Value = client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if ready["projections"][0]["lag_events"] == 0 && ready["head_position"] == 50 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "projections did not catch up: {ready}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let pid = server.id().unwrap().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(Duration::from_secs(10), server.wait())
+        .await
+        .expect("server stops within 10 s of SIGTERM")
+        .unwrap();
+    assert!(status.success(), "graceful shutdown exits 0: {status:?}");
+    let mut logs = String::new();
+    use tokio::io::AsyncReadExt;
+    server
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .await
+        .unwrap();
+    let first: serde_json::Value =
+        serde_json::from_str(logs.lines().next().unwrap()).expect("structured JSON logs");
+    assert_eq!(first["fields"]["message"], "gpunex listening");
+    assert!(logs.contains("shutdown requested"));
+}
