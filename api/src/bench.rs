@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use gpunex_domain::events::AdjustmentPosted;
 use gpunex_domain::{Account, DomainEvent, JournalEntry, Posting, StreamId, Usdc};
-use gpunex_store::bench::{Ceiling, SampleRow};
+use gpunex_store::bench::{Ceiling, PgScratch, SampleRow};
 use gpunex_store::envelope::canonical_json;
 use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store, StoreOptions};
 use serde::Serialize;
@@ -232,7 +232,9 @@ async fn bench_backend(
         "bare ordered read of the log",
         read_rate,
     ));
-    Arc::into_inner(ceiling).map(|c| async { c.close().await });
+    if let Some(ceiling) = Arc::into_inner(ceiling) {
+        ceiling.close().await;
+    }
     Ok(BackendFigures {
         backend: name.to_owned(),
         events_in_log,
@@ -288,42 +290,4 @@ fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("gpunex-bench-{}", Uuid::now_v7().simple()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
-}
-
-/// A PostgreSQL database that exists for one benchmark run.
-struct PgScratch {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl PgScratch {
-    async fn create(admin_url: &str) -> anyhow::Result<PgScratch> {
-        use sqlx::Connection;
-        let name = format!("gpunex_bench_{}", Uuid::now_v7().simple());
-        let mut admin = sqlx::PgConnection::connect(admin_url).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await?;
-        let (base, _) = admin_url
-            .rsplit_once('/')
-            .ok_or_else(|| anyhow::anyhow!("the PostgreSQL URL must end with a database name"))?;
-        Ok(PgScratch {
-            admin_url: admin_url.to_owned(),
-            url: format!("{base}/{name}"),
-            name,
-        })
-    }
-
-    async fn drop_database(self) {
-        use sqlx::Connection;
-        if let Ok(mut admin) = sqlx::PgConnection::connect(&self.admin_url).await {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            )))
-            .execute(&mut admin)
-            .await;
-        }
-    }
 }

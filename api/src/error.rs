@@ -39,11 +39,10 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
-        match error {
-            StoreError::Database(
-                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
-            ) => ApiError::Unavailable(error),
-            other => ApiError::Internal(other),
+        if error.is_unavailable() {
+            ApiError::Unavailable(error)
+        } else {
+            ApiError::Internal(error)
         }
     }
 }

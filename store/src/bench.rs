@@ -299,3 +299,42 @@ fn copy_escape(text: &str) -> String {
         .replace('\n', "\\n")
         .replace('\r', "\\r")
 }
+
+/// A PostgreSQL database that exists for one benchmark run: created on `admin_url`'s server,
+/// dropped by [`PgScratch::drop_database`].
+pub struct PgScratch {
+    admin_url: String,
+    name: String,
+    pub url: String,
+}
+
+impl PgScratch {
+    pub async fn create(admin_url: &str) -> Result<PgScratch, StoreError> {
+        use sqlx::Connection;
+        let name = format!("gpunex_bench_{}", Uuid::now_v7().simple());
+        let mut admin = sqlx::PgConnection::connect(admin_url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await?;
+        let base = admin_url
+            .rsplit_once('/')
+            .map_or(admin_url, |(base, _)| base);
+        Ok(PgScratch {
+            admin_url: admin_url.to_owned(),
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    pub async fn drop_database(self) {
+        use sqlx::Connection;
+        if let Ok(mut admin) = sqlx::PgConnection::connect(&self.admin_url).await {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            )))
+            .execute(&mut admin)
+            .await;
+        }
+    }
+}

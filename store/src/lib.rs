@@ -173,6 +173,21 @@ pub enum StoreError {
     Fold(#[from] gpunex_projections::FoldError),
 }
 
+impl StoreError {
+    /// The database could not be reached (as opposed to a bug or corrupt data): worth a retry.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database(
+                sqlx::Error::PoolTimedOut
+                    | sqlx::Error::Io(_)
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+            )
+        )
+    }
+}
+
 pub(crate) fn to_u64(value: i64, position: u64, column: &str) -> Result<u64, StoreError> {
     u64::try_from(value).map_err(|_| StoreError::CorruptRow {
         position,

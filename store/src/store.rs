@@ -93,19 +93,18 @@ impl Store {
     /// Connects without migrating. `url` is `sqlite://path` or `postgres://...`.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
         let scheme = url.split_once(':').map_or(url, |(scheme, _)| scheme);
-        let (db, head_sender) = match scheme {
+        let (head, _) = watch::channel(0);
+        let (db, writer) = match scheme {
             "sqlite" => {
                 let backend = Arc::new(SqliteBackend::connect(url).await?);
-                let (head, _) = watch::channel(0);
-                let sender = writer::spawn(Arc::clone(&backend), head.clone());
-                ((Db::Sqlite(backend), sender), head)
+                let writer = writer::spawn(Arc::clone(&backend), head.clone());
+                (Db::Sqlite(backend), writer)
             }
             "postgres" | "postgresql" => {
                 let backend =
                     Arc::new(PgBackend::connect(url, options.postgres_connections_max).await?);
-                let (head, _) = watch::channel(0);
-                let sender = writer::spawn(Arc::clone(&backend), head.clone());
-                ((Db::Postgres(backend), sender), head)
+                let writer = writer::spawn(Arc::clone(&backend), head.clone());
+                (Db::Postgres(backend), writer)
             }
             other => {
                 return Err(StoreError::UnsupportedUrl {
@@ -113,12 +112,11 @@ impl Store {
                 });
             }
         };
-        let (db, writer) = db;
         Ok(Store {
             inner: Arc::new(Inner {
                 db,
                 writer,
-                head: head_sender,
+                head,
                 listener: OnceCell::new(),
             }),
         })

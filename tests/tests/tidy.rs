@@ -1,0 +1,124 @@
+//! Architecture rules checked as ordinary tests: the arrows of the design stay pointing one way.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+fn assert_absent(crate_dir: &str, forbidden: &[&str], why: &str) {
+    for file in rust_files(&root().join(crate_dir).join("src")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for needle in forbidden {
+            assert!(
+                !text.contains(needle),
+                "{} contains `{needle}`: {why}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_domain_and_the_folds_are_pure() {
+    let impure = [
+        "Utc::now",
+        "SystemTime",
+        "Instant::now",
+        "now_v7",
+        "new_v4",
+        "tokio",
+        "sqlx",
+        "std::fs",
+        "std::net",
+        "std::env",
+        "println!",
+        "tracing",
+        "rand::",
+        " f64",
+        " f32",
+    ];
+    assert_absent(
+        "domain",
+        &impure,
+        "the domain takes time and ids as arguments and does no IO",
+    );
+    assert_absent(
+        "projections",
+        &impure,
+        "projections are pure folds; the store does the IO",
+    );
+}
+
+#[test]
+fn only_the_store_speaks_sql() {
+    for krate in ["domain", "projections", "wire", "api", "agent"] {
+        assert_absent(
+            krate,
+            &["sqlx::", "SELECT ", "INSERT INTO"],
+            "SQL lives only in the store crate",
+        );
+    }
+}
+
+#[test]
+fn the_domain_depends_on_nothing_with_io() {
+    let manifest = std::fs::read_to_string(root().join("domain/Cargo.toml")).unwrap();
+    let dependencies = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .unwrap()
+        .split("\n[")
+        .next()
+        .unwrap();
+    let allowed = ["serde", "serde_json", "uuid", "rust_decimal", "thiserror"];
+    for line in dependencies.lines().filter(|l| l.contains('=')) {
+        let name = line.split(['.', '=', ' ']).next().unwrap();
+        assert!(
+            allowed.contains(&name),
+            "domain depends on `{name}`; allowed: {allowed:?}"
+        );
+    }
+}
+
+#[test]
+fn every_event_type_is_documented() {
+    let catalog = std::fs::read_to_string(root().join("docs/events.md")).unwrap();
+    for spec in gpunex_domain::EVENT_CATALOG {
+        for version in spec.oldest_version..=spec.current_version {
+            let heading = format!("`{}` v{}", spec.event_type, version);
+            assert!(
+                catalog.contains(&heading),
+                "docs/events.md has no section {heading}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ci_runs_the_readme_test_command() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    let command = "cargo test --workspace --locked";
+    assert!(readme.contains(command), "README.md shows `{command}`");
+    assert!(
+        ci.lines().any(|l| l.trim() == command),
+        ".ci/run runs `{command}`"
+    );
+}
