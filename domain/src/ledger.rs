@@ -109,15 +109,15 @@ impl FromStr for Account {
                 kind,
             })?;
             // Only the canonical lowercase hyphenated form, so one account has one spelling.
-            let id = Uuid::try_parse(owner).map_err(|_| AccountParseError::InvalidOwner {
-                text: text.to_owned(),
-            })?;
-            if id.hyphenated().to_string() != owner {
-                return Err(AccountParseError::InvalidOwner {
+            let canonical = owner.len() == 36
+                && owner.as_bytes()[8] == b'-'
+                && !owner.bytes().any(|b| b.is_ascii_uppercase());
+            match Uuid::try_parse(owner) {
+                Ok(id) if canonical => Ok(id),
+                _ => Err(AccountParseError::InvalidOwner {
                     text: text.to_owned(),
-                });
+                }),
             }
-            Ok(id)
         };
         let no_owner = |account: Account| -> Result<Account, AccountParseError> {
             match owner {

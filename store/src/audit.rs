@@ -247,57 +247,60 @@ pub(crate) async fn run<S: AuditSource>(
 ) -> Result<AuditReport, StoreError> {
     let head = source.head().await?;
     let checkpoint = source.checkpoint().await?;
-    let mut findings = Findings {
-        kept: Vec::new(),
-        omitted: 0,
+    let mut state = Replay {
+        checkpoint,
+        chain: ChainWalk {
+            expected_position: 1,
+            previous_hash: GENESIS_HASH,
+            stream_versions: HashMap::new(),
+        },
+        totals: BTreeMap::new(),
+        findings: Findings {
+            kept: Vec::new(),
+            omitted: 0,
+        },
+        events_checked: 0,
+        lines_checked: 0,
     };
     if checkpoint > head.position {
-        findings.push(AuditFinding::CheckpointAhead {
+        state.findings.push(AuditFinding::CheckpointAhead {
             projection: ledger::LEDGER.to_owned(),
             checkpoint,
             head: head.position,
         });
     }
-    let mut chain = ChainWalk {
-        expected_position: 1,
-        previous_hash: GENESIS_HASH,
-        stream_versions: HashMap::new(),
-    };
-    let mut replayed_totals = BTreeMap::new();
-    let mut events_checked = 0u64;
-    let mut lines_checked = 0u64;
+    // A two-stage pipeline: while one page is hashed, decoded, folded and compared on a blocking
+    // thread, the next page is read from the database.
+    let mut stage = Stage::Idle(Box::new(state));
     let mut after = 0;
     loop {
         let events = source.events(after, READ_BATCH_EVENTS_MAX).await?;
-        let Some(last) = events.last() else { break };
-        let last = last.position;
-        let mut projected = Vec::with_capacity(events.len());
-        for event in &events {
-            chain.check(event, &mut findings);
-            match event.to_projected() {
-                Ok(p) if p.position <= checkpoint => projected.push(p),
-                Ok(_) => {}
-                Err(error) => findings.push(AuditFinding::Undecodable {
-                    position: event.position,
-                    reason: error.to_string(),
-                }),
-            }
-        }
-        events_checked += events.len() as u64;
+        let Some(last) = events.last().map(|e| e.position) else { break };
         let through = last.min(checkpoint);
-        if after < through {
-            let replayed = ledger::fold_batch(&projected)?;
-            let stored = source.lines(after, through).await?;
-            lines_checked += stored.len().max(replayed.lines.len()) as u64;
-            compare_lines(&stored, &replayed.lines, &mut findings);
-            ledger::merge_totals(&mut replayed_totals, &replayed.deltas)?;
-        }
+        let stored_lines = if after < through {
+            source.lines(after, through).await?
+        } else {
+            Vec::new()
+        };
+        let mut state = stage.finish().await?;
+        stage = Stage::Busy(tokio::task::spawn_blocking(move || {
+            state.page(&events, &stored_lines)?;
+            Ok(state)
+        }));
         after = last;
         progress(AuditProgress {
             position: after,
             head: head.position,
         });
     }
+    let Replay {
+        chain,
+        totals: replayed_totals,
+        mut findings,
+        events_checked,
+        lines_checked,
+        ..
+    } = *stage.finish().await?;
     let log_end = chain.expected_position - 1;
     if log_end != head.position || chain.previous_hash != head.hash {
         findings.push(AuditFinding::HeadMismatch {
@@ -336,6 +339,61 @@ pub(crate) async fn run<S: AuditSource>(
         findings: findings.kept,
         findings_omitted: findings.omitted,
     })
+}
+
+/// The replay state is either here, or being worked on by the page in flight.
+enum Stage {
+    Idle(Box<Replay>),
+    Busy(tokio::task::JoinHandle<Result<Box<Replay>, StoreError>>),
+}
+
+impl Stage {
+    async fn finish(self) -> Result<Box<Replay>, StoreError> {
+        match self {
+            Stage::Idle(state) => Ok(state),
+            Stage::Busy(handle) => handle.await.map_err(|e| StoreError::CorruptRow {
+                position: 0,
+                reason: format!("audit worker failed: {e}"),
+            })?,
+        }
+    }
+}
+
+/// Everything the audit accumulates while walking the log.
+struct Replay {
+    checkpoint: u64,
+    chain: ChainWalk,
+    totals: BTreeMap<Account, AccountTotals>,
+    findings: Findings,
+    events_checked: u64,
+    lines_checked: u64,
+}
+
+impl Replay {
+    /// Checks one page of the log and compares its replayed journal lines with `stored_lines`
+    /// (the stored lines of the same positions, up to the checkpoint).
+    fn page(&mut self, events: &[RecordedEvent], stored_lines: &[LedgerLine]) -> Result<(), StoreError> {
+        let mut projected = Vec::with_capacity(events.len());
+        for event in events {
+            self.chain.check(event, &mut self.findings);
+            if event.position > self.checkpoint {
+                continue;
+            }
+            match event.to_projected() {
+                Ok(p) => projected.push(p),
+                Err(error) => self.findings.push(AuditFinding::Undecodable {
+                    position: event.position,
+                    reason: error.to_string(),
+                }),
+            }
+        }
+        self.events_checked += events.len() as u64;
+        let replayed = ledger::fold_batch(&projected)?;
+        self.lines_checked += stored_lines.len().max(replayed.lines.len()) as u64;
+        compare_lines(stored_lines, &replayed.lines, &mut self.findings);
+        ledger::merge_totals(&mut self.totals, &replayed.deltas)?;
+        Ok(())
+    }
 }
 
 struct ChainWalk {

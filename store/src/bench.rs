@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{PgPool, QueryBuilder, SqlitePool};
+use sqlx::{ConnectOptions, PgPool, QueryBuilder, SqlitePool};
 use uuid::Uuid;
 
 use crate::StoreError;
@@ -55,7 +55,8 @@ impl Ceiling {
             let options = SqliteConnectOptions::from_str(url)?
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Full)
-                .busy_timeout(Duration::from_secs(60));
+                .busy_timeout(Duration::from_secs(60))
+                .disable_statement_logging();
             let pool = SqlitePoolOptions::new()
                 .max_connections(connections)
                 .connect_with(options)

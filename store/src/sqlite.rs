@@ -165,15 +165,20 @@ impl SqliteBackend {
             drop_ledger_tables(&mut conn, tables).await?;
             create_ledger_tables(&mut conn, tables).await?;
         }
+        // Read the next page while the current one is written.
         let mut position = 0;
-        loop {
-            let events = read_all(&self.read, position, crate::READ_BATCH_EVENTS_MAX).await?;
-            let Some(last) = events.last() else { break };
-            let last = last.position;
+        let mut events = read_all(&self.read, 0, crate::READ_BATCH_EVENTS_MAX).await?;
+        while let Some(last) = events.last().map(|e| e.position) {
             let batch = fold(&events)?;
-            let mut tx = self.write.begin().await?;
-            write_ledger_batch(&mut tx, tables, &batch).await?;
-            tx.commit().await?;
+            let write = async {
+                let mut tx = self.write.begin().await?;
+                write_ledger_batch(&mut tx, tables, &batch).await?;
+                tx.commit().await?;
+                Ok::<(), StoreError>(())
+            };
+            let (written, next) = tokio::join!(write, read_all(&self.read, last, crate::READ_BATCH_EVENTS_MAX));
+            written?;
+            events = next?;
             position = last;
             progress(position);
         }
