@@ -236,39 +236,13 @@ impl GroupCommit for PgBackend {
         .await?;
         let head = head_from_row(&row)?;
         let (ids, streams) = group_keys(requests);
-        let existing = stored_identities(&mut tx, &ids).await?;
-        let rows = sqlx::query(
-            "SELECT s.stream_id, (SELECT e.stream_version FROM events e WHERE e.stream_id = s.stream_id \
-             ORDER BY e.stream_version DESC LIMIT 1) AS version FROM UNNEST($1::text[]) AS s(stream_id)",
-        )
-        .bind(&streams)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut versions = HashMap::with_capacity(rows.len());
-        for row in rows {
-            if let Some(version) = row.try_get::<Option<i64>, _>("version")? {
-                versions.insert(
-                    row.try_get("stream_id")?,
-                    to_u64(version, 0, "stream_version")?,
-                );
-            }
-        }
+        let (existing, versions) = identities_and_versions(&mut tx, &ids, &streams).await?;
         let plan = plan_group(head, requests, existing, versions, now_us());
         if plan.rows.is_empty() {
             tx.rollback().await?;
             return Ok((plan.outcomes, head.position));
         }
-        insert_rows(&mut tx, &plan.rows).await?;
-        sqlx::query("UPDATE event_log_head SET last_position = $1, last_hash = $2 WHERE id = 1")
-            .bind(to_i64(plan.head.position))
-            .bind(plan.head.hash.as_slice())
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(NOTIFY_CHANNEL)
-            .bind(plan.head.position.to_string())
-            .execute(&mut *tx)
-            .await?;
+        insert_rows_and_move_head(&mut tx, &plan.rows, plan.head).await?;
         tx.commit().await?;
         Ok((plan.outcomes, plan.head.position))
     }
@@ -292,47 +266,65 @@ where
     rows.iter().map(event_from_row).collect()
 }
 
-async fn stored_identities(
+/// The stored identities of `ids` and the current versions of `streams`, in one round trip
+/// (run after the head lock is held, so it sees every earlier append).
+async fn identities_and_versions(
     conn: &mut PgConnection,
     ids: &[Uuid],
-) -> Result<HashMap<Uuid, StoredIdentity>, StoreError> {
+    streams: &[String],
+) -> Result<(HashMap<Uuid, StoredIdentity>, HashMap<String, u64>), StoreError> {
     let rows = sqlx::query(
         "SELECT event_id, position, stream_id, stream_version, event_type, schema_version, payload, metadata \
-         FROM events WHERE event_id = ANY($1)",
+         FROM events WHERE event_id = ANY($1) \
+         UNION ALL \
+         SELECT NULL::uuid, NULL::bigint, s.stream_id, (SELECT e.stream_version FROM events e \
+         WHERE e.stream_id = s.stream_id ORDER BY e.stream_version DESC LIMIT 1), \
+         NULL::text, NULL::int, NULL::text, NULL::text FROM UNNEST($2::text[]) AS s(stream_id)",
     )
     .bind(ids)
+    .bind(streams)
     .fetch_all(&mut *conn)
     .await?;
-    let mut found = HashMap::with_capacity(rows.len());
+    let mut found = HashMap::new();
+    let mut versions = HashMap::with_capacity(streams.len());
     for row in rows {
+        let Some(event_id) = row.try_get::<Option<Uuid>, _>("event_id")? else {
+            // A stream version row; NULL version: the stream has no events.
+            if let Some(version) = row.try_get::<Option<i64>, _>("stream_version")? {
+                versions.insert(row.try_get("stream_id")?, to_u64(version, 0, "stream_version")?);
+            }
+            continue;
+        };
         let position = to_u64(row.try_get("position")?, 0, "position")?;
         found.insert(
-            row.try_get("event_id")?,
+            event_id,
             StoredIdentity {
                 position,
                 stream_id: row.try_get("stream_id")?,
                 stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
                 event_type: row.try_get("event_type")?,
-                schema_version: schema_version(
-                    i64::from(row.try_get::<i32, _>("schema_version")?),
-                    position,
-                )?,
+                schema_version: schema_version(i64::from(row.try_get::<i32, _>("schema_version")?), position)?,
                 payload: row.try_get("payload")?,
                 metadata: row.try_get("metadata")?,
             },
         );
     }
-    Ok(found)
+    Ok((found, versions))
 }
 
-async fn insert_rows(conn: &mut PgConnection, rows: &[NewRow]) -> Result<(), StoreError> {
+/// Inserts the group's rows, moves the head and notifies listeners, in one statement.
+async fn insert_rows_and_move_head(conn: &mut PgConnection, rows: &[NewRow], head: Head) -> Result<(), StoreError> {
     let mut columns = EventArrays::with_capacity(rows.len());
     for row in rows {
         columns.push(row);
     }
-    sqlx::query(sql!(
-        "INSERT INTO events ({EVENT_COLUMNS}) SELECT * FROM UNNEST(\
-         $1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::bytea[])"
+    let result = sqlx::query(sql!(
+        "WITH inserted AS (INSERT INTO events ({EVENT_COLUMNS}) SELECT * FROM UNNEST(\
+         $1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::bytea[]) \
+         RETURNING 1), \
+         moved AS (UPDATE event_log_head SET last_position = $11, last_hash = $12 WHERE id = 1 RETURNING 1) \
+         SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM moved) AS moved, \
+         pg_notify($13, $11::text) AS notified"
     ))
     .bind(columns.position)
     .bind(columns.event_id)
@@ -344,8 +336,19 @@ async fn insert_rows(conn: &mut PgConnection, rows: &[NewRow]) -> Result<(), Sto
     .bind(columns.payload)
     .bind(columns.metadata)
     .bind(columns.hash)
-    .execute(&mut *conn)
+    .bind(to_i64(head.position))
+    .bind(head.hash.as_slice())
+    .bind(NOTIFY_CHANNEL)
+    .fetch_one(&mut *conn)
     .await?;
+    let inserted: i64 = result.try_get("inserted")?;
+    let moved: i64 = result.try_get("moved")?;
+    if inserted != rows.len() as i64 || moved != 1 {
+        return Err(StoreError::CorruptRow {
+            position: head.position,
+            reason: format!("append wrote {inserted} of {} rows and moved {moved} head rows", rows.len()),
+        });
+    }
     Ok(())
 }
 
