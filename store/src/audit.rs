@@ -275,7 +275,9 @@ pub(crate) async fn run<S: AuditSource>(
     let mut after = 0;
     loop {
         let events = source.events(after, READ_BATCH_EVENTS_MAX).await?;
-        let Some(last) = events.last().map(|e| e.position) else { break };
+        let Some(last) = events.last().map(|e| e.position) else {
+            break;
+        };
         let through = last.min(checkpoint);
         let stored_lines = if after < through {
             source.lines(after, through).await?
@@ -372,7 +374,11 @@ struct Replay {
 impl Replay {
     /// Checks one page of the log and compares its replayed journal lines with `stored_lines`
     /// (the stored lines of the same positions, up to the checkpoint).
-    fn page(&mut self, events: &[RecordedEvent], stored_lines: &[LedgerLine]) -> Result<(), StoreError> {
+    fn page(
+        &mut self,
+        events: &[RecordedEvent],
+        stored_lines: &[LedgerLine],
+    ) -> Result<(), StoreError> {
         let mut projected = Vec::with_capacity(events.len());
         for event in events {
             self.chain.check(event, &mut self.findings);

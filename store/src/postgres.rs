@@ -174,7 +174,10 @@ impl PgBackend {
                 tx.commit().await?;
                 Ok::<(), StoreError>(())
             };
-            let (written, next) = tokio::join!(write, read_all(&self.pool, last, crate::READ_BATCH_EVENTS_MAX));
+            let (written, next) = tokio::join!(
+                write,
+                read_all(&self.pool, last, crate::READ_BATCH_EVENTS_MAX)
+            );
             written?;
             events = next?;
             position = last;
@@ -291,7 +294,10 @@ async fn identities_and_versions(
         let Some(event_id) = row.try_get::<Option<Uuid>, _>("event_id")? else {
             // A stream version row; NULL version: the stream has no events.
             if let Some(version) = row.try_get::<Option<i64>, _>("stream_version")? {
-                versions.insert(row.try_get("stream_id")?, to_u64(version, 0, "stream_version")?);
+                versions.insert(
+                    row.try_get("stream_id")?,
+                    to_u64(version, 0, "stream_version")?,
+                );
             }
             continue;
         };
@@ -303,7 +309,10 @@ async fn identities_and_versions(
                 stream_id: row.try_get("stream_id")?,
                 stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
                 event_type: row.try_get("event_type")?,
-                schema_version: schema_version(i64::from(row.try_get::<i32, _>("schema_version")?), position)?,
+                schema_version: schema_version(
+                    i64::from(row.try_get::<i32, _>("schema_version")?),
+                    position,
+                )?,
                 payload: row.try_get("payload")?,
                 metadata: row.try_get("metadata")?,
             },
@@ -313,7 +322,11 @@ async fn identities_and_versions(
 }
 
 /// Inserts the group's rows, moves the head and notifies listeners, in one statement.
-async fn insert_rows_and_move_head(conn: &mut PgConnection, rows: &[NewRow], head: Head) -> Result<(), StoreError> {
+async fn insert_rows_and_move_head(
+    conn: &mut PgConnection,
+    rows: &[NewRow],
+    head: Head,
+) -> Result<(), StoreError> {
     let mut columns = EventArrays::with_capacity(rows.len());
     for row in rows {
         columns.push(row);
@@ -346,7 +359,10 @@ async fn insert_rows_and_move_head(conn: &mut PgConnection, rows: &[NewRow], hea
     if inserted != rows.len() as i64 || moved != 1 {
         return Err(StoreError::CorruptRow {
             position: head.position,
-            reason: format!("append wrote {inserted} of {} rows and moved {moved} head rows", rows.len()),
+            reason: format!(
+                "append wrote {inserted} of {} rows and moved {moved} head rows",
+                rows.len()
+            ),
         });
     }
     Ok(())

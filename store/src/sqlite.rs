@@ -176,7 +176,10 @@ impl SqliteBackend {
                 tx.commit().await?;
                 Ok::<(), StoreError>(())
             };
-            let (written, next) = tokio::join!(write, read_all(&self.read, last, crate::READ_BATCH_EVENTS_MAX));
+            let (written, next) = tokio::join!(
+                write,
+                read_all(&self.read, last, crate::READ_BATCH_EVENTS_MAX)
+            );
             written?;
             events = next?;
             position = last;
