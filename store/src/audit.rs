@@ -13,7 +13,7 @@ use std::future::Future;
 use gpunex_domain::Account;
 use gpunex_projections::ledger::{self, AccountTotals, LedgerLine};
 use serde::Serialize;
-use sqlx::{PgPool, Postgres, Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use crate::envelope::{ChainedFields, GENESIS_HASH, chain_hash};
 use crate::plan::Head;
@@ -544,63 +544,6 @@ fn compare_balances(
                 replayed: b.map(describe_totals),
             });
         }
-    }
-}
-
-/// SQLite: a deferred read transaction on a read-only connection is a WAL snapshot.
-pub(crate) struct SqliteSnapshot {
-    tx: Transaction<'static, Sqlite>,
-}
-
-impl SqliteSnapshot {
-    pub async fn begin(pool: &SqlitePool) -> Result<SqliteSnapshot, StoreError> {
-        let mut tx = pool.begin().await?;
-        // The snapshot starts at the first read.
-        sqlx::query("SELECT 1 FROM event_log_head")
-            .execute(&mut *tx)
-            .await?;
-        Ok(SqliteSnapshot { tx })
-    }
-}
-
-impl AuditSource for SqliteSnapshot {
-    async fn head(&mut self) -> Result<Head, StoreError> {
-        let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
-            .fetch_one(&mut *self.tx)
-            .await?;
-        crate::sqlite::head_from_row(&row)
-    }
-
-    async fn checkpoint(&mut self) -> Result<u64, StoreError> {
-        let position: Option<i64> =
-            sqlx::query_scalar("SELECT position FROM projection_checkpoints WHERE projection = ?")
-                .bind(ledger::LEDGER)
-                .fetch_optional(&mut *self.tx)
-                .await?;
-        crate::to_u64(position.unwrap_or(0), 0, "checkpoint")
-    }
-
-    async fn events(&mut self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
-        crate::sqlite::read_all(&mut *self.tx, after, limit).await
-    }
-
-    async fn lines(&mut self, after: u64, through: u64) -> Result<Vec<LedgerLine>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-             FROM ledger_entries WHERE position > ? AND position <= ? ORDER BY position, line_index",
-        )
-        .bind(to_i64(after))
-        .bind(to_i64(through))
-        .fetch_all(&mut *self.tx)
-        .await?;
-        rows.iter().map(crate::sqlite::line_from_row).collect()
-    }
-
-    async fn balances(&mut self) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
-        let rows = sqlx::query("SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM ledger_balances")
-            .fetch_all(&mut *self.tx)
-            .await?;
-        rows.iter().map(crate::sqlite::balance_from_row).collect()
     }
 }
 

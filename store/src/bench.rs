@@ -285,6 +285,41 @@ impl Ceiling {
         Ok((rows, started.elapsed()))
     }
 
+    /// SQLite only: the same ordered read through `rusqlite` on a blocking thread, the driver
+    /// `audit verify` scans with.
+    pub async fn ordered_read_direct(
+        path: std::path::PathBuf,
+    ) -> Result<Option<(u64, Duration)>, StoreError> {
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let conn = rusqlite::Connection::open_with_flags(
+                &path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .map_err(|e| StoreError::Scan(e.to_string()))?;
+            let sql = format!(
+                "SELECT {} FROM events ORDER BY position",
+                crate::sqlite::EVENT_COLUMNS
+            );
+            let mut statement = conn
+                .prepare(&sql)
+                .map_err(|e| StoreError::Scan(e.to_string()))?;
+            let mut rows = statement
+                .query([])
+                .map_err(|e| StoreError::Scan(e.to_string()))?;
+            let mut n = 0u64;
+            while let Some(row) = rows.next().map_err(|e| StoreError::Scan(e.to_string()))? {
+                // Materialize the columns, as a real reader must.
+                let payload: String = row.get(7).map_err(|e| StoreError::Scan(e.to_string()))?;
+                std::hint::black_box(payload);
+                n += 1;
+            }
+            Ok(Some((n, started.elapsed())))
+        })
+        .await
+        .map_err(|e| StoreError::Scan(e.to_string()))?
+    }
+
     pub async fn close(self) {
         match self.pool {
             Pool::Sqlite(pool) => pool.close().await,

@@ -23,6 +23,7 @@ pub mod envelope;
 mod plan;
 mod postgres;
 mod sqlite;
+mod sqlite_scan;
 mod store;
 mod subscription;
 mod writer;
@@ -165,6 +166,8 @@ pub enum StoreError {
     UnsupportedUrl { scheme: String },
     #[error("stored row at position {position} is malformed: {reason}")]
     CorruptRow { position: u64, reason: String },
+    #[error("scanning the SQLite file failed: {0}")]
+    Scan(String),
     #[error("the append writer has stopped")]
     WriterStopped,
     #[error("projection `{projection}` checkpoint moved from {expected}: another runner is active")]

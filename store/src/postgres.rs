@@ -199,11 +199,12 @@ impl PgBackend {
         drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
         for statement in [
             "ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries",
-            "ALTER INDEX ledger_entries_rebuild_pkey RENAME TO ledger_entries_pkey",
             "ALTER TABLE ledger_balances_rebuild RENAME TO ledger_balances",
             "ALTER INDEX ledger_balances_rebuild_pkey RENAME TO ledger_balances_pkey",
-            "CREATE INDEX IF NOT EXISTS ledger_entries_by_account ON ledger_entries (account, position)",
         ] {
+            sqlx::query(statement).execute(&mut *tx).await?;
+        }
+        for statement in crate::sqlite::LEDGER_INDEXES {
             sqlx::query(statement).execute(&mut *tx).await?;
         }
         sqlx::query("UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 WHERE projection = $3")
@@ -486,8 +487,7 @@ async fn create_ledger_tables(
             account            TEXT    NOT NULL,
             side               TEXT    NOT NULL CHECK (side IN ('debit', 'credit')),
             amount_micro_usdc  BIGINT  NOT NULL CHECK (amount_micro_usdc > 0),
-            recorded_at_us     BIGINT  NOT NULL,
-            PRIMARY KEY (position, line_index)
+            recorded_at_us     BIGINT  NOT NULL
         )",
         entries = tables.entries
     ))
@@ -505,9 +505,9 @@ async fn create_ledger_tables(
     .execute(&mut *conn)
     .await?;
     if tables == LedgerTables::LIVE {
-        sqlx::query("CREATE INDEX IF NOT EXISTS ledger_entries_by_account ON ledger_entries (account, position)")
-            .execute(&mut *conn)
-            .await?;
+        for statement in crate::sqlite::LEDGER_INDEXES {
+            sqlx::query(statement).execute(&mut *conn).await?;
+        }
     }
     Ok(())
 }

@@ -27,11 +27,19 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Rows per multi-row INSERT, under SQLite's 32,766 bound parameters.
 const INSERT_ROWS_MAX: usize = 500;
 
+/// Journal lines are unique by (position, line_index); readers look them up by account.
+pub(crate) const LEDGER_INDEXES: [&str; 2] = [
+    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_entries_by_position ON ledger_entries (position, line_index)",
+    "CREATE INDEX IF NOT EXISTS ledger_entries_by_account ON ledger_entries (account, position)",
+];
+
 pub(crate) const EVENT_COLUMNS: &str = "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload, metadata, hash";
 
 pub(crate) struct SqliteBackend {
     pub read: SqlitePool,
     pub write: SqlitePool,
+    /// The database file, for the bulk scans of `sqlite_scan`.
+    pub path: std::path::PathBuf,
 }
 
 impl SqliteBackend {
@@ -42,6 +50,12 @@ impl SqliteBackend {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
+        let path = options.get_filename().to_path_buf();
+        if path.as_os_str().is_empty() || path.to_string_lossy().contains(":memory:") {
+            return Err(StoreError::UnsupportedUrl {
+                scheme: "sqlite in-memory (the ledger needs a file)".to_owned(),
+            });
+        }
         let write = SqlitePoolOptions::new()
             .max_connections(1)
             .connect_with(options.clone())
@@ -50,7 +64,7 @@ impl SqliteBackend {
             .max_connections(READ_CONNECTIONS_MAX)
             .connect_with(options.read_only(true))
             .await?;
-        Ok(SqliteBackend { read, write })
+        Ok(SqliteBackend { read, write, path })
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -426,8 +440,7 @@ async fn create_ledger_tables(
             account            TEXT    NOT NULL,
             side               TEXT    NOT NULL CHECK (side IN ('debit', 'credit')),
             amount_micro_usdc  INTEGER NOT NULL CHECK (typeof(amount_micro_usdc) = 'integer' AND amount_micro_usdc > 0),
-            recorded_at_us     INTEGER NOT NULL,
-            PRIMARY KEY (position, line_index)
+            recorded_at_us     INTEGER NOT NULL
         )",
         entries = tables.entries
     ))
@@ -450,10 +463,12 @@ async fn create_ledger_tables(
     Ok(())
 }
 
+/// Indexes of the live journal table. Rebuild tables get them only after the bulk load, at the
+/// swap: building an index once over sorted rows is cheaper than maintaining it row by row.
 async fn create_ledger_indexes(conn: &mut SqliteConnection) -> Result<(), StoreError> {
-    sqlx::query("CREATE INDEX IF NOT EXISTS ledger_entries_by_account ON ledger_entries (account, position)")
-        .execute(&mut *conn)
-        .await?;
+    for statement in LEDGER_INDEXES {
+        sqlx::query(statement).execute(&mut *conn).await?;
+    }
     Ok(())
 }
 

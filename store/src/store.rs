@@ -317,7 +317,7 @@ impl Store {
     ) -> Result<AuditReport, StoreError> {
         match &self.inner.db {
             Db::Sqlite(db) => {
-                let snapshot = crate::audit::SqliteSnapshot::begin(&db.read).await?;
+                let snapshot = crate::sqlite_scan::SqliteSnapshot::begin(db.path.clone()).await?;
                 crate::audit::run(snapshot, progress).await
             }
             Db::Postgres(db) => {
