@@ -250,11 +250,16 @@ pub async fn audit_verify(
 }
 
 async fn check_anchor(store: &Store, position: u64, hash: &str) -> anyhow::Result<Option<String>> {
-    let events = store.read_all(position.saturating_sub(1), 1).await?;
-    let found = events
-        .first()
-        .filter(|e| e.position == position)
-        .map(|e| hex::encode(e.hash));
+    let found = if position == 0 {
+        // Before the first event the chain starts from 32 zero bytes.
+        Some(hex::encode(gpunex_store::envelope::GENESIS_HASH))
+    } else {
+        let events = store.read_all(position - 1, 1).await?;
+        events
+            .first()
+            .filter(|e| e.position == position)
+            .map(|e| hex::encode(e.hash))
+    };
     Ok(match found {
         Some(found) if found.eq_ignore_ascii_case(hash) => None,
         Some(found) => Some(format!(

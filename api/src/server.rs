@@ -162,13 +162,7 @@ pub fn timestamp(us: i64) -> String {
 }
 
 async fn balances(State(state): State<AppState>) -> Result<Json<wire::AccountBalances>, ApiError> {
-    let as_of_position = state
-        .store
-        .projection_status()
-        .await?
-        .first()
-        .map_or(0, |s| s.checkpoint);
-    let balances = state.store.balances().await?;
+    let (as_of_position, balances) = state.store.balances_as_of().await?;
     let mut accounts = Vec::with_capacity(balances.len());
     for (account, totals) in &balances {
         let balance = totals.balance(*account).map_err(|e| {

@@ -51,6 +51,24 @@ async fn audit_verify_exits_zero_when_clean_and_one_with_each_difference(db: &Te
         ],
     );
     assert_eq!(anchored.status.code(), Some(0), "{}", stdout(&anchored));
+    let genesis = "0".repeat(64);
+    let anchored_at_genesis = gpunex(
+        db,
+        &[
+            "audit",
+            "verify",
+            "--expect-head-position",
+            "0",
+            "--expect-head-hash",
+            &genesis,
+        ],
+    );
+    assert_eq!(
+        anchored_at_genesis.status.code(),
+        Some(0),
+        "{}",
+        stdout(&anchored_at_genesis)
+    );
     let wrong_anchor = gpunex(
         db,
         &[

@@ -14,6 +14,10 @@ use crate::money::{MoneyError, Usdc};
 
 /// Most lines one journal entry may hold. A payout batch posts per provider, not in one entry.
 pub const JOURNAL_LINES_MAX: usize = 64;
+/// Largest amount of one posting: 1 billion USDC. Far above any real charge or payout, and low
+/// enough that account totals (`i64` micro-USDC, about 9.2 trillion USDC) cannot be overflowed
+/// by any plausible history.
+pub const POSTING_MICRO_USDC_MAX: i64 = 1_000_000_000 * crate::money::MICROS_PER_USDC;
 
 /// A ledger account. Written as `kind` or `kind:<uuid>` in JSON, SQL and docs alike.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -181,11 +185,11 @@ impl Posting {
     }
 
     /// The signed change this posting makes to its account's balance (on its normal side).
-    pub fn balance_delta(&self) -> Usdc {
+    pub fn balance_delta(&self) -> Result<Usdc, MoneyError> {
         if self.side == self.account.normal_side() {
-            self.amount_micro_usdc
+            Ok(self.amount_micro_usdc)
         } else {
-            Usdc::from_micros(-self.amount_micro_usdc.micros())
+            self.amount_micro_usdc.checked_neg()
         }
     }
 }
@@ -198,6 +202,8 @@ pub enum JournalError {
     TooManyLines { lines: usize },
     #[error("posting {index} has a non-positive amount {amount}")]
     NonPositiveAmount { index: usize, amount: Usdc },
+    #[error("posting {index} amount {amount} is above the limit of 1,000,000,000 USDC")]
+    AmountTooLarge { index: usize, amount: Usdc },
     #[error("journal entry is unbalanced: debits {debits} != credits {credits}")]
     Unbalanced { debits: Usdc, credits: Usdc },
     #[error("journal entry totals overflow: {0}")]
@@ -224,6 +230,12 @@ impl JournalEntry {
         for (index, line) in lines.iter().enumerate() {
             if !line.amount_micro_usdc.is_positive() {
                 return Err(JournalError::NonPositiveAmount {
+                    index,
+                    amount: line.amount_micro_usdc,
+                });
+            }
+            if line.amount_micro_usdc.micros() > POSTING_MICRO_USDC_MAX {
+                return Err(JournalError::AmountTooLarge {
                     index,
                     amount: line.amount_micro_usdc,
                 });
@@ -333,6 +345,14 @@ mod tests {
             }
         );
         assert_eq!(JournalEntry::new(vec![]), Err(JournalError::Empty));
+        let too_much = Usdc::from_micros(POSTING_MICRO_USDC_MAX + 1);
+        assert!(matches!(
+            JournalEntry::new(vec![
+                Posting::debit(Account::Treasury, too_much),
+                Posting::credit(payable, too_much),
+            ]),
+            Err(JournalError::AmountTooLarge { index: 0, .. })
+        ));
         assert!(matches!(
             JournalEntry::new(vec![
                 Posting::debit(Account::Treasury, Usdc::ZERO),
@@ -352,15 +372,21 @@ mod tests {
     fn balance_deltas_follow_the_normal_side() {
         let payable = Account::ProviderPayable(PROVIDER);
         assert_eq!(
-            Posting::credit(payable, Usdc::from_micros(7)).balance_delta(),
+            Posting::credit(payable, Usdc::from_micros(7))
+                .balance_delta()
+                .unwrap(),
             Usdc::from_micros(7)
         );
         assert_eq!(
-            Posting::debit(payable, Usdc::from_micros(7)).balance_delta(),
+            Posting::debit(payable, Usdc::from_micros(7))
+                .balance_delta()
+                .unwrap(),
             Usdc::from_micros(-7)
         );
         assert_eq!(
-            Posting::debit(Account::Treasury, Usdc::from_micros(7)).balance_delta(),
+            Posting::debit(Account::Treasury, Usdc::from_micros(7))
+                .balance_delta()
+                .unwrap(),
             Usdc::from_micros(7)
         );
     }

@@ -46,6 +46,8 @@ pub enum MoneyError {
     TooPrecise { text: String },
     #[error("amount is not a decimal number: {text}")]
     NotANumber { text: String },
+    #[error("amount {amount} is negative")]
+    Negative { amount: Usdc },
     #[error("ratio denominator must be positive, got {denominator}")]
     NonPositiveDenominator { denominator: i64 },
 }
@@ -124,12 +126,16 @@ impl Usdc {
 
     /// Splits a non-negative amount into whole cents and the sub-cent remainder, which the caller
     /// must keep (it stays in the provider's balance): `cents + remainder == self` always.
-    pub fn split_cents(self) -> (Usdc, Usdc) {
-        let remainder = self.micros.rem_euclid(MICROS_PER_CENT);
-        (
+    /// A negative amount has nothing to pay out: it is an error.
+    pub fn split_cents(self) -> Result<(Usdc, Usdc), MoneyError> {
+        if self.micros < 0 {
+            return Err(MoneyError::Negative { amount: self });
+        }
+        let remainder = self.micros % MICROS_PER_CENT;
+        Ok((
             Usdc::from_micros(self.micros - remainder),
             Usdc::from_micros(remainder),
-        )
+        ))
     }
 
     /// The amount as a decimal number of USDC, exactly.
@@ -241,6 +247,15 @@ mod tests {
     }
 
     #[test]
+    fn negative_amounts_have_no_cents_to_pay() {
+        assert!(matches!(
+            Usdc::from_micros(-1).split_cents(),
+            Err(MoneyError::Negative { .. })
+        ));
+        assert!(Usdc::from_micros(i64::MIN).split_cents().is_err());
+    }
+
+    #[test]
     fn checked_arithmetic_reports_overflow() {
         assert_eq!(
             Usdc::MAX.checked_add(Usdc::from_micros(1)),
@@ -294,7 +309,7 @@ mod tests {
 
         #[test]
         fn cents_split_loses_nothing(micros in 0i64..i64::MAX) {
-            let (cents, rest) = Usdc::from_micros(micros).split_cents();
+            let (cents, rest) = Usdc::from_micros(micros).split_cents().unwrap();
             prop_assert_eq!(cents.micros() + rest.micros(), micros);
             prop_assert_eq!(cents.micros() % MICROS_PER_CENT, 0);
             prop_assert!(rest.micros() < MICROS_PER_CENT);

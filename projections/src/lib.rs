@@ -41,3 +41,13 @@ pub enum FoldError {
     )]
     OutOfOrder { position: u64, previous: u64 },
 }
+
+impl FoldError {
+    /// The log position of the event that could not be folded.
+    pub fn position(&self) -> u64 {
+        match self {
+            FoldError::BalanceOverflow { position, .. }
+            | FoldError::OutOfOrder { position, .. } => *position,
+        }
+    }
+}

@@ -44,6 +44,10 @@ pub enum AuditFinding {
         position: u64,
         reason: String,
     },
+    ProjectionFailed {
+        position: u64,
+        reason: String,
+    },
     HeadMismatch {
         head_position: u64,
         head_hash: String,
@@ -81,6 +85,7 @@ impl AuditFinding {
             AuditFinding::HashMismatch { position, .. }
             | AuditFinding::StreamVersionGap { position, .. }
             | AuditFinding::Undecodable { position, .. }
+            | AuditFinding::ProjectionFailed { position, .. }
             | AuditFinding::LineMismatch { position, .. } => Some(*position),
             AuditFinding::HeadMismatch { log_position, .. } => Some(*log_position),
             AuditFinding::CheckpointAhead { .. }
@@ -118,6 +123,12 @@ impl fmt::Display for AuditFinding {
             ),
             AuditFinding::Undecodable { position, reason } => {
                 write!(f, "event at position {position} does not decode: {reason}")
+            }
+            AuditFinding::ProjectionFailed { position, reason } => {
+                write!(
+                    f,
+                    "the ledger projection cannot fold position {position}: {reason}"
+                )
             }
             AuditFinding::HeadMismatch {
                 head_position,
@@ -382,11 +393,11 @@ impl Replay {
         let mut projected = Vec::with_capacity(events.len());
         for event in events {
             self.chain.check(event, &mut self.findings);
-            if event.position > self.checkpoint {
-                continue;
-            }
+            // Decode every event, also those past the checkpoint: one that cannot be decoded is
+            // what would stop the projection runner there.
             match event.to_projected() {
-                Ok(p) => projected.push(p),
+                Ok(p) if p.position <= self.checkpoint => projected.push(p),
+                Ok(_) => {}
                 Err(error) => self.findings.push(AuditFinding::Undecodable {
                     position: event.position,
                     reason: error.to_string(),
@@ -394,10 +405,24 @@ impl Replay {
             }
         }
         self.events_checked += events.len() as u64;
-        let replayed = ledger::fold_batch(&projected)?;
+        let replayed = match ledger::fold_batch(&projected) {
+            Ok(replayed) => replayed,
+            Err(error) => {
+                self.findings.push(AuditFinding::ProjectionFailed {
+                    position: error.position(),
+                    reason: error.to_string(),
+                });
+                return Ok(());
+            }
+        };
         self.lines_checked += stored_lines.len().max(replayed.lines.len()) as u64;
         compare_lines(stored_lines, &replayed.lines, &mut self.findings);
-        ledger::merge_totals(&mut self.totals, &replayed.deltas)?;
+        if let Err(error) = ledger::merge_totals(&mut self.totals, &replayed.deltas) {
+            self.findings.push(AuditFinding::ProjectionFailed {
+                position: error.position(),
+                reason: error.to_string(),
+            });
+        }
         Ok(())
     }
 }

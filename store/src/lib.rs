@@ -166,8 +166,14 @@ pub enum StoreError {
     UnsupportedUrl { scheme: String },
     #[error("stored row at position {position} is malformed: {reason}")]
     CorruptRow { position: u64, reason: String },
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     #[error("scanning the SQLite file failed: {0}")]
     Scan(String),
+    #[error(
+        "another rebuild of `{projection}` started and took over; this one stopped without swapping"
+    )]
+    RebuildSuperseded { projection: String },
     #[error("the append writer has stopped")]
     WriterStopped,
     #[error("projection `{projection}` checkpoint moved from {expected}: another runner is active")]

@@ -18,8 +18,16 @@ use crate::store::{LedgerTables, now_us};
 use crate::writer::{GroupCommit, GroupOutcome};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
+/// Every read-write transaction states its isolation: the head lock and the checkpoint
+/// compare-and-set rely on READ COMMITTED (each statement sees commits made before it), whatever
+/// the server's `default_transaction_isolation`.
+const READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
 /// The channel commits notify on; the payload is the new head position.
 pub(crate) const NOTIFY_CHANNEL: &str = "gpunex_events";
+
+/// How long a caller waits for a pooled connection before the store reports it unavailable.
+const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(crate) struct PgBackend {
     pub pool: PgPool,
@@ -30,6 +38,7 @@ impl PgBackend {
         let options = PgConnectOptions::from_str(url)?;
         let pool = PgPoolOptions::new()
             .max_connections(connections_max)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await?;
         Ok(PgBackend { pool })
@@ -39,16 +48,32 @@ impl PgBackend {
         sqlx::migrate!("../migrations/postgres")
             .run(&self.pool)
             .await?;
-        let mut conn = self.pool.acquire().await?;
-        create_ledger_tables(&mut conn, LedgerTables::LIVE).await?;
+        // Read-model DDL runs outside sqlx's migration lock: serialize it across processes
+        // starting at the same time, or their catalog inserts can collide.
+        let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('gpunex.read_models'))")
+            .execute(&mut *tx)
+            .await?;
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass('ledger_entries') IS NOT NULL")
+            .fetch_one(&mut *tx)
+            .await?;
+        if !exists {
+            create_ledger_table_pair(&mut tx, LedgerTables::LIVE).await?;
+            for statement in crate::store::ledger_index_statements(LedgerTables::LIVE.entries, "") {
+                sqlx::query(sqlx::AssertSqlSafe(statement))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
         sqlx::query(
             "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES ($1, 0, $2) \
              ON CONFLICT (projection) DO NOTHING",
         )
         .bind(gpunex_projections::ledger::LEDGER)
         .bind(now_us())
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -100,7 +125,7 @@ impl PgBackend {
         from: u64,
         to: u64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
         // First statement: takes the checkpoint row lock, so a second runner waits here and then
         // finds the checkpoint moved instead of writing the same rows twice.
         let moved = sqlx::query(
@@ -123,17 +148,29 @@ impl PgBackend {
         Ok(())
     }
 
-    pub async fn balances(
-        &self,
-        tables: LedgerTables,
-    ) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
-        let rows = sqlx::query(sql!(
-            "SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM {}",
-            tables.balances
-        ))
-        .fetch_all(&self.pool)
+    /// The ledger checkpoint and every account's totals, read in one snapshot so the totals are
+    /// exactly those as of the checkpoint.
+    pub async fn balances(&self) -> Result<(u64, BTreeMap<Account, AccountTotals>), StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await?;
+        let checkpoint: Option<i64> =
+            sqlx::query_scalar("SELECT position FROM projection_checkpoints WHERE projection = $1")
+                .bind(gpunex_projections::ledger::LEDGER)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let rows = sqlx::query(
+            "SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM ledger_balances",
+        )
+        .fetch_all(&mut *tx)
         .await?;
-        rows.iter().map(balance_from_row).collect()
+        tx.commit().await?;
+        let balances = rows
+            .iter()
+            .map(balance_from_row)
+            .collect::<Result<_, _>>()?;
+        Ok((to_u64(checkpoint.unwrap_or(0), 0, "checkpoint")?, balances))
     }
 
     pub async fn entries(
@@ -142,12 +179,18 @@ impl PgBackend {
         after: u64,
         limit: usize,
     ) -> Result<Vec<LedgerLine>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-             FROM ledger_entries WHERE ($1::text IS NULL OR account = $1) AND position > $2 \
-             ORDER BY position, line_index LIMIT $3",
-        )
-        .bind(account)
+        // Two statements, not `($1 IS NULL OR account = $1)`: each keeps its own index plan.
+        let rows = match account {
+            Some(account) => sqlx::query(
+                "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+                 FROM ledger_entries WHERE account = $1 AND position > $2 ORDER BY position, line_index LIMIT $3",
+            )
+            .bind(account),
+            None => sqlx::query(
+                "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+                 FROM ledger_entries WHERE position > $1 ORDER BY position, line_index LIMIT $2",
+            ),
+        }
         .bind(to_i64(after))
         .bind(to_i64(limit as u64))
         .fetch_all(&self.pool)
@@ -158,10 +201,22 @@ impl PgBackend {
     /// Rebuilds the ledger read model from position 0 into fresh tables, then swaps them in.
     pub async fn rebuild_ledger(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
         let tables = LedgerTables::REBUILD;
+        let run_id = Uuid::now_v7();
         {
-            let mut conn = self.pool.acquire().await?;
-            drop_ledger_tables(&mut conn, tables).await?;
-            create_ledger_tables(&mut conn, tables).await?;
+            let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
+            sqlx::query(
+                "INSERT INTO projection_rebuilds (projection, run_id, position, started_at_us) VALUES ($1, $2, 0, $3) \
+                 ON CONFLICT (projection) DO UPDATE SET run_id = excluded.run_id, position = 0, \
+                 started_at_us = excluded.started_at_us",
+            )
+            .bind(gpunex_projections::ledger::LEDGER)
+            .bind(run_id)
+            .bind(now_us())
+            .execute(&mut *tx)
+            .await?;
+            drop_ledger_tables(&mut tx, tables).await?;
+            create_ledger_table_pair(&mut tx, tables).await?;
+            tx.commit().await?;
         }
         // Read the next page while the current one is written.
         let mut position = 0;
@@ -169,7 +224,8 @@ impl PgBackend {
         while let Some(last) = events.last().map(|e| e.position) {
             let batch = fold(&events)?;
             let write = async {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
+                claim_rebuild(&mut tx, run_id, last).await?;
                 write_ledger_batch(&mut tx, tables, &batch).await?;
                 tx.commit().await?;
                 Ok::<(), StoreError>(())
@@ -183,16 +239,43 @@ impl PgBackend {
             position = last;
             progress(position);
         }
-        let mut tx = self.pool.begin().await?;
+        // Indexes over the loaded rows before the swap, so the swap itself stays short.
+        {
+            let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
+            claim_rebuild(&mut tx, run_id, position).await?;
+            for statement in crate::store::ledger_index_statements(tables.entries, "_rebuild") {
+                sqlx::query(sqlx::AssertSqlSafe(statement))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        }
+        let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
+        // Fail rather than queue behind a long reader (an audit holds its tables all along):
+        // while the swap waits, live runners and readers would queue behind it.
+        sqlx::query("SET LOCAL lock_timeout = '5s'")
+            .execute(&mut *tx)
+            .await?;
+        claim_rebuild(&mut tx, run_id, position).await?;
         // Holding the checkpoint row keeps live runners out until the swap commits.
         sqlx::query("SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE")
             .bind(gpunex_projections::ledger::LEDGER)
             .execute(&mut *tx)
             .await?;
-        loop {
-            let events = read_all(&mut *tx, position, crate::READ_BATCH_EVENTS_MAX).await?;
-            let Some(last) = events.last() else { break };
-            let last = last.position;
+        // Appends go on during the swap: fold up to the head as it is now, and leave what comes
+        // later to the live runner, so the swap ends however fast events arrive.
+        let head: i64 = sqlx::query_scalar("SELECT last_position FROM event_log_head WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?;
+        let head = to_u64(head, 0, "last_position")?;
+        while position < head {
+            let limit = usize::try_from(head - position)
+                .unwrap_or(usize::MAX)
+                .min(crate::READ_BATCH_EVENTS_MAX);
+            let events = read_all(&mut *tx, position, limit).await?;
+            let Some(last) = events.last().map(|e| e.position) else {
+                break;
+            };
             write_ledger_batch(&mut tx, tables, &fold(&events)?).await?;
             position = last;
         }
@@ -201,10 +284,9 @@ impl PgBackend {
             "ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries",
             "ALTER TABLE ledger_balances_rebuild RENAME TO ledger_balances",
             "ALTER INDEX ledger_balances_rebuild_pkey RENAME TO ledger_balances_pkey",
+            "ALTER INDEX ledger_entries_by_position_rebuild RENAME TO ledger_entries_by_position",
+            "ALTER INDEX ledger_entries_by_account_rebuild RENAME TO ledger_entries_by_account",
         ] {
-            sqlx::query(statement).execute(&mut *tx).await?;
-        }
-        for statement in crate::sqlite::LEDGER_INDEXES {
             sqlx::query(statement).execute(&mut *tx).await?;
         }
         sqlx::query("UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 WHERE projection = $3")
@@ -213,10 +295,38 @@ impl PgBackend {
             .bind(gpunex_projections::ledger::LEDGER)
             .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM projection_rebuilds WHERE projection = $1 AND run_id = $2")
+            .bind(gpunex_projections::ledger::LEDGER)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         progress(position);
         Ok(position)
     }
+}
+
+/// Checks that rebuild `run_id` still owns the `*_rebuild` tables (locking its row until this
+/// transaction ends) and records its progress.
+async fn claim_rebuild(
+    conn: &mut PgConnection,
+    run_id: Uuid,
+    position: u64,
+) -> Result<(), StoreError> {
+    let claimed = sqlx::query(
+        "UPDATE projection_rebuilds SET position = $1 WHERE projection = $2 AND run_id = $3",
+    )
+    .bind(to_i64(position))
+    .bind(gpunex_projections::ledger::LEDGER)
+    .bind(run_id)
+    .execute(&mut *conn)
+    .await?;
+    if claimed.rows_affected() != 1 {
+        return Err(StoreError::RebuildSuperseded {
+            projection: gpunex_projections::ledger::LEDGER.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 fn fold(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
@@ -232,7 +342,7 @@ impl GroupCommit for PgBackend {
         &self,
         requests: &[Vec<ValidatedStream>],
     ) -> Result<GroupOutcome, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
         let row = sqlx::query(
             "SELECT last_position, last_hash FROM event_log_head WHERE id = 1 FOR UPDATE",
         )
@@ -474,12 +584,12 @@ async fn write_ledger_batch(
     Ok(())
 }
 
-async fn create_ledger_tables(
+async fn create_ledger_table_pair(
     conn: &mut PgConnection,
     tables: LedgerTables,
 ) -> Result<(), StoreError> {
     sqlx::query(sql!(
-        "CREATE TABLE IF NOT EXISTS {entries} (
+        "CREATE TABLE {entries} (
             position           BIGINT  NOT NULL,
             line_index         INTEGER NOT NULL,
             event_id           UUID    NOT NULL,
@@ -494,7 +604,7 @@ async fn create_ledger_tables(
     .execute(&mut *conn)
     .await?;
     sqlx::query(sql!(
-        "CREATE TABLE IF NOT EXISTS {balances} (
+        "CREATE TABLE {balances} (
             account             TEXT   PRIMARY KEY,
             debits_micro_usdc   BIGINT NOT NULL,
             credits_micro_usdc  BIGINT NOT NULL,
@@ -504,11 +614,6 @@ async fn create_ledger_tables(
     ))
     .execute(&mut *conn)
     .await?;
-    if tables == LedgerTables::LIVE {
-        for statement in crate::sqlite::LEDGER_INDEXES {
-            sqlx::query(statement).execute(&mut *conn).await?;
-        }
-    }
     Ok(())
 }
 

@@ -27,12 +27,6 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Rows per multi-row INSERT, under SQLite's 32,766 bound parameters.
 const INSERT_ROWS_MAX: usize = 500;
 
-/// Journal lines are unique by (position, line_index); readers look them up by account.
-pub(crate) const LEDGER_INDEXES: [&str; 2] = [
-    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_entries_by_position ON ledger_entries (position, line_index)",
-    "CREATE INDEX IF NOT EXISTS ledger_entries_by_account ON ledger_entries (account, position)",
-];
-
 pub(crate) const EVENT_COLUMNS: &str = "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload, metadata, hash";
 
 pub(crate) struct SqliteBackend {
@@ -51,7 +45,10 @@ impl SqliteBackend {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
         let path = options.get_filename().to_path_buf();
-        if path.as_os_str().is_empty() || path.to_string_lossy().contains(":memory:") {
+        // sqlx names in-memory databases `file:sqlx-in-memory-N` (or `mode=memory` URLs); the
+        // ledger must be a file that every connection, the audit and other processes share.
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        if path.as_os_str().is_empty() || in_memory {
             return Err(StoreError::UnsupportedUrl {
                 scheme: "sqlite in-memory (the ledger needs a file)".to_owned(),
             });
@@ -72,7 +69,7 @@ impl SqliteBackend {
             .run(&self.write)
             .await?;
         let mut conn = self.write.acquire().await?;
-        create_ledger_tables(&mut conn, LedgerTables::LIVE).await?;
+        create_live_ledger_tables(&mut conn).await?;
         sqlx::query(
             "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES (?, 0, ?) \
              ON CONFLICT (projection) DO NOTHING",
@@ -139,17 +136,26 @@ impl SqliteBackend {
         Ok(())
     }
 
-    pub async fn balances(
-        &self,
-        tables: LedgerTables,
-    ) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
-        let rows = sqlx::query(sql!(
-            "SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM {}",
-            tables.balances
-        ))
-        .fetch_all(&self.read)
+    /// The ledger checkpoint and every account's totals, read in one snapshot so the totals are
+    /// exactly those as of the checkpoint.
+    pub async fn balances(&self) -> Result<(u64, BTreeMap<Account, AccountTotals>), StoreError> {
+        let mut tx = self.read.begin().await?;
+        let checkpoint: Option<i64> =
+            sqlx::query_scalar("SELECT position FROM projection_checkpoints WHERE projection = ?")
+                .bind(gpunex_projections::ledger::LEDGER)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let rows = sqlx::query(
+            "SELECT account, debits_micro_usdc, credits_micro_usdc, last_position FROM ledger_balances",
+        )
+        .fetch_all(&mut *tx)
         .await?;
-        rows.iter().map(balance_from_row).collect()
+        tx.commit().await?;
+        let balances = rows
+            .iter()
+            .map(balance_from_row)
+            .collect::<Result<_, _>>()?;
+        Ok((to_u64(checkpoint.unwrap_or(0), 0, "checkpoint")?, balances))
     }
 
     pub async fn entries(
@@ -158,12 +164,18 @@ impl SqliteBackend {
         after: u64,
         limit: usize,
     ) -> Result<Vec<LedgerLine>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-             FROM ledger_entries WHERE (?1 IS NULL OR account = ?1) AND position > ?2 \
-             ORDER BY position, line_index LIMIT ?3",
-        )
-        .bind(account)
+        // Two statements, not `(?1 IS NULL OR account = ?1)`: each keeps its own index plan.
+        let rows = match account {
+            Some(account) => sqlx::query(
+                "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+                 FROM ledger_entries WHERE account = ? AND position > ? ORDER BY position, line_index LIMIT ?",
+            )
+            .bind(account),
+            None => sqlx::query(
+                "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+                 FROM ledger_entries WHERE position > ? ORDER BY position, line_index LIMIT ?",
+            ),
+        }
         .bind(to_i64(after))
         .bind(to_i64(limit as u64))
         .fetch_all(&self.read)
@@ -174,10 +186,22 @@ impl SqliteBackend {
     /// Rebuilds the ledger read model from position 0 into fresh tables, then swaps them in.
     pub async fn rebuild_ledger(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
         let tables = LedgerTables::REBUILD;
+        let run_id = Uuid::now_v7();
         {
-            let mut conn = self.write.acquire().await?;
-            drop_ledger_tables(&mut conn, tables).await?;
-            create_ledger_tables(&mut conn, tables).await?;
+            let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+            sqlx::query(
+                "INSERT INTO projection_rebuilds (projection, run_id, position, started_at_us) VALUES (?, ?, 0, ?) \
+                 ON CONFLICT (projection) DO UPDATE SET run_id = excluded.run_id, position = 0, \
+                 started_at_us = excluded.started_at_us",
+            )
+            .bind(gpunex_projections::ledger::LEDGER)
+            .bind(run_id)
+            .bind(now_us())
+            .execute(&mut *tx)
+            .await?;
+            drop_ledger_tables(&mut tx, tables).await?;
+            create_ledger_table_pair(&mut tx, tables).await?;
+            tx.commit().await?;
         }
         // Read the next page while the current one is written.
         let mut position = 0;
@@ -185,7 +209,8 @@ impl SqliteBackend {
         while let Some(last) = events.last().map(|e| e.position) {
             let batch = fold(&events)?;
             let write = async {
-                let mut tx = self.write.begin().await?;
+                let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+                claim_rebuild(&mut tx, run_id, last).await?;
                 write_ledger_batch(&mut tx, tables, &batch).await?;
                 tx.commit().await?;
                 Ok::<(), StoreError>(())
@@ -199,34 +224,70 @@ impl SqliteBackend {
             position = last;
             progress(position);
         }
-        // The swap: under the write lock, fold what arrived meanwhile, then replace the tables
-        // and set the checkpoint in the same transaction.
+        // Indexes over the loaded rows before the swap, so the swap itself stays short. SQLite
+        // cannot rename an index, so this generation's names carry the run id.
+        {
+            let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+            claim_rebuild(&mut tx, run_id, position).await?;
+            create_ledger_indexes(&mut tx, tables, &format!("_{}", run_id.simple())).await?;
+            tx.commit().await?;
+        }
+        // The swap: under the write lock (appends wait), fold what arrived meanwhile, then
+        // replace the tables and set the checkpoint in the same transaction.
         let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+        claim_rebuild(&mut tx, run_id, position).await?;
         loop {
             let events = read_all(&mut *tx, position, crate::READ_BATCH_EVENTS_MAX).await?;
-            let Some(last) = events.last() else { break };
-            let last = last.position;
+            let Some(last) = events.last().map(|e| e.position) else {
+                break;
+            };
             write_ledger_batch(&mut tx, tables, &fold(&events)?).await?;
             position = last;
         }
         drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
-        sqlx::query("ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries")
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("ALTER TABLE ledger_balances_rebuild RENAME TO ledger_balances")
-            .execute(&mut *tx)
-            .await?;
-        create_ledger_indexes(&mut tx).await?;
+        for statement in [
+            "ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries",
+            "ALTER TABLE ledger_balances_rebuild RENAME TO ledger_balances",
+        ] {
+            sqlx::query(statement).execute(&mut *tx).await?;
+        }
         sqlx::query("UPDATE projection_checkpoints SET position = ?, updated_at_us = ? WHERE projection = ?")
             .bind(to_i64(position))
             .bind(now_us())
             .bind(gpunex_projections::ledger::LEDGER)
             .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM projection_rebuilds WHERE projection = ? AND run_id = ?")
+            .bind(gpunex_projections::ledger::LEDGER)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         progress(position);
         Ok(position)
     }
+}
+
+/// Checks that rebuild `run_id` still owns the `*_rebuild` tables and records its progress.
+async fn claim_rebuild(
+    conn: &mut SqliteConnection,
+    run_id: Uuid,
+    position: u64,
+) -> Result<(), StoreError> {
+    let claimed = sqlx::query(
+        "UPDATE projection_rebuilds SET position = ? WHERE projection = ? AND run_id = ?",
+    )
+    .bind(to_i64(position))
+    .bind(gpunex_projections::ledger::LEDGER)
+    .bind(run_id)
+    .execute(&mut *conn)
+    .await?;
+    if claimed.rows_affected() != 1 {
+        return Err(StoreError::RebuildSuperseded {
+            projection: gpunex_projections::ledger::LEDGER.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 fn fold(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
@@ -426,13 +487,28 @@ async fn write_ledger_batch(
     Ok(())
 }
 
-async fn create_ledger_tables(
+/// Creates the live read-model tables and their indexes, once: if the journal table exists
+/// (possibly swapped in by a rebuild, with that rebuild's index names) nothing is touched.
+async fn create_live_ledger_tables(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ledger_entries'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if exists == 0 {
+        create_ledger_table_pair(conn, LedgerTables::LIVE).await?;
+        create_ledger_indexes(conn, LedgerTables::LIVE, "").await?;
+    }
+    Ok(())
+}
+
+async fn create_ledger_table_pair(
     conn: &mut SqliteConnection,
     tables: LedgerTables,
 ) -> Result<(), StoreError> {
     // `typeof(...) = 'integer'`: SQLite turns an overflowing integer sum into a float; refuse it.
     sqlx::query(sql!(
-        "CREATE TABLE IF NOT EXISTS {entries} (
+        "CREATE TABLE {entries} (
             position           INTEGER NOT NULL,
             line_index         INTEGER NOT NULL,
             event_id           BLOB    NOT NULL,
@@ -447,7 +523,7 @@ async fn create_ledger_tables(
     .execute(&mut *conn)
     .await?;
     sqlx::query(sql!(
-        "CREATE TABLE IF NOT EXISTS {balances} (
+        "CREATE TABLE {balances} (
             account             TEXT    PRIMARY KEY,
             debits_micro_usdc   INTEGER NOT NULL CHECK (typeof(debits_micro_usdc) = 'integer'),
             credits_micro_usdc  INTEGER NOT NULL CHECK (typeof(credits_micro_usdc) = 'integer'),
@@ -457,17 +533,20 @@ async fn create_ledger_tables(
     ))
     .execute(&mut *conn)
     .await?;
-    if tables == LedgerTables::LIVE {
-        create_ledger_indexes(conn).await?;
-    }
     Ok(())
 }
 
-/// Indexes of the live journal table. Rebuild tables get them only after the bulk load, at the
-/// swap: building an index once over sorted rows is cheaper than maintaining it row by row.
-async fn create_ledger_indexes(conn: &mut SqliteConnection) -> Result<(), StoreError> {
-    for statement in LEDGER_INDEXES {
-        sqlx::query(statement).execute(&mut *conn).await?;
+/// The journal's indexes: unique by (position, line_index), and by account for statements.
+/// Rebuild tables get them after the bulk load: one sorted build beats row-by-row maintenance.
+async fn create_ledger_indexes(
+    conn: &mut SqliteConnection,
+    tables: LedgerTables,
+    name_suffix: &str,
+) -> Result<(), StoreError> {
+    for statement in crate::store::ledger_index_statements(tables.entries, name_suffix) {
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }

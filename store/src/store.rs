@@ -57,6 +57,18 @@ impl LedgerTables {
     };
 }
 
+/// `CREATE INDEX` statements for a journal table; names are `ledger_entries_by_*{suffix}`.
+pub(crate) fn ledger_index_statements(table: &str, name_suffix: &str) -> [String; 2] {
+    [
+        format!(
+            "CREATE UNIQUE INDEX ledger_entries_by_position{name_suffix} ON {table} (position, line_index)"
+        ),
+        format!(
+            "CREATE INDEX ledger_entries_by_account{name_suffix} ON {table} (account, position)"
+        ),
+    ]
+}
+
 pub(crate) enum Db {
     Sqlite(Arc<SqliteBackend>),
     Postgres(Arc<PgBackend>),
@@ -288,9 +300,16 @@ impl Store {
 
     /// Every account's totals from the ledger read model.
     pub async fn balances(&self) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
+        Ok(self.balances_as_of().await?.1)
+    }
+
+    /// The ledger checkpoint and every account's totals as of exactly that position.
+    pub async fn balances_as_of(
+        &self,
+    ) -> Result<(u64, BTreeMap<Account, AccountTotals>), StoreError> {
         match &self.inner.db {
-            Db::Sqlite(db) => db.balances(LedgerTables::LIVE).await,
-            Db::Postgres(db) => db.balances(LedgerTables::LIVE).await,
+            Db::Sqlite(db) => db.balances().await,
+            Db::Postgres(db) => db.balances().await,
         }
     }
 

@@ -56,19 +56,23 @@ impl Subscription {
         }
     }
 
+    /// Moves the position past `events` only if they continue it without a gap; otherwise the
+    /// position stays, nothing counts as delivered, and the caller gets the error every time.
     fn check_contiguous(&mut self, events: &[RecordedEvent]) -> Result<(), StoreError> {
+        let mut position = self.position;
         for event in events {
-            if event.position != self.position + 1 {
+            if event.position != position + 1 {
                 return Err(StoreError::CorruptRow {
                     position: event.position,
                     reason: format!(
                         "expected position {} next: the log has a gap (run `gpunex audit verify`)",
-                        self.position + 1
+                        position + 1
                     ),
                 });
             }
-            self.position = event.position;
+            position = event.position;
         }
+        self.position = position;
         Ok(())
     }
 }

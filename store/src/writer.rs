@@ -81,6 +81,17 @@ async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch
                 let _ = reply.send(Err(AppendError::Store(error)));
             }
         }
+        Err(error) if error.is_unavailable() => {
+            // The database is down: retrying each request alone would only wait out a timeout
+            // per request. Fail them all now; callers retry with the same ids, safely.
+            tracing::warn!(%error, requests = requests.len(), "group commit failed: database unavailable");
+            let message = error.to_string();
+            for reply in replies {
+                let _ = reply.send(Err(AppendError::Store(StoreError::Unavailable(
+                    message.clone(),
+                ))));
+            }
+        }
         Err(error) => {
             // One request must not fail its neighbours: retry each on its own.
             tracing::warn!(%error, requests = requests.len(), "group commit failed, retrying appends one by one");

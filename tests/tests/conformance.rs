@@ -599,3 +599,12 @@ async fn concurrent_writers_never_let_a_subscriber_skip(db: &TestDb) {
     let seen_ids: HashSet<Uuid> = seen.iter().map(|e| e.event_id).collect();
     assert_eq!(seen_ids, expected);
 }
+
+#[tokio::test]
+async fn in_memory_sqlite_is_refused() {
+    let error = Store::open("sqlite::memory:", &Default::default())
+        .await
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("in-memory"), "{error}");
+}

@@ -9,6 +9,9 @@ conformance!(
     failure_mid_batch_neither_loses_nor_doubles,
     rebuild_swaps_in_fresh_tables_and_repairs_drift,
     competing_runners_do_not_double_count,
+    concurrent_rebuilds_never_mix_their_rows,
+    subscriptions_stop_at_a_gap_without_skipping,
+    audit_reports_an_undecodable_event_past_the_checkpoint,
     audit_reports_edited_rows,
     audit_reports_deleted_rows,
     audit_reports_reordered_rows,
@@ -298,4 +301,73 @@ async fn events_are_immutable_to_ordinary_sql(db: &TestDb) {
             "{statement}: {error}"
         );
     }
+}
+
+async fn concurrent_rebuilds_never_mix_their_rows(db: &TestDb) {
+    let (a, b) = (db.open().await, db.open().await);
+    seed_credits(&a, 25_000, 5).await;
+    let (ra, rb) = tokio::join!(
+        a.rebuild_projections(&|_| {}),
+        b.rebuild_projections(&|_| {})
+    );
+    let mut swapped = 0;
+    for result in [ra, rb] {
+        match result {
+            Ok(position) => {
+                assert_eq!(position, 25_000);
+                swapped += 1;
+            }
+            Err(error) => assert!(error.to_string().contains("took over"), "{error}"),
+        }
+    }
+    assert!(swapped >= 1, "at least one rebuild completes");
+    a.run_projections().await.unwrap();
+    let report = audit(&a).await;
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(report.journal_lines_checked, 50_000);
+    // A later rebuild still works after a superseded one left nothing behind to clean up.
+    a.rebuild_projections(&|_| {}).await.unwrap();
+    assert!(audit(&a).await.is_clean());
+}
+
+async fn subscriptions_stop_at_a_gap_without_skipping(db: &TestDb) {
+    let store = seeded_and_audited(db).await;
+    tamper(db, &["DELETE FROM events WHERE position = 3"]).await;
+    let mut subscription = store.subscribe(0).await;
+    for _ in 0..2 {
+        let error = subscription.next_batch(100).await.unwrap_err();
+        assert!(error.to_string().contains("gap"), "{error}");
+        assert_eq!(
+            subscription.position(),
+            0,
+            "nothing counts as delivered past a gap"
+        );
+    }
+}
+
+async fn audit_reports_an_undecodable_event_past_the_checkpoint(db: &TestDb) {
+    let store = seeded_and_audited(db).await;
+    store
+        .append(
+            stream("ledger-late"),
+            ExpectedVersion::NoStream,
+            credits(provider(1), 1),
+        )
+        .await
+        .unwrap();
+    tamper(
+        db,
+        &["UPDATE events SET payload = '{\"not\": \"an adjustment\"}' WHERE position = 13"],
+    )
+    .await;
+    let report = audit(&store).await;
+    assert_eq!(report.ledger_checkpoint, 12);
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| matches!(f, AuditFinding::Undecodable { position: 13, .. })),
+        "{:?}",
+        report.findings
+    );
 }
