@@ -237,6 +237,17 @@ async fn bench_backend(
         "bare ordered read of the log",
         read_rate,
     ));
+    if let Some(path) = url.strip_prefix("sqlite://")
+        && let Some((rows, elapsed)) = Ceiling::ordered_read_direct(path.into()).await?
+    {
+        // audit verify scans SQLite through rusqlite: compare it with the same driver's read.
+        figures.push(figure(
+            "audit verify",
+            verify,
+            "bare ordered read of the log (rusqlite)",
+            rate(rows, elapsed),
+        ));
+    }
     if let Some(ceiling) = Arc::into_inner(ceiling) {
         ceiling.close().await;
     }
