@@ -3,7 +3,10 @@
 //! Only this crate knows HTTP. Handlers parse input at the edge, call the store, and convert
 //! results into `gpunex-wire` types; errors become RFC 9457 problem documents with stable codes.
 #![deny(clippy::float_arithmetic)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod bench;
 pub mod cli;
