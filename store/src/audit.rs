@@ -221,11 +221,14 @@ pub struct AuditProgress {
 pub(crate) trait AuditSource {
     fn head(&mut self) -> impl Future<Output = Result<Head, StoreError>> + Send;
     fn checkpoint(&mut self) -> impl Future<Output = Result<u64, StoreError>> + Send;
-    fn events(
+    /// Up to `limit` events after `after`, and the stored journal lines of the same positions
+    /// up to `checkpoint` (plus any stored past the last event, which are strays to report).
+    fn page(
         &mut self,
         after: u64,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
+        checkpoint: u64,
+    ) -> impl Future<Output = Result<(Vec<RecordedEvent>, Vec<LedgerLine>), StoreError>> + Send;
     /// Journal lines with `after < position <= through`, in (position, line_index) order.
     fn lines(
         &mut self,
@@ -285,15 +288,11 @@ pub(crate) async fn run<S: AuditSource>(
     let mut stage = Stage::Idle(Box::new(state));
     let mut after = 0;
     loop {
-        let events = source.events(after, READ_BATCH_EVENTS_MAX).await?;
+        let (events, stored_lines) = source
+            .page(after, READ_BATCH_EVENTS_MAX, checkpoint)
+            .await?;
         let Some(last) = events.last().map(|e| e.position) else {
             break;
-        };
-        let through = last.min(checkpoint);
-        let stored_lines = if after < through {
-            source.lines(after, through).await?
-        } else {
-            Vec::new()
         };
         let mut state = stage.finish().await?;
         stage = Stage::Busy(tokio::task::spawn_blocking(move || {
@@ -575,15 +574,50 @@ fn compare_balances(
 /// PostgreSQL: a REPEATABLE READ, READ ONLY transaction sees one snapshot throughout.
 pub(crate) struct PgSnapshot {
     tx: Transaction<'static, Postgres>,
+    /// A second connection in the same snapshot (`SET TRANSACTION SNAPSHOT`), so journal lines
+    /// are read while events are.
+    lines_tx: Transaction<'static, Postgres>,
 }
 
 impl PgSnapshot {
     pub async fn begin(pool: &PgPool) -> Result<PgSnapshot, StoreError> {
-        let tx = pool
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+        let mut tx = pool.begin_with(SNAPSHOT).await?;
+        let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()")
+            .fetch_one(&mut *tx)
             .await?;
-        Ok(PgSnapshot { tx })
+        // A snapshot id is hex digits and dashes; anything else is not interpolated.
+        if snapshot.is_empty() || !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(StoreError::CorruptRow {
+                position: 0,
+                reason: format!("unexpected snapshot id `{snapshot}`"),
+            });
+        }
+        let mut lines_tx = pool.begin_with(SNAPSHOT).await?;
+        sqlx::query(sql!("SET TRANSACTION SNAPSHOT '{snapshot}'"))
+            .execute(&mut *lines_tx)
+            .await?;
+        Ok(PgSnapshot { tx, lines_tx })
     }
+}
+
+async fn pg_lines(
+    conn: &mut sqlx::PgConnection,
+    after: u64,
+    through: u64,
+) -> Result<Vec<LedgerLine>, StoreError> {
+    if after >= through {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(
+        "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+         FROM ledger_entries WHERE position > $1 AND position <= $2 ORDER BY position, line_index",
+    )
+    .bind(to_i64(after))
+    .bind(to_i64(through))
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(crate::postgres::line_from_row).collect()
 }
 
 impl AuditSource for PgSnapshot {
@@ -606,20 +640,29 @@ impl AuditSource for PgSnapshot {
         crate::to_u64(position, 0, "checkpoint")
     }
 
-    async fn events(&mut self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
-        crate::postgres::read_all(&mut *self.tx, after, limit).await
+    async fn page(
+        &mut self,
+        after: u64,
+        limit: usize,
+        checkpoint: u64,
+    ) -> Result<(Vec<RecordedEvent>, Vec<LedgerLine>), StoreError> {
+        // Positions are gapless in a sound log, so the page covers (after, after + limit]: read
+        // those lines concurrently, then the rest if gaps made the page reach further.
+        let predicted = after.saturating_add(limit as u64).min(checkpoint);
+        let (events, lines) = tokio::join!(
+            crate::postgres::read_all(&mut *self.tx, after, limit),
+            pg_lines(&mut self.lines_tx, after, predicted),
+        );
+        let (events, mut lines) = (events?, lines?);
+        let through = events.last().map_or(after, |e| e.position).min(checkpoint);
+        if through > predicted {
+            lines.extend(pg_lines(&mut self.lines_tx, predicted, through).await?);
+        }
+        Ok((events, lines))
     }
 
     async fn lines(&mut self, after: u64, through: u64) -> Result<Vec<LedgerLine>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-             FROM ledger_entries WHERE position > $1 AND position <= $2 ORDER BY position, line_index",
-        )
-        .bind(to_i64(after))
-        .bind(to_i64(through))
-        .fetch_all(&mut *self.tx)
-        .await?;
-        rows.iter().map(crate::postgres::line_from_row).collect()
+        pg_lines(&mut self.lines_tx, after, through).await
     }
 
     async fn balances(&mut self) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {

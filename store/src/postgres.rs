@@ -637,43 +637,42 @@ pub(crate) fn head_from_row(row: &PgRow) -> Result<Head, StoreError> {
     })
 }
 
+/// Columns by index, in `EVENT_COLUMNS` order: name look-ups cost more than the decode.
 pub(crate) fn event_from_row(row: &PgRow) -> Result<RecordedEvent, StoreError> {
-    let position = to_u64(row.try_get("position")?, 0, "position")?;
+    let position = to_u64(row.try_get(0)?, 0, "position")?;
     Ok(RecordedEvent {
         position,
-        event_id: row.try_get("event_id")?,
-        stream_id: row.try_get("stream_id")?,
-        stream_version: to_u64(row.try_get("stream_version")?, position, "stream_version")?,
-        event_type: row.try_get("event_type")?,
-        schema_version: schema_version(
-            i64::from(row.try_get::<i32, _>("schema_version")?),
-            position,
-        )?,
-        recorded_at_us: row.try_get("recorded_at_us")?,
-        payload: row.try_get("payload")?,
-        metadata: row.try_get("metadata")?,
-        hash: hash32(row.try_get("hash")?, position)?,
+        event_id: row.try_get(1)?,
+        stream_id: row.try_get(2)?,
+        stream_version: to_u64(row.try_get(3)?, position, "stream_version")?,
+        event_type: row.try_get(4)?,
+        schema_version: schema_version(i64::from(row.try_get::<i32, _>(5)?), position)?,
+        recorded_at_us: row.try_get(6)?,
+        payload: row.try_get(7)?,
+        metadata: row.try_get(8)?,
+        hash: hash32(row.try_get(9)?, position)?,
     })
 }
 
+/// Columns by index, in the order every journal query selects them.
 pub(crate) fn line_from_row(row: &PgRow) -> Result<LedgerLine, StoreError> {
-    let position = to_u64(row.try_get("position")?, 0, "position")?;
+    let position = to_u64(row.try_get(0)?, 0, "position")?;
     let corrupt = |reason: String| StoreError::CorruptRow { position, reason };
-    let account: String = row.try_get("account")?;
-    let side: String = row.try_get("side")?;
-    let line_index: i32 = row.try_get("line_index")?;
+    let account: String = row.try_get(4)?;
+    let side: String = row.try_get(5)?;
+    let line_index: i32 = row.try_get(1)?;
     Ok(LedgerLine {
         position,
         line_index: u32::try_from(line_index)
             .map_err(|_| corrupt(format!("line_index {line_index}")))?,
-        event_id: row.try_get("event_id")?,
-        entry_id: row.try_get("entry_id")?,
+        event_id: row.try_get(2)?,
+        entry_id: row.try_get(3)?,
         account: account
             .parse()
             .map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
         side: parse_side(&side).ok_or_else(|| corrupt(format!("side `{side}`")))?,
-        amount: Usdc::from_micros(row.try_get("amount_micro_usdc")?),
-        recorded_at_us: row.try_get("recorded_at_us")?,
+        amount: Usdc::from_micros(row.try_get(6)?),
+        recorded_at_us: row.try_get(7)?,
     })
 }
 

@@ -105,43 +105,24 @@ impl AuditSource for SqliteSnapshot {
         .await
     }
 
-    async fn events(&mut self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+    async fn page(
+        &mut self,
+        after: u64,
+        limit: usize,
+        checkpoint: u64,
+    ) -> Result<(Vec<RecordedEvent>, Vec<LedgerLine>), StoreError> {
         self.blocking(move |conn| {
-            let mut statement = conn
-                .prepare_cached(&format!(
-                    "SELECT {EVENT_COLUMNS} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2"
-                ))
-                .map_err(scan_error)?;
-            let mut rows = statement
-                .query(params![to_i64(after), to_i64(limit as u64)])
-                .map_err(scan_error)?;
-            let mut events = Vec::with_capacity(limit);
-            while let Some(row) = rows.next().map_err(scan_error)? {
-                events.push(event_from_row(row)?);
-            }
-            Ok(events)
+            let events = scan_events(conn, after, limit)?;
+            let through = events.last().map_or(after, |e| e.position).min(checkpoint);
+            let lines = scan_lines(conn, after, through)?;
+            Ok((events, lines))
         })
         .await
     }
 
     async fn lines(&mut self, after: u64, through: u64) -> Result<Vec<LedgerLine>, StoreError> {
-        self.blocking(move |conn| {
-            let mut statement = conn
-                .prepare_cached(
-                    "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-                     FROM ledger_entries WHERE position > ?1 AND position <= ?2 ORDER BY position, line_index",
-                )
-                .map_err(scan_error)?;
-            let mut rows = statement
-                .query(params![to_i64(after), to_i64(through)])
-                .map_err(scan_error)?;
-            let mut lines = Vec::new();
-            while let Some(row) = rows.next().map_err(scan_error)? {
-                lines.push(line_from_row(row)?);
-            }
-            Ok(lines)
-        })
-        .await
+        self.blocking(move |conn| scan_lines(conn, after, through))
+            .await
     }
 
     async fn balances(&mut self) -> Result<BTreeMap<Account, AccountTotals>, StoreError> {
@@ -173,6 +154,46 @@ impl AuditSource for SqliteSnapshot {
         })
         .await
     }
+}
+
+fn scan_events(
+    conn: &Connection,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<RecordedEvent>, StoreError> {
+    let mut statement = conn
+        .prepare_cached(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2"
+        ))
+        .map_err(scan_error)?;
+    let mut rows = statement
+        .query(params![to_i64(after), to_i64(limit as u64)])
+        .map_err(scan_error)?;
+    let mut events = Vec::with_capacity(limit);
+    while let Some(row) = rows.next().map_err(scan_error)? {
+        events.push(event_from_row(row)?);
+    }
+    Ok(events)
+}
+
+fn scan_lines(conn: &Connection, after: u64, through: u64) -> Result<Vec<LedgerLine>, StoreError> {
+    if after >= through {
+        return Ok(Vec::new());
+    }
+    let mut statement = conn
+        .prepare_cached(
+            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
+             FROM ledger_entries WHERE position > ?1 AND position <= ?2 ORDER BY position, line_index",
+        )
+        .map_err(scan_error)?;
+    let mut rows = statement
+        .query(params![to_i64(after), to_i64(through)])
+        .map_err(scan_error)?;
+    let mut lines = Vec::new();
+    while let Some(row) = rows.next().map_err(scan_error)? {
+        lines.push(line_from_row(row)?);
+    }
+    Ok(lines)
 }
 
 fn uuid_column(row: &Row<'_>, index: usize, position: u64) -> Result<Uuid, StoreError> {
