@@ -484,59 +484,44 @@ fn describe_line(line: &LedgerLine) -> String {
     format!(
         "{} {} {} (event {}, entry {})",
         line.account,
-        gpunex_projections_side(line.side),
+        crate::sqlite::side_text(line.side),
         line.amount,
         line.event_id,
         line.entry_id
     )
 }
 
-fn gpunex_projections_side(side: gpunex_domain::Side) -> &'static str {
-    crate::sqlite::side_text(side)
-}
-
 fn compare_lines(stored: &[LedgerLine], replayed: &[LedgerLine], findings: &mut Findings) {
+    let key = |line: &LedgerLine| (line.position, line.line_index);
+    let mismatch = |stored: Option<&LedgerLine>, replayed: Option<&LedgerLine>| {
+        let at = stored.or(replayed).map_or((0, 0), key);
+        AuditFinding::LineMismatch {
+            position: at.0,
+            line_index: at.1,
+            stored: stored.map(describe_line),
+            replayed: replayed.map(describe_line),
+        }
+    };
     let (mut s, mut r) = (0, 0);
-    while s < stored.len() || r < replayed.len() {
-        let key = |line: &LedgerLine| (line.position, line.line_index);
+    loop {
         match (stored.get(s), replayed.get(r)) {
             (Some(a), Some(b)) if key(a) == key(b) => {
                 if a != b {
-                    findings.push(AuditFinding::LineMismatch {
-                        position: a.position,
-                        line_index: a.line_index,
-                        stored: Some(describe_line(a)),
-                        replayed: Some(describe_line(b)),
-                    });
+                    findings.push(mismatch(Some(a), Some(b)));
                 }
                 s += 1;
                 r += 1;
             }
-            (Some(a), Some(b)) if key(a) < key(b) => {
-                findings.push(AuditFinding::LineMismatch {
-                    position: a.position,
-                    line_index: a.line_index,
-                    stored: Some(describe_line(a)),
-                    replayed: None,
-                });
+            (Some(a), Some(b)) if key(b) < key(a) => {
+                findings.push(mismatch(None, Some(b)));
+                r += 1;
+            }
+            (Some(a), _) => {
+                findings.push(mismatch(Some(a), None));
                 s += 1;
             }
-            (Some(a), None) => {
-                findings.push(AuditFinding::LineMismatch {
-                    position: a.position,
-                    line_index: a.line_index,
-                    stored: Some(describe_line(a)),
-                    replayed: None,
-                });
-                s += 1;
-            }
-            (_, Some(b)) => {
-                findings.push(AuditFinding::LineMismatch {
-                    position: b.position,
-                    line_index: b.line_index,
-                    stored: None,
-                    replayed: Some(describe_line(b)),
-                });
+            (None, Some(b)) => {
+                findings.push(mismatch(None, Some(b)));
                 r += 1;
             }
             (None, None) => break,
@@ -670,5 +655,85 @@ impl AuditSource for PgSnapshot {
             .fetch_all(&mut *self.tx)
             .await?;
         rows.iter().map(crate::postgres::balance_from_row).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpunex_domain::{Side, Usdc};
+    use uuid::Uuid;
+
+    fn line(position: u64, line_index: u32, amount: i64) -> LedgerLine {
+        LedgerLine {
+            position,
+            line_index,
+            event_id: Uuid::nil(),
+            entry_id: Uuid::nil(),
+            account: Account::Treasury,
+            side: Side::Debit,
+            amount: Usdc::from_micros(amount),
+            recorded_at_us: 0,
+        }
+    }
+
+    fn diff(stored: &[LedgerLine], replayed: &[LedgerLine]) -> Vec<(u64, u32, bool, bool)> {
+        let mut findings = Findings {
+            kept: Vec::new(),
+            omitted: 0,
+        };
+        compare_lines(stored, replayed, &mut findings);
+        findings
+            .kept
+            .into_iter()
+            .map(|f| match f {
+                AuditFinding::LineMismatch {
+                    position,
+                    line_index,
+                    stored,
+                    replayed,
+                } => (position, line_index, stored.is_some(), replayed.is_some()),
+                other => panic!("unexpected finding {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn line_comparison_reports_each_difference_once() {
+        let replayed = [line(1, 0, 5), line(1, 1, 5), line(2, 0, 7), line(2, 1, 7)];
+        assert!(diff(&replayed, &replayed).is_empty());
+        // (position, line_index, present in stored, present in replayed)
+        let cases: [(&[LedgerLine], Vec<(u64, u32, bool, bool)>); 4] = [
+            (
+                &[line(1, 0, 5), line(2, 0, 7), line(2, 1, 7)],
+                vec![(1, 1, false, true)],
+            ),
+            (
+                &[
+                    line(1, 0, 5),
+                    line(1, 1, 5),
+                    line(1, 2, 1),
+                    line(2, 0, 7),
+                    line(2, 1, 7),
+                ],
+                vec![(1, 2, true, false)],
+            ),
+            (
+                &[line(1, 0, 5), line(1, 1, 6), line(2, 0, 7), line(2, 1, 7)],
+                vec![(1, 1, true, true)],
+            ),
+            (
+                &[],
+                vec![
+                    (1, 0, false, true),
+                    (1, 1, false, true),
+                    (2, 0, false, true),
+                    (2, 1, false, true),
+                ],
+            ),
+        ];
+        for (stored, expected) in cases {
+            assert_eq!(diff(stored, &replayed), expected);
+        }
     }
 }

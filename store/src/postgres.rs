@@ -222,7 +222,7 @@ impl PgBackend {
         let mut position = 0;
         let mut events = read_all(&self.pool, 0, crate::READ_BATCH_EVENTS_MAX).await?;
         while let Some(last) = events.last().map(|e| e.position) {
-            let batch = fold(&events)?;
+            let batch = crate::store::fold_ledger(&events)?;
             let write = async {
                 let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
                 claim_rebuild(&mut tx, run_id, last).await?;
@@ -276,7 +276,7 @@ impl PgBackend {
             let Some(last) = events.last().map(|e| e.position) else {
                 break;
             };
-            write_ledger_batch(&mut tx, tables, &fold(&events)?).await?;
+            write_ledger_batch(&mut tx, tables, &crate::store::fold_ledger(&events)?).await?;
             position = last;
         }
         drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
@@ -327,14 +327,6 @@ async fn claim_rebuild(
         });
     }
     Ok(())
-}
-
-fn fold(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
-    let projected = events
-        .iter()
-        .map(RecordedEvent::to_projected)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(gpunex_projections::ledger::fold_batch(&projected)?)
 }
 
 impl GroupCommit for PgBackend {

@@ -207,7 +207,7 @@ impl SqliteBackend {
         let mut position = 0;
         let mut events = read_all(&self.read, 0, crate::READ_BATCH_EVENTS_MAX).await?;
         while let Some(last) = events.last().map(|e| e.position) {
-            let batch = fold(&events)?;
+            let batch = crate::store::fold_ledger(&events)?;
             let write = async {
                 let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
                 claim_rebuild(&mut tx, run_id, last).await?;
@@ -241,7 +241,7 @@ impl SqliteBackend {
             let Some(last) = events.last().map(|e| e.position) else {
                 break;
             };
-            write_ledger_batch(&mut tx, tables, &fold(&events)?).await?;
+            write_ledger_batch(&mut tx, tables, &crate::store::fold_ledger(&events)?).await?;
             position = last;
         }
         drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
@@ -288,14 +288,6 @@ async fn claim_rebuild(
         });
     }
     Ok(())
-}
-
-fn fold(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
-    let projected = events
-        .iter()
-        .map(RecordedEvent::to_projected)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(gpunex_projections::ledger::fold_batch(&projected)?)
 }
 
 impl GroupCommit for SqliteBackend {

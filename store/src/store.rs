@@ -424,6 +424,15 @@ async fn listen(pool: sqlx::PgPool, store: Weak<Inner>) {
     }
 }
 
+/// Decodes stored events and folds them into ledger rows (used by rebuilds on both databases).
+pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
+    let projected = events
+        .iter()
+        .map(RecordedEvent::to_projected)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(gpunex_projections::ledger::fold_batch(&projected)?)
+}
+
 /// Wall-clock time in microseconds since the Unix epoch: the store stamps `recorded_at_us`.
 pub(crate) fn now_us() -> i64 {
     chrono::Utc::now().timestamp_micros()
