@@ -677,7 +677,10 @@ mod tests {
         }
     }
 
-    fn diff(stored: &[LedgerLine], replayed: &[LedgerLine]) -> Vec<(u64, u32, bool, bool)> {
+    /// (position, line_index, present in stored, present in replayed) per finding.
+    type Diff = Vec<(u64, u32, bool, bool)>;
+
+    fn diff(stored: &[LedgerLine], replayed: &[LedgerLine]) -> Diff {
         let mut findings = Findings {
             kept: Vec::new(),
             omitted: 0,
@@ -702,8 +705,7 @@ mod tests {
     fn line_comparison_reports_each_difference_once() {
         let replayed = [line(1, 0, 5), line(1, 1, 5), line(2, 0, 7), line(2, 1, 7)];
         assert!(diff(&replayed, &replayed).is_empty());
-        // (position, line_index, present in stored, present in replayed)
-        let cases: [(&[LedgerLine], Vec<(u64, u32, bool, bool)>); 4] = [
+        let cases: [(&[LedgerLine], Diff); 4] = [
             (
                 &[line(1, 0, 5), line(2, 0, 7), line(2, 1, 7)],
                 vec![(1, 1, false, true)],
