@@ -27,6 +27,11 @@ pub async fn run_projections(store: Store) {
                 }
                 let _ = tokio::time::timeout(POLL_INTERVAL, head.changed()).await;
             }
+            Err(error @ gpunex_store::StoreError::Fold(_)) => {
+                // An event the fold cannot apply: an invariant broke; `audit verify` locates it.
+                tracing::error!(%error, "projection stopped at an event it cannot fold");
+                tokio::time::sleep(RETRY_DELAY_MAX).await;
+            }
             Err(error) => {
                 tracing::warn!(%error, retry_in_ms = retry_delay.as_millis() as u64, "projection run failed");
                 tokio::time::sleep(retry_delay).await;

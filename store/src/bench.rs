@@ -83,6 +83,82 @@ impl Ceiling {
         self.next_position.fetch_add(n, Ordering::Relaxed)
     }
 
+    /// `rows` journal-line rows written the way a rebuild writes them (into a table shaped like
+    /// `ledger_entries`, no indexes yet), `batch` rows per transaction, but with every row ready
+    /// beforehand: the database's ceiling for the write half of a replay.
+    pub async fn journal_insert(&self, rows: usize, batch: usize) -> Result<Duration, StoreError> {
+        let account = format!("provider_payable:{}", Uuid::now_v7());
+        match &self.pool {
+            Pool::Sqlite(pool) => {
+                sqlx::query(
+                    "CREATE TABLE IF NOT EXISTS bench_lines (position INTEGER NOT NULL, line_index INTEGER NOT NULL, \
+                     event_id BLOB NOT NULL, entry_id BLOB NOT NULL, account TEXT NOT NULL, side TEXT NOT NULL, \
+                     amount_micro_usdc INTEGER NOT NULL, recorded_at_us INTEGER NOT NULL)",
+                )
+                .execute(pool)
+                .await?;
+            }
+            Pool::Postgres(pool) => {
+                sqlx::query("CREATE TABLE IF NOT EXISTS bench_lines (LIKE ledger_entries)")
+                    .execute(pool)
+                    .await?;
+            }
+        }
+        let ids: Vec<Uuid> = (0..batch).map(|_| Uuid::now_v7()).collect();
+        let started = Instant::now();
+        let mut written = 0;
+        while written < rows {
+            let n = batch.min(rows - written);
+            let first = crate::to_i64(self.positions(n as u64));
+            match &self.pool {
+                Pool::Sqlite(pool) => {
+                    let mut tx = pool.begin().await?;
+                    for chunk_start in (0..n).step_by(500) {
+                        let mut query = QueryBuilder::new(
+                            "INSERT INTO bench_lines (position, line_index, event_id, entry_id, account, side, \
+                             amount_micro_usdc, recorded_at_us) ",
+                        );
+                        query.push_values(
+                            chunk_start..n.min(chunk_start + 500),
+                            |mut values, i| {
+                                values
+                                    .push_bind(first + i as i64)
+                                    .push_bind(0i64)
+                                    .push_bind(ids[i])
+                                    .push_bind(ids[i])
+                                    .push_bind(account.as_str())
+                                    .push_bind("credit")
+                                    .push_bind(1_000i64)
+                                    .push_bind(0i64);
+                            },
+                        );
+                        query.build().execute(&mut *tx).await?;
+                    }
+                    tx.commit().await?;
+                }
+                Pool::Postgres(pool) => {
+                    sqlx::query(
+                        "INSERT INTO bench_lines (position, line_index, event_id, entry_id, account, side, \
+                         amount_micro_usdc, recorded_at_us) SELECT * FROM UNNEST($1::bigint[], $2::int[], \
+                         $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])",
+                    )
+                    .bind((0..n).map(|i| first + i as i64).collect::<Vec<_>>())
+                    .bind(vec![0i32; n])
+                    .bind(&ids[..n])
+                    .bind(&ids[..n])
+                    .bind(vec![account.as_str(); n])
+                    .bind(vec!["credit"; n])
+                    .bind(vec![1_000i64; n])
+                    .bind(vec![0i64; n])
+                    .execute(pool)
+                    .await?;
+                }
+            }
+            written += n;
+        }
+        Ok(started.elapsed())
+    }
+
     /// `rows` rows in multi-row INSERT statements of `batch` rows, one transaction each.
     pub async fn multi_row_insert(
         &self,
