@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::envelope::{
     CanonicalEvent, ChainedFields, ExpectedVersion, ValidatedStream, chain_hash,
 };
-use crate::{AppendError, Committed, CommittedEvent, ConflictReason};
+use crate::{AppendError, Committed, CommittedEvent, ConflictReason, RecordedEvent};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Head {
@@ -30,24 +30,10 @@ pub(crate) struct StoredIdentity {
     pub metadata: String,
 }
 
-/// One row of `events`, ready to insert.
-#[derive(Debug, Clone)]
-pub(crate) struct Row {
-    pub position: u64,
-    pub event_id: Uuid,
-    pub stream_id: String,
-    pub stream_version: u64,
-    pub event_type: String,
-    pub schema_version: u32,
-    pub recorded_at_us: i64,
-    pub payload: String,
-    pub metadata: String,
-    pub hash: [u8; 32],
-}
-
 pub(crate) struct Plan {
     pub outcomes: Vec<Result<Committed, AppendError>>,
-    pub rows: Vec<Row>,
+    /// Rows of `events` to insert, in position order.
+    pub rows: Vec<RecordedEvent>,
     pub head: Head,
 }
 
@@ -191,7 +177,7 @@ fn chain_row(
     stream_version: u64,
     event: &CanonicalEvent,
     recorded_at_us: i64,
-) -> Row {
+) -> RecordedEvent {
     let position = head.position + 1;
     let hash = chain_hash(
         &head.hash,
@@ -208,7 +194,7 @@ fn chain_row(
         },
     );
     *head = Head { position, hash };
-    Row {
+    RecordedEvent {
         position,
         event_id: event.event_id,
         stream_id: stream_id.to_owned(),
@@ -222,7 +208,7 @@ fn chain_row(
     }
 }
 
-fn identity_of(row: &Row) -> StoredIdentity {
+fn identity_of(row: &RecordedEvent) -> StoredIdentity {
     StoredIdentity {
         position: row.position,
         stream_id: row.stream_id.clone(),
@@ -303,7 +289,7 @@ mod tests {
     }
 
     fn remember(
-        rows: &[Row],
+        rows: &[RecordedEvent],
         existing: &mut HashMap<Uuid, StoredIdentity>,
         versions: &mut HashMap<String, u64>,
     ) {

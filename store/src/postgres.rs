@@ -12,7 +12,7 @@ use sqlx::{Postgres, Row};
 use uuid::Uuid;
 
 use crate::envelope::ValidatedStream;
-use crate::plan::{Head, Row as NewRow, StoredIdentity, group_keys, plan_group};
+use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
 use crate::sqlite::{EVENT_COLUMNS, hash32, parse_side, schema_version, side_text};
 use crate::store::{LedgerTables, now_us};
 use crate::writer::{GroupCommit, GroupOutcome};
@@ -427,7 +427,7 @@ async fn identities_and_versions(
 /// Inserts the group's rows, moves the head and notifies listeners, in one statement.
 async fn insert_rows_and_move_head(
     conn: &mut PgConnection,
-    rows: &[NewRow],
+    rows: &[RecordedEvent],
     head: Head,
 ) -> Result<(), StoreError> {
     let mut columns = EventArrays::with_capacity(rows.len());
@@ -501,7 +501,7 @@ impl<'a> EventArrays<'a> {
         }
     }
 
-    fn push(&mut self, row: &'a NewRow) {
+    fn push(&mut self, row: &'a RecordedEvent) {
         self.position.push(to_i64(row.position));
         self.event_id.push(row.event_id);
         self.stream_id.push(&row.stream_id);

@@ -16,7 +16,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
 use crate::envelope::ValidatedStream;
-use crate::plan::{Head, Row as NewRow, StoredIdentity, group_keys, plan_group};
+use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
 use crate::store::{LedgerTables, now_us};
 use crate::writer::{GroupCommit, GroupOutcome};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
@@ -385,7 +385,10 @@ async fn stored_identities(
     Ok(found)
 }
 
-async fn insert_rows(conn: &mut SqliteConnection, rows: &[NewRow]) -> Result<(), StoreError> {
+async fn insert_rows(
+    conn: &mut SqliteConnection,
+    rows: &[RecordedEvent],
+) -> Result<(), StoreError> {
     for chunk in rows.chunks(INSERT_ROWS_MAX / 2) {
         let mut query =
             QueryBuilder::<Sqlite>::new(format!("INSERT INTO events ({EVENT_COLUMNS}) "));

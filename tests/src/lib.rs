@@ -161,31 +161,15 @@ impl TestDb {
     /// Runs raw SQL as a database administrator would, bypassing the store: how tests tamper
     /// with rows or inject failures. `sqlite` or `postgres` is chosen by this database's kind.
     pub async fn execute_raw(&self, sqlite: &[&str], postgres: &[&str]) {
-        if self.is_postgres() {
-            let mut conn = sqlx::PgConnection::connect(&self.url)
-                .await
-                .expect("connect");
-            for statement in postgres {
-                sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string()))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap_or_else(|e| panic!("{statement}: {e}"));
-            }
-        } else {
-            let mut conn = sqlx::SqliteConnection::connect(&self.url)
-                .await
-                .expect("connect");
-            for statement in sqlite {
-                sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string()))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        let statements = if self.is_postgres() { postgres } else { sqlite };
+        for statement in statements {
+            if let Err(error) = self.try_execute_raw(statement).await {
+                panic!("{statement}: {error}");
             }
         }
     }
 
-    /// Same as [`TestDb::execute_raw`] with one statement valid on both databases; returns
-    /// whether it succeeded.
+    /// Runs one raw statement on this database and returns its error, if any.
     pub async fn try_execute_raw(&self, statement: &str) -> Result<(), String> {
         let statement = sqlx::AssertSqlSafe(statement.to_string());
         if self.is_postgres() {
