@@ -103,6 +103,121 @@ async fn run_parent(db: &TestDb) {
     assert!(report.is_clean(), "{:?}", report.findings);
 }
 
+/// Appends of the crash test: batch `i` holds events with ids fixed by `i`, so the parent can
+/// send exactly the same appends again after killing the child.
+const CRASH_BATCHES: u128 = 400;
+const CRASH_BATCH_EVENTS: u128 = 5;
+
+fn crash_batch(i: u128) -> Vec<gpunex_store::NewEvent> {
+    (0..CRASH_BATCH_EVENTS)
+        .map(|j| {
+            // A valid UUIDv7 (version 7, RFC variant) with a fixed value.
+            let id = Uuid::from_u128(
+                0x0190_0000_0000_7000_8000_0000_0000_0000 | (i * CRASH_BATCH_EVENTS + j),
+            );
+            // Same content every time too: the entry id inside the payload is fixed as well.
+            let mut event = gpunex_tests::credit(provider(1), 1_000 + j as i64);
+            let gpunex_domain::DomainEvent::AdjustmentPosted(adjustment) = &mut event;
+            adjustment.entry_id = id;
+            gpunex_store::NewEvent::from_domain(id, &event, gpunex_tests::actor())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_writer_killed_mid_append_loses_and_doubles_nothing() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    killed_writer(&db).await;
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writer_killed_mid_append_loses_and_doubles_nothing() {
+    let db = TestDb::sqlite();
+    killed_writer(&db).await;
+}
+
+/// SIGKILL a process while it appends, then resend every append: each event is stored exactly
+/// once, the chain is intact, and the read model matches.
+async fn killed_writer(db: &TestDb) {
+    let store = db.open().await;
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env("GPUNEX_CRASH_DATABASE_URL", &db.url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once it is part-way through (some batches stored, not all).
+    let started = std::time::Instant::now();
+    loop {
+        let head = store.head_position().await.unwrap();
+        if head >= 50 * CRASH_BATCH_EVENTS as u64 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "child made no progress"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let stored_by_child = store.head_position().await.unwrap();
+    assert!(
+        stored_by_child < (CRASH_BATCHES * CRASH_BATCH_EVENTS) as u64,
+        "killed before the end"
+    );
+
+    let mut replayed = 0;
+    for i in 0..CRASH_BATCHES {
+        let committed = store
+            .append(
+                stream(&format!("ledger-crash-{i}")),
+                ExpectedVersion::NoStream,
+                crash_batch(i),
+            )
+            .await
+            .unwrap();
+        replayed += u64::from(committed.replayed);
+    }
+    let total = (CRASH_BATCHES * CRASH_BATCH_EVENTS) as u64;
+    assert_eq!(
+        store.head_position().await.unwrap(),
+        total,
+        "every event exactly once"
+    );
+    assert_eq!(
+        replayed * CRASH_BATCH_EVENTS as u64,
+        stored_by_child,
+        "what the child stored replays"
+    );
+    store.run_projections().await.unwrap();
+    let report = store.audit(&|_| {}).await.unwrap();
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(report.journal_lines_checked, 2 * total);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_child() {
+    let Ok(url) = std::env::var("GPUNEX_CRASH_DATABASE_URL") else {
+        return;
+    };
+    let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
+    for i in 0..CRASH_BATCHES {
+        store
+            .append(
+                stream(&format!("ledger-crash-{i}")),
+                ExpectedVersion::NoStream,
+                crash_batch(i),
+            )
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_writer() {
     let Ok(url) = std::env::var("GPUNEX_CHILD_DATABASE_URL") else {
