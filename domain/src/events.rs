@@ -12,6 +12,10 @@ use uuid::Uuid;
 
 use crate::ledger::{Account, JournalEntry, Posting};
 use crate::money::Usdc;
+use crate::onboarding::{
+    ApplicationApproved, ApplicationEvent, ApplicationRejected, ApplicationSubmitted,
+    ApplicationWithdrawn, InformationProvided, InformationRequested,
+};
 
 /// One entry of the catalog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,11 +28,34 @@ pub struct EventSpec {
 pub const ADJUSTMENT_POSTED: &str = "ledger.adjustment_posted";
 
 /// Every event type the store accepts. An append of any other type is rejected.
-pub const EVENT_CATALOG: &[EventSpec] = &[EventSpec {
-    event_type: ADJUSTMENT_POSTED,
-    oldest_version: 1,
-    current_version: 2,
-}];
+pub const EVENT_CATALOG: &[EventSpec] = &[
+    EventSpec {
+        event_type: ADJUSTMENT_POSTED,
+        oldest_version: 1,
+        current_version: 2,
+    },
+    v1(APPLICATION_SUBMITTED),
+    v1(APPLICATION_INFORMATION_REQUESTED),
+    v1(APPLICATION_INFORMATION_PROVIDED),
+    v1(APPLICATION_APPROVED),
+    v1(APPLICATION_REJECTED),
+    v1(APPLICATION_WITHDRAWN),
+];
+
+pub const APPLICATION_SUBMITTED: &str = "provider.application_submitted";
+pub const APPLICATION_INFORMATION_REQUESTED: &str = "provider.application_information_requested";
+pub const APPLICATION_INFORMATION_PROVIDED: &str = "provider.application_information_provided";
+pub const APPLICATION_APPROVED: &str = "provider.application_approved";
+pub const APPLICATION_REJECTED: &str = "provider.application_rejected";
+pub const APPLICATION_WITHDRAWN: &str = "provider.application_withdrawn";
+
+const fn v1(event_type: &'static str) -> EventSpec {
+    EventSpec {
+        event_type,
+        oldest_version: 1,
+        current_version: 1,
+    }
+}
 
 /// Longest free-text reason an adjustment may carry, in characters.
 pub const REASON_CHARS_MAX: usize = 500;
@@ -64,6 +91,7 @@ pub enum DecodeError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DomainEvent {
     AdjustmentPosted(AdjustmentPosted),
+    Application(ApplicationEvent),
 }
 
 /// Finance corrects the books by hand: a balanced journal entry with a reason.
@@ -91,6 +119,14 @@ impl DomainEvent {
     pub fn event_type(&self) -> &'static str {
         match self {
             DomainEvent::AdjustmentPosted(_) => ADJUSTMENT_POSTED,
+            DomainEvent::Application(event) => match event {
+                ApplicationEvent::Submitted(_) => APPLICATION_SUBMITTED,
+                ApplicationEvent::InformationRequested(_) => APPLICATION_INFORMATION_REQUESTED,
+                ApplicationEvent::InformationProvided(_) => APPLICATION_INFORMATION_PROVIDED,
+                ApplicationEvent::Approved(_) => APPLICATION_APPROVED,
+                ApplicationEvent::Rejected(_) => APPLICATION_REJECTED,
+                ApplicationEvent::Withdrawn(_) => APPLICATION_WITHDRAWN,
+            },
         }
     }
 
@@ -102,6 +138,14 @@ impl DomainEvent {
     pub fn to_payload(&self) -> Value {
         let encoded = match self {
             DomainEvent::AdjustmentPosted(event) => serde_json::to_value(event),
+            DomainEvent::Application(event) => match event {
+                ApplicationEvent::Submitted(e) => serde_json::to_value(e),
+                ApplicationEvent::InformationRequested(e) => serde_json::to_value(e),
+                ApplicationEvent::InformationProvided(e) => serde_json::to_value(e),
+                ApplicationEvent::Approved(e) => serde_json::to_value(e),
+                ApplicationEvent::Rejected(e) => serde_json::to_value(e),
+                ApplicationEvent::Withdrawn(e) => serde_json::to_value(e),
+            },
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -109,8 +153,14 @@ impl DomainEvent {
 
     /// The postings this event moves, if it moves money.
     pub fn journal(&self) -> Option<&JournalEntry> {
+        self.journal_entry().map(|(_, entry)| entry)
+    }
+
+    /// The journal entry's id and postings, if this event moves money.
+    pub fn journal_entry(&self) -> Option<(Uuid, &JournalEntry)> {
         match self {
-            DomainEvent::AdjustmentPosted(event) => Some(&event.postings),
+            DomainEvent::AdjustmentPosted(event) => Some((event.entry_id, &event.postings)),
+            DomainEvent::Application(_) => None,
         }
     }
 
@@ -120,7 +170,7 @@ impl DomainEvent {
         version: u32,
         payload: &Value,
     ) -> Result<DomainEvent, DecodeError> {
-        decode_with(event_type, version, |shape| shape.parse_value(payload))
+        decode_with(event_type, version, FromValue(payload))
     }
 
     /// Decodes a stored payload (JSON text) of any supported version, upcasting it first.
@@ -129,42 +179,35 @@ impl DomainEvent {
         version: u32,
         payload: &str,
     ) -> Result<DomainEvent, DecodeError> {
-        decode_with(event_type, version, |shape| shape.parse_str(payload))
+        decode_with(event_type, version, FromText(payload))
     }
 }
 
-/// Which versioned struct a payload is parsed into; lets `decode` and `decode_json` share one
-/// version table without parsing text into a `Value` first.
-enum Shape {
-    AdjustmentV1,
-    AdjustmentV2,
+/// Where a payload comes from: a submitted JSON value or stored JSON text. Stored text is parsed
+/// straight into the versioned struct, without building a `Value` first.
+trait PayloadSource {
+    fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error>;
 }
 
-enum Parsed {
-    AdjustmentV1(AdjustmentPostedV1),
-    AdjustmentV2(AdjustmentPosted),
-}
+struct FromValue<'a>(&'a Value);
+struct FromText<'a>(&'a str);
 
-impl Shape {
-    fn parse_value(&self, payload: &Value) -> Result<Parsed, serde_json::Error> {
-        Ok(match self {
-            Shape::AdjustmentV1 => Parsed::AdjustmentV1(AdjustmentPostedV1::deserialize(payload)?),
-            Shape::AdjustmentV2 => Parsed::AdjustmentV2(AdjustmentPosted::deserialize(payload)?),
-        })
+impl PayloadSource for FromValue<'_> {
+    fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        T::deserialize(self.0)
     }
+}
 
-    fn parse_str(&self, payload: &str) -> Result<Parsed, serde_json::Error> {
-        Ok(match self {
-            Shape::AdjustmentV1 => Parsed::AdjustmentV1(serde_json::from_str(payload)?),
-            Shape::AdjustmentV2 => Parsed::AdjustmentV2(serde_json::from_str(payload)?),
-        })
+impl PayloadSource for FromText<'_> {
+    fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0)
     }
 }
 
 fn decode_with(
     event_type: &str,
     version: u32,
-    parse: impl FnOnce(Shape) -> Result<Parsed, serde_json::Error>,
+    source: impl PayloadSource,
 ) -> Result<DomainEvent, DecodeError> {
     let spec = spec(event_type).ok_or_else(|| DecodeError::UnknownEventType {
         event_type: event_type.chars().take(128).collect(),
@@ -182,21 +225,48 @@ fn decode_with(
         version,
         reason,
     };
-    let shape = match (spec.event_type, version) {
-        (ADJUSTMENT_POSTED, 1) => Shape::AdjustmentV1,
-        (ADJUSTMENT_POSTED, _) => Shape::AdjustmentV2,
+    let json = |e: serde_json::Error| malformed(e.to_string());
+    let application = DomainEvent::Application;
+    let event = match (spec.event_type, version) {
+        (ADJUSTMENT_POSTED, 1) => {
+            let event = upcast_adjustment_v1(source.parse().map_err(json)?).map_err(malformed)?;
+            validate_reason(&event.reason).map_err(malformed)?;
+            DomainEvent::AdjustmentPosted(event)
+        }
+        (ADJUSTMENT_POSTED, _) => {
+            let event: AdjustmentPosted = source.parse().map_err(json)?;
+            validate_reason(&event.reason).map_err(malformed)?;
+            DomainEvent::AdjustmentPosted(event)
+        }
+        (APPLICATION_SUBMITTED, _) => application(ApplicationEvent::Submitted(
+            source.parse::<ApplicationSubmitted>().map_err(json)?,
+        )),
+        (APPLICATION_INFORMATION_REQUESTED, _) => {
+            application(ApplicationEvent::InformationRequested(
+                source.parse::<InformationRequested>().map_err(json)?,
+            ))
+        }
+        (APPLICATION_INFORMATION_PROVIDED, _) => {
+            application(ApplicationEvent::InformationProvided(
+                source.parse::<InformationProvided>().map_err(json)?,
+            ))
+        }
+        (APPLICATION_APPROVED, _) => application(ApplicationEvent::Approved(
+            source.parse::<ApplicationApproved>().map_err(json)?,
+        )),
+        (APPLICATION_REJECTED, _) => application(ApplicationEvent::Rejected(
+            source.parse::<ApplicationRejected>().map_err(json)?,
+        )),
+        (APPLICATION_WITHDRAWN, _) => application(ApplicationEvent::Withdrawn(
+            source.parse::<ApplicationWithdrawn>().map_err(json)?,
+        )),
         _ => {
             return Err(DecodeError::UnknownEventType {
                 event_type: spec.event_type.to_owned(),
             });
         }
     };
-    let event = match parse(shape).map_err(|e| malformed(e.to_string()))? {
-        Parsed::AdjustmentV1(v1) => upcast_adjustment_v1(v1).map_err(malformed)?,
-        Parsed::AdjustmentV2(v2) => v2,
-    };
-    validate_reason(&event.reason).map_err(malformed)?;
-    Ok(DomainEvent::AdjustmentPosted(event))
+    Ok(event)
 }
 
 fn upcast_adjustment_v1(v1: AdjustmentPostedV1) -> Result<AdjustmentPosted, String> {

@@ -9,11 +9,15 @@
 )]
 
 pub mod events;
+pub mod gpu;
 pub mod ledger;
 pub mod money;
+pub mod onboarding;
 pub mod stream;
+pub mod time;
 
 pub use events::{DecodeError, DomainEvent, EVENT_CATALOG, EventSpec};
 pub use ledger::{Account, JournalEntry, JournalError, Posting, Side};
 pub use money::{MoneyError, Rounding, Usdc};
 pub use stream::{StreamId, StreamIdError};
+pub use time::{Timestamp, Weekday};

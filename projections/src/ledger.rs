@@ -89,11 +89,8 @@ pub fn fold_batch(events: &[ProjectedEvent]) -> Result<LedgerBatch, FoldError> {
             });
         }
         previous = projected.position;
-        let Some(journal) = projected.event.journal() else {
+        let Some((entry_id, journal)) = projected.event.journal_entry() else {
             continue;
-        };
-        let entry_id = match &projected.event {
-            gpunex_domain::DomainEvent::AdjustmentPosted(event) => event.entry_id,
         };
         for (index, posting) in journal.lines().iter().enumerate() {
             let totals = batch

@@ -474,7 +474,9 @@ async fn older_schema_versions_are_upcast_on_read(db: &TestDb) {
         stored.schema_version, 1,
         "rows keep the version they were written with"
     );
-    let DomainEvent::AdjustmentPosted(event) = stored.decode().unwrap();
+    let DomainEvent::AdjustmentPosted(event) = stored.decode().unwrap() else {
+        panic!("an adjustment was appended")
+    };
     assert_eq!(event.postings.lines().len(), 2);
     assert_eq!(event.postings.total().micros(), 2_500_000);
     store.run_projections().await.unwrap();

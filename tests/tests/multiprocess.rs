@@ -117,7 +117,9 @@ fn crash_batch(i: u128) -> Vec<gpunex_store::NewEvent> {
             );
             // Same content every time too: the entry id inside the payload is fixed as well.
             let mut event = gpunex_tests::credit(provider(1), 1_000 + j as i64);
-            let gpunex_domain::DomainEvent::AdjustmentPosted(adjustment) = &mut event;
+            let gpunex_domain::DomainEvent::AdjustmentPosted(adjustment) = &mut event else {
+                unreachable!("credit() builds an adjustment")
+            };
             adjustment.entry_id = id;
             gpunex_store::NewEvent::from_domain(id, &event, gpunex_tests::actor())
         })

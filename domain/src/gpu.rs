@@ -1,0 +1,218 @@
+//! The catalog of supported GPU models and their reference figures.
+//!
+//! Figures are dense (no sparsity) datasheet peaks from `shared/reference/gpu-benchmarking.md`,
+//! stored as integers: TFLOPS in tenths (`989` TFLOPS is `9_890`), bandwidth in GB/s. A model not
+//! in this catalog may still be offered by name; it is then evaluated case by case.
+
+/// One form factor of a model: the same name can ship as SXM and PCIe with different limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuVariant {
+    pub form_factor: &'static str,
+    pub memory_bandwidth_gb_s: u32,
+    pub fp32_tflops_tenths: u32,
+    pub tf32_tensor_tflops_tenths: u32,
+    pub fp16_tensor_tflops_tenths: u32,
+    pub fp8_tflops_tenths: Option<u32>,
+    pub power_w: u32,
+    /// NVML `pci_info().pci_device_id >> 16`, the reliable key for detection.
+    pub pci_device_id: Option<u16>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuModel {
+    /// Stable id used in requests and events, e.g. `h100-80gb`.
+    pub id: &'static str,
+    pub name: &'static str,
+    pub vram_gb: u32,
+    pub variants: &'static [GpuVariant],
+}
+
+/// The supported models (the provider guide's list).
+pub const GPU_CATALOG: &[GpuModel] = &[
+    GpuModel {
+        id: "h100-80gb",
+        name: "NVIDIA H100 80GB",
+        vram_gb: 80,
+        variants: &[
+            GpuVariant {
+                form_factor: "SXM5",
+                memory_bandwidth_gb_s: 3_350,
+                fp32_tflops_tenths: 670,
+                tf32_tensor_tflops_tenths: 4_947,
+                fp16_tensor_tflops_tenths: 9_890,
+                fp8_tflops_tenths: Some(19_790),
+                power_w: 700,
+                pci_device_id: Some(0x2330),
+            },
+            GpuVariant {
+                form_factor: "PCIe",
+                memory_bandwidth_gb_s: 2_000,
+                fp32_tflops_tenths: 510,
+                tf32_tensor_tflops_tenths: 3_780,
+                fp16_tensor_tflops_tenths: 7_560,
+                fp8_tflops_tenths: Some(15_130),
+                power_w: 350,
+                pci_device_id: Some(0x2331),
+            },
+        ],
+    },
+    GpuModel {
+        id: "a100-40gb",
+        name: "NVIDIA A100 40GB",
+        vram_gb: 40,
+        variants: &[
+            GpuVariant {
+                form_factor: "SXM4",
+                memory_bandwidth_gb_s: 1_555,
+                fp32_tflops_tenths: 195,
+                tf32_tensor_tflops_tenths: 1_560,
+                fp16_tensor_tflops_tenths: 3_120,
+                fp8_tflops_tenths: None,
+                power_w: 400,
+                pci_device_id: Some(0x20b0),
+            },
+            GpuVariant {
+                form_factor: "PCIe",
+                memory_bandwidth_gb_s: 1_555,
+                fp32_tflops_tenths: 195,
+                tf32_tensor_tflops_tenths: 1_560,
+                fp16_tensor_tflops_tenths: 3_120,
+                fp8_tflops_tenths: None,
+                power_w: 250,
+                pci_device_id: Some(0x20f1),
+            },
+        ],
+    },
+    GpuModel {
+        id: "a100-80gb",
+        name: "NVIDIA A100 80GB",
+        vram_gb: 80,
+        variants: &[
+            GpuVariant {
+                form_factor: "SXM4",
+                memory_bandwidth_gb_s: 2_039,
+                fp32_tflops_tenths: 195,
+                tf32_tensor_tflops_tenths: 1_560,
+                fp16_tensor_tflops_tenths: 3_120,
+                fp8_tflops_tenths: None,
+                power_w: 400,
+                pci_device_id: Some(0x20b2),
+            },
+            GpuVariant {
+                form_factor: "PCIe",
+                memory_bandwidth_gb_s: 1_935,
+                fp32_tflops_tenths: 195,
+                tf32_tensor_tflops_tenths: 1_560,
+                fp16_tensor_tflops_tenths: 3_120,
+                fp8_tflops_tenths: None,
+                power_w: 300,
+                pci_device_id: Some(0x20b5),
+            },
+        ],
+    },
+    GpuModel {
+        id: "l40s",
+        name: "NVIDIA L40S",
+        vram_gb: 48,
+        variants: &[GpuVariant {
+            form_factor: "PCIe",
+            memory_bandwidth_gb_s: 864,
+            fp32_tflops_tenths: 916,
+            tf32_tensor_tflops_tenths: 1_830,
+            fp16_tensor_tflops_tenths: 3_620,
+            fp8_tflops_tenths: Some(7_330),
+            power_w: 350,
+            pci_device_id: Some(0x26b9),
+        }],
+    },
+    GpuModel {
+        id: "l4",
+        name: "NVIDIA L4",
+        vram_gb: 24,
+        variants: &[GpuVariant {
+            form_factor: "PCIe",
+            memory_bandwidth_gb_s: 300,
+            fp32_tflops_tenths: 303,
+            tf32_tensor_tflops_tenths: 600,
+            fp16_tensor_tflops_tenths: 1_210,
+            fp8_tflops_tenths: Some(2_425),
+            power_w: 72,
+            pci_device_id: Some(0x27b8),
+        }],
+    },
+    GpuModel {
+        id: "rtx-4090",
+        name: "NVIDIA GeForce RTX 4090",
+        vram_gb: 24,
+        // FP16 tensor with FP32 accumulate (330.3 with FP16 accumulate).
+        variants: &[GpuVariant {
+            form_factor: "PCIe",
+            memory_bandwidth_gb_s: 1_008,
+            fp32_tflops_tenths: 826,
+            tf32_tensor_tflops_tenths: 826,
+            fp16_tensor_tflops_tenths: 1_652,
+            fp8_tflops_tenths: Some(3_303),
+            power_w: 450,
+            pci_device_id: None,
+        }],
+    },
+    GpuModel {
+        id: "rtx-a6000",
+        name: "NVIDIA RTX A6000",
+        vram_gb: 48,
+        // Dense figures: the datasheet's 309.7 TFLOPS is the sparse FP16 figure.
+        variants: &[GpuVariant {
+            form_factor: "PCIe",
+            memory_bandwidth_gb_s: 768,
+            fp32_tflops_tenths: 387,
+            tf32_tensor_tflops_tenths: 774,
+            fp16_tensor_tflops_tenths: 1_548,
+            fp8_tflops_tenths: None,
+            power_w: 300,
+            pci_device_id: Some(0x2230),
+        }],
+    },
+];
+
+pub fn find_model(id: &str) -> Option<&'static GpuModel> {
+    GPU_CATALOG.iter().find(|model| model.id == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_ids_are_unique_and_figures_are_dense_and_plausible() {
+        for (i, model) in GPU_CATALOG.iter().enumerate() {
+            assert!(
+                GPU_CATALOG[i + 1..]
+                    .iter()
+                    .all(|other| other.id != model.id),
+                "{}",
+                model.id
+            );
+            assert!(!model.variants.is_empty());
+            for v in model.variants {
+                // Tensor FP16 is at least FP32 and no more than 20x it; dense, never the 2x sparse figure.
+                assert!(
+                    v.fp16_tensor_tflops_tenths >= v.fp32_tflops_tenths,
+                    "{} {}",
+                    model.id,
+                    v.form_factor
+                );
+                assert!(
+                    v.fp16_tensor_tflops_tenths <= 20 * v.fp32_tflops_tenths,
+                    "{}",
+                    model.id
+                );
+            }
+        }
+        assert_eq!(
+            find_model("rtx-a6000").map(|m| m.variants[0].fp16_tensor_tflops_tenths),
+            Some(1_548)
+        );
+        assert_eq!(find_model("h100-80gb").map(|m| m.vram_gb), Some(80));
+        assert!(find_model("h200").is_none());
+    }
+}
