@@ -62,6 +62,11 @@ pub enum Command {
         #[command(subcommand)]
         command: ProjectionsCommand,
     },
+    /// Administration from the command line.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
     /// Measure performance and print figures.
     Bench {
         #[command(subcommand)]
@@ -113,6 +118,25 @@ pub enum ProjectionsCommand {
     Run,
     /// Rebuild every read model from position 0 into fresh tables, then swap them in.
     Rebuild,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Issue an operator credential (the first admin token, or a finance token) and print it
+    /// once. Provider and agent tokens are issued through the API.
+    CreateToken {
+        #[arg(long, value_enum)]
+        role: OperatorRole,
+        /// What the token is for, e.g. "alice's laptop".
+        #[arg(long, default_value = "created on the command line")]
+        label: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OperatorRole {
+    Admin,
+    Finance,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,7 +1,7 @@
 //! One API error type, one table from error to HTTP status and stable code. Internal errors are
 //! logged once here and never leaked to clients.
 
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use gpunex_store::StoreError;
 use gpunex_wire::{FieldError, Problem};
@@ -12,6 +12,14 @@ pub enum ApiError {
     InvalidRequest(Vec<FieldError>),
     #[error("no route for this path")]
     NoRoute,
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    #[error("this role may not call this endpoint")]
+    Forbidden,
+    #[error("no such {0}")]
+    NotFound(&'static str),
+    #[error("{detail}")]
+    Conflict { code: &'static str, detail: String },
     #[error("the database is unavailable")]
     Unavailable(#[source] StoreError),
     #[error("internal error")]
@@ -30,7 +38,10 @@ impl ApiError {
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
-            ApiError::NoRoute => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::NoRoute | ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -60,7 +71,7 @@ impl IntoResponse for ApiError {
                 .map(|e| format!("{}: {}", e.field, e.message))
                 .collect::<Vec<_>>()
                 .join("; "),
-            ApiError::NoRoute => self.to_string(),
+            _ => self.to_string(),
         };
         let errors = match self {
             ApiError::InvalidRequest(errors) => errors,
@@ -75,11 +86,17 @@ impl IntoResponse for ApiError {
             errors,
         };
         let body = serde_json::to_vec(&problem).unwrap_or_default();
-        (
+        let mut response = (
             status,
             [(header::CONTENT_TYPE, "application/problem+json")],
             body,
         )
-            .into_response()
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
     }
 }

@@ -8,10 +8,12 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod error;
 pub mod runner;
 pub mod server;
+pub mod tokens;
 
 pub use server::{AppState, router};

@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpunex_api::cli::{
-    self, AuditCommand, BenchCommand, Cli, Command, EventsCommand, LogFormat, ProjectionsCommand,
+    self, AdminCommand, AuditCommand, BenchCommand, Cli, Command, EventsCommand, LogFormat,
+    OperatorRole, ProjectionsCommand,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -104,6 +105,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     );
                 }
             }
+        }
+        Command::Admin {
+            command: AdminCommand::CreateToken { role, label },
+        } => {
+            let store = cli::open_store(&cli.database_url).await?;
+            let role = match role {
+                OperatorRole::Admin => gpunex_domain::credentials::Role::Admin,
+                OperatorRole::Finance => gpunex_domain::credentials::Role::Finance,
+            };
+            let (new, issued) =
+                gpunex_api::tokens::issue_token(&store, None, role, &label, "cli", None)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?;
+            eprintln!(
+                "token {} ({}) issued; it is shown once and cannot be recovered:",
+                issued.token_id,
+                role.name()
+            );
+            println!("{}", new.token);
         }
         Command::Bench {
             command: BenchCommand::Store(args),

@@ -10,6 +10,7 @@ use gpunex_domain::{Account, Side};
 use gpunex_store::{RecordedEvent, Store};
 use gpunex_wire as wire;
 
+use crate::auth::{Allow, Caller};
 use crate::error::ApiError;
 
 /// Default and largest page of events or journal lines.
@@ -19,6 +20,15 @@ pub const PAGE_ITEMS_MAX: u64 = 1_000;
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    pub credentials: crate::auth::CredentialCache,
+}
+
+impl AppState {
+    /// Loads the credential registry from the log and keeps it current.
+    pub async fn load(store: Store) -> Result<AppState, gpunex_store::StoreError> {
+        let credentials = crate::auth::CredentialCache::load(&store).await?;
+        Ok(AppState { store, credentials })
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -29,6 +39,18 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/projections", get(projections))
         .route("/v1/ledger/accounts", get(balances))
         .route("/v1/ledger/accounts/{account}/lines", get(account_lines))
+        .route(
+            "/v1/tokens",
+            get(crate::tokens::list).post(crate::tokens::issue),
+        )
+        .route(
+            "/v1/tokens/{token_id}/rotate",
+            axum::routing::post(crate::tokens::rotate),
+        )
+        .route(
+            "/v1/tokens/{token_id}/revoke",
+            axum::routing::post(crate::tokens::revoke),
+        )
         .fallback(|| async { ApiError::NoRoute })
         .with_state(state)
 }
@@ -72,7 +94,9 @@ fn projection_status(status: &gpunex_store::ProjectionStatus) -> wire::Projectio
 
 async fn projections(
     State(state): State<AppState>,
+    caller: Caller,
 ) -> Result<Json<Vec<wire::ProjectionStatus>>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
     let statuses = state.store.projection_status().await?;
     Ok(Json(statuses.iter().map(projection_status).collect()))
 }
@@ -121,8 +145,10 @@ fn truncate(text: &str) -> String {
 
 async fn list_events(
     State(state): State<AppState>,
+    caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<wire::EventsPage>, ApiError> {
+    caller.require(&[Allow::Admin])?;
     let page = Page::parse(&query)?;
     let events = state
         .store
@@ -161,7 +187,11 @@ pub fn timestamp(us: i64) -> String {
         .unwrap_or_else(|| us.to_string())
 }
 
-async fn balances(State(state): State<AppState>) -> Result<Json<wire::AccountBalances>, ApiError> {
+async fn balances(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<wire::AccountBalances>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
     let (as_of_position, balances) = state.store.balances_as_of().await?;
     let mut accounts = Vec::with_capacity(balances.len());
     for (account, totals) in &balances {
@@ -188,9 +218,11 @@ async fn balances(State(state): State<AppState>) -> Result<Json<wire::AccountBal
 
 async fn account_lines(
     State(state): State<AppState>,
+    caller: Caller,
     Path(account): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<wire::JournalPage>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
     let account: Account =
         account
             .parse()
@@ -235,7 +267,8 @@ pub async fn serve(store: Store, listen: std::net::SocketAddr) -> anyhow::Result
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, database = ?store.backend(), "gpunex listening");
-    let app = router(AppState { store }).layer(axum::middleware::from_fn(log_request));
+    let state = AppState::load(store).await?;
+    let app = router(state).layer(axum::middleware::from_fn(log_request));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;

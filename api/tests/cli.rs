@@ -155,6 +155,27 @@ fn free_port() -> u16 {
 async fn serve_answers_over_http_folds_new_events_and_stops_gracefully() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
+    // The first admin credential, from the command line, before the server runs.
+    let created = Command::new(GPUNEX)
+        .args([
+            "admin",
+            "create-token",
+            "--role",
+            "admin",
+            "--label",
+            "first admin",
+        ])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let admin_token = String::from_utf8(created.stdout).unwrap().trim().to_owned();
+    assert!(admin_token.starts_with("gpnx_"), "{admin_token}");
     // No DATABASE_URL: the embedded default under ./data/ relative to the working directory.
     let mut server = tokio::process::Command::new(GPUNEX)
         .args([
@@ -184,6 +205,26 @@ async fn serve_answers_over_http_folds_new_events_and_stops_gracefully() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let unauthenticated = client
+        .get(format!("{base}/v1/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status(), 401);
+    let events: serde_json::Value = client
+        .get(format!("{base}/v1/events"))
+        .bearer_auth(&admin_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(events["events"][0]["event_type"], "credential.token_issued");
+    assert!(
+        !events.to_string().contains(&admin_token[38..]),
+        "the secret is never stored"
+    );
     let database = dir.path().join("data/gpunex.sqlite");
     assert!(database.exists(), "SQLite file created under ./data/");
 
@@ -205,7 +246,7 @@ async fn serve_answers_over_http_folds_new_events_and_stops_gracefully() {
             .json()
             .await
             .unwrap();
-        if ready["projections"][0]["lag_events"] == 0 && ready["head_position"] == 50 {
+        if ready["projections"][0]["lag_events"] == 0 && ready["head_position"] == 51 {
             break;
         }
         assert!(

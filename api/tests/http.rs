@@ -3,6 +3,7 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use gpunex_api::{AppState, router};
+
 use gpunex_tests::{TestDb, conformance, provider, seed_credits};
 use gpunex_wire as wire;
 use http_body_util::BodyExt;
@@ -14,13 +15,30 @@ conformance!(
     bad_query_parameters_get_problem_documents,
 );
 
-async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String, serde_json::Value) {
+/// The router with an admin token, as an operator would use it.
+async fn app(store: gpunex_store::Store) -> (axum::Router, String) {
+    let state = AppState::load(store).await.unwrap();
+    let (token, _) = gpunex_api::tokens::issue_token(
+        &state.store,
+        Some(&state.credentials),
+        gpunex_domain::credentials::Role::Admin,
+        "tests",
+        "cli",
+        None,
+    )
+    .await
+    .unwrap();
+    (router(state), token.token)
+}
+
+async fn get(app: &(axum::Router, String), uri: &str) -> (StatusCode, String, serde_json::Value) {
     use tower::ServiceExt;
-    let response = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
+    let (app, token) = app;
+    let request = Request::get(uri)
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::empty())
         .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let content_type = response
         .headers()
@@ -38,17 +56,15 @@ async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String, serde_json::
 async fn health_and_readiness(db: &TestDb) {
     let store = db.open().await;
     seed_credits(&store, 30, 2).await;
-    let app = router(AppState {
-        store: store.clone(),
-    });
+    let app = app(store.clone()).await; // issuing its token is event 31
     let (status, _, body) = get(&app, "/healthz").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["status"], "ok");
     let (status, _, body) = get(&app, "/readyz").await;
     assert_eq!(status, StatusCode::OK);
     let ready: wire::Readiness = serde_json::from_value(body).unwrap();
-    assert_eq!(ready.head_position, 30);
-    assert_eq!(ready.projections[0].lag_events, 30, "nothing folded yet");
+    assert_eq!(ready.head_position, 31);
+    assert_eq!(ready.projections[0].lag_events, 31, "nothing folded yet");
     store.run_projections().await.unwrap();
     let (_, _, body) = get(&app, "/v1/projections").await;
     assert_eq!(body[0]["lag_events"], 0);
@@ -57,7 +73,7 @@ async fn health_and_readiness(db: &TestDb) {
 async fn events_page_through_the_log(db: &TestDb) {
     let store = db.open().await;
     seed_credits(&store, 250, 3).await;
-    let app = router(AppState { store });
+    let app = app(store).await;
     let mut after = 0;
     let mut seen = 0;
     loop {
@@ -75,14 +91,14 @@ async fn events_page_through_the_log(db: &TestDb) {
         seen += page.events.len();
         after = page.next_after;
     }
-    assert_eq!(seen, 250);
+    assert_eq!(seen, 251, "250 credits and the admin token's issue");
 }
 
 async fn balances_and_journal_lines_trace_back_to_events(db: &TestDb) {
     let store = db.open().await;
     let expected = seed_credits(&store, 40, 2).await;
     store.run_projections().await.unwrap();
-    let app = router(AppState { store });
+    let app = app(store).await;
     let (status, _, body) = get(&app, "/v1/ledger/accounts").await;
     assert_eq!(status, StatusCode::OK);
     let balances: wire::AccountBalances = serde_json::from_value(body).unwrap();
@@ -125,7 +141,7 @@ async fn balances_and_journal_lines_trace_back_to_events(db: &TestDb) {
 
 async fn bad_query_parameters_get_problem_documents(db: &TestDb) {
     let store = db.open().await;
-    let app = router(AppState { store });
+    let app = app(store).await;
     let cases = [
         ("/v1/events?limit=0", "limit"),
         ("/v1/events?limit=1001", "limit"),

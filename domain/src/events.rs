@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::credentials::{CredentialEvent, TokenIssued, TokenRevoked};
 use crate::ledger::{Account, JournalEntry, Posting};
 use crate::money::Usdc;
 use crate::onboarding::{
@@ -40,7 +41,12 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(APPLICATION_APPROVED),
     v1(APPLICATION_REJECTED),
     v1(APPLICATION_WITHDRAWN),
+    v1(TOKEN_ISSUED),
+    v1(TOKEN_REVOKED),
 ];
+
+pub const TOKEN_ISSUED: &str = "credential.token_issued";
+pub const TOKEN_REVOKED: &str = "credential.token_revoked";
 
 pub const APPLICATION_SUBMITTED: &str = "provider.application_submitted";
 pub const APPLICATION_INFORMATION_REQUESTED: &str = "provider.application_information_requested";
@@ -92,6 +98,7 @@ pub enum DecodeError {
 pub enum DomainEvent {
     AdjustmentPosted(AdjustmentPosted),
     Application(ApplicationEvent),
+    Credential(CredentialEvent),
 }
 
 /// Finance corrects the books by hand: a balanced journal entry with a reason.
@@ -127,6 +134,8 @@ impl DomainEvent {
                 ApplicationEvent::Rejected(_) => APPLICATION_REJECTED,
                 ApplicationEvent::Withdrawn(_) => APPLICATION_WITHDRAWN,
             },
+            DomainEvent::Credential(CredentialEvent::Issued(_)) => TOKEN_ISSUED,
+            DomainEvent::Credential(CredentialEvent::Revoked(_)) => TOKEN_REVOKED,
         }
     }
 
@@ -146,6 +155,8 @@ impl DomainEvent {
                 ApplicationEvent::Rejected(e) => serde_json::to_value(e),
                 ApplicationEvent::Withdrawn(e) => serde_json::to_value(e),
             },
+            DomainEvent::Credential(CredentialEvent::Issued(e)) => serde_json::to_value(e),
+            DomainEvent::Credential(CredentialEvent::Revoked(e)) => serde_json::to_value(e),
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -160,7 +171,7 @@ impl DomainEvent {
     pub fn journal_entry(&self) -> Option<(Uuid, &JournalEntry)> {
         match self {
             DomainEvent::AdjustmentPosted(event) => Some((event.entry_id, &event.postings)),
-            DomainEvent::Application(_) => None,
+            DomainEvent::Application(_) | DomainEvent::Credential(_) => None,
         }
     }
 
@@ -259,6 +270,12 @@ fn decode_with(
         )),
         (APPLICATION_WITHDRAWN, _) => application(ApplicationEvent::Withdrawn(
             source.parse::<ApplicationWithdrawn>().map_err(json)?,
+        )),
+        (TOKEN_ISSUED, _) => DomainEvent::Credential(CredentialEvent::Issued(
+            source.parse::<TokenIssued>().map_err(json)?,
+        )),
+        (TOKEN_REVOKED, _) => DomainEvent::Credential(CredentialEvent::Revoked(
+            source.parse::<TokenRevoked>().map_err(json)?,
         )),
         _ => {
             return Err(DecodeError::UnknownEventType {

@@ -115,3 +115,44 @@ pub struct FieldError {
     pub code: String,
     pub message: String,
 }
+
+/// `POST /v1/tokens`: issue a token. `role` is `{"kind": "admin"}`, `{"kind": "finance"}`,
+/// `{"kind": "provider", "provider_id": ...}`, `{"kind": "agent", "provider_id": ...,
+/// "machine_id": ...}` or `{"kind": "renter", "user_id": ...}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssueToken {
+    pub role: serde_json::Value,
+    pub label: String,
+}
+
+/// A token as listed: never its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    pub token_id: Uuid,
+    pub role: serde_json::Value,
+    pub label: String,
+    pub issued_at: String,
+    pub issued_by: String,
+    pub replaces: Option<Uuid>,
+    pub revoked_at: Option<String>,
+}
+
+/// A newly issued token: `token` is shown this once and cannot be recovered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedToken {
+    pub token: String,
+    #[serde(flatten)]
+    pub info: TokenInfo,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenList {
+    pub tokens: Vec<TokenInfo>,
+}
+
+/// `POST /v1/tokens/{id}/revoke`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeToken {
+    #[serde(default)]
+    pub reason: String,
+}

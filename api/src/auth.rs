@@ -1,0 +1,239 @@
+//! Bearer-token authentication and role checks.
+//!
+//! A token reads `gpnx_<token id, 32 hex>_<secret, 64 hex>`. The server keeps the credential
+//! registry in memory (folded from the log, kept current by a subscription, and updated at once
+//! by this process's own issues and revocations), hashes the presented secret with SHA-256 and
+//! compares it in constant time. Tokens never appear in logs: the request log records the path
+//! only.
+
+use std::sync::{Arc, RwLock};
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use gpunex_domain::DomainEvent;
+use gpunex_domain::credentials::Role;
+use gpunex_projections::credentials::{CredentialRecord, Credentials};
+use gpunex_store::{Store, StoreError};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::server::AppState;
+
+const TOKEN_PREFIX: &str = "gpnx";
+
+/// A freshly issued token: the full string is shown once and never stored.
+pub struct NewToken {
+    pub token_id: Uuid,
+    pub token: String,
+    pub secret_sha256: String,
+}
+
+impl NewToken {
+    /// A new token id (UUIDv7) and a 244-bit random secret (two UUIDv4s).
+    pub fn generate() -> NewToken {
+        let token_id = Uuid::now_v7();
+        let secret = format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple());
+        NewToken {
+            token_id,
+            token: format!("{TOKEN_PREFIX}_{}_{secret}", token_id.simple()),
+            secret_sha256: sha256_hex(&secret),
+        }
+    }
+}
+
+fn sha256_hex(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// The registry of credentials, shared by every request handler.
+#[derive(Clone, Default)]
+pub struct CredentialCache {
+    inner: Arc<RwLock<Credentials>>,
+}
+
+impl CredentialCache {
+    /// Folds every credential event up to the current head, then follows the log in the
+    /// background so tokens issued or revoked by other processes take effect here too.
+    pub async fn load(store: &Store) -> Result<CredentialCache, StoreError> {
+        let cache = CredentialCache::default();
+        let head = store.head_position().await?;
+        let mut subscription = store.subscribe(0).await;
+        while subscription.position() < head {
+            let events = subscription
+                .next_batch(gpunex_store::READ_BATCH_EVENTS_MAX)
+                .await?;
+            cache.apply_recorded(&events);
+        }
+        let follower = cache.clone();
+        tokio::spawn(async move {
+            loop {
+                match subscription
+                    .next_batch(gpunex_store::READ_BATCH_EVENTS_MAX)
+                    .await
+                {
+                    Ok(events) => follower.apply_recorded(&events),
+                    Err(error) => {
+                        tracing::error!(%error, "credential registry cannot follow the log");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        Ok(cache)
+    }
+
+    fn apply_recorded(&self, events: &[gpunex_store::RecordedEvent]) {
+        for event in events
+            .iter()
+            .filter(|e| e.event_type.starts_with("credential."))
+        {
+            match event.decode() {
+                Ok(decoded) => self.apply(&decoded),
+                Err(error) => {
+                    tracing::error!(position = event.position, %error, "undecodable credential event")
+                }
+            }
+        }
+    }
+
+    /// Applies an event this process has just committed, before the subscription delivers it.
+    pub fn apply(&self, event: &DomainEvent) {
+        if let Ok(mut credentials) = self.inner.write() {
+            credentials.apply(event);
+        }
+    }
+
+    pub fn get(&self, token_id: &Uuid) -> Option<CredentialRecord> {
+        self.inner.read().ok()?.get(token_id).cloned()
+    }
+
+    pub fn list(&self, provider: Option<Uuid>) -> Vec<CredentialRecord> {
+        self.inner
+            .read()
+            .map(|credentials| credentials.list(provider).into_iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The active credential a presented token string belongs to, if the secret matches.
+    pub fn authenticate(&self, token: &str) -> Option<CredentialRecord> {
+        let rest = token.strip_prefix(TOKEN_PREFIX)?.strip_prefix('_')?;
+        let (id, secret) = rest.split_once('_')?;
+        if id.len() != 32 || secret.len() != 64 {
+            return None;
+        }
+        let token_id = Uuid::try_parse(id).ok()?;
+        let record = self.get(&token_id)?;
+        let presented = sha256_hex(secret);
+        let matches: bool = presented
+            .as_bytes()
+            .ct_eq(record.secret_sha256.as_bytes())
+            .into();
+        (matches && record.revoked_at.is_none()).then_some(record)
+    }
+}
+
+/// Which kinds of caller an endpoint admits; every handler states its list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allow {
+    Admin,
+    Finance,
+    Provider,
+    Agent,
+    Renter,
+}
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub token_id: Uuid,
+    pub role: Role,
+}
+
+impl Caller {
+    /// Refuses the request unless the caller's role is one of `allowed`.
+    pub fn require(&self, allowed: &[Allow]) -> Result<(), ApiError> {
+        let kind = match self.role {
+            Role::Admin => Allow::Admin,
+            Role::Finance => Allow::Finance,
+            Role::Provider { .. } => Allow::Provider,
+            Role::Agent { .. } => Allow::Agent,
+            Role::Renter { .. } => Allow::Renter,
+        };
+        if allowed.contains(&kind) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden)
+        }
+    }
+
+    /// `token:<id>`: who did it, in event metadata and `issued_by` fields.
+    pub fn actor(&self) -> String {
+        format!("token:{}", self.token_id)
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .ok_or(ApiError::Unauthorized)?;
+        let token = header
+            .strip_prefix("Bearer ")
+            .ok_or(ApiError::Unauthorized)?;
+        let record = state
+            .credentials
+            .authenticate(token.trim())
+            .ok_or(ApiError::Unauthorized)?;
+        Ok(Caller {
+            token_id: record.token_id,
+            role: record.role,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpunex_domain::credentials::{CredentialEvent, issue};
+    use gpunex_domain::time::Timestamp;
+
+    #[test]
+    fn tokens_authenticate_only_with_their_secret() {
+        let cache = CredentialCache::default();
+        let new = NewToken::generate();
+        let event = issue(
+            new.token_id,
+            Role::Finance,
+            "books",
+            &new.secret_sha256,
+            "cli",
+            None,
+            Timestamp::from_unix_micros(0),
+        )
+        .unwrap();
+        cache.apply(&DomainEvent::Credential(CredentialEvent::Issued(event)));
+        assert_eq!(
+            cache.authenticate(&new.token).map(|r| r.role),
+            Some(Role::Finance)
+        );
+        let mut tampered = new.token.clone();
+        tampered.pop();
+        tampered.push(if new.token.ends_with('0') { '1' } else { '0' });
+        for bad in [
+            tampered.as_str(),
+            "",
+            "gpnx",
+            "gpnx__",
+            &new.token[..new.token.len() - 1],
+            "Bearer x",
+        ] {
+            assert!(cache.authenticate(bad).is_none(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! Token endpoints: issue, list, rotate, revoke. Admins manage every token; a provider manages
+//! its own and issues agent tokens for its own machines; no other role may touch tokens.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use gpunex_domain::DomainEvent;
+use gpunex_domain::credentials::{self, CredentialEvent, CredentialRejection, Role, TokenIssued};
+use gpunex_domain::time::Timestamp;
+use gpunex_projections::credentials::CredentialRecord;
+use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
+use gpunex_wire as wire;
+use uuid::Uuid;
+
+use crate::auth::{Allow, Caller, CredentialCache, NewToken};
+use crate::error::ApiError;
+use crate::server::{AppState, timestamp};
+
+/// The clock, read at the edge: the domain only ever receives instants.
+pub fn now() -> Timestamp {
+    Timestamp::from_unix_micros(chrono::Utc::now().timestamp_micros())
+}
+
+fn stream_of(token_id: Uuid) -> gpunex_domain::StreamId {
+    gpunex_domain::StreamId::parse(format!("credential-{token_id}"))
+        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
+}
+
+fn metadata(actor: &str) -> Metadata {
+    Metadata {
+        actor: actor.to_owned(),
+        correlation_id: None,
+        causation_id: None,
+    }
+}
+
+fn rejection(error: CredentialRejection) -> ApiError {
+    match error {
+        CredentialRejection::InvalidLabel => {
+            ApiError::invalid("label", error.code(), error.to_string())
+        }
+        CredentialRejection::InvalidSecretHash => {
+            ApiError::invalid("token", error.code(), error.to_string())
+        }
+        CredentialRejection::AlreadyRevoked => ApiError::Conflict {
+            code: error.code(),
+            detail: error.to_string(),
+        },
+    }
+}
+
+fn append_error(error: AppendError) -> ApiError {
+    match error {
+        AppendError::Store(error) => error.into(),
+        AppendError::WrongExpectedVersion { .. } => ApiError::Conflict {
+            code: "concurrent_change",
+            detail: "the token changed while this request ran; read it again".to_owned(),
+        },
+        other => ApiError::Conflict {
+            code: other.code(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// Issues a token (and, when rotating, revokes the one it replaces) in one atomic append, then
+/// applies the events to `cache` at once. Used by the API and by `gpunex admin create-token`.
+pub async fn issue_token(
+    store: &Store,
+    cache: Option<&CredentialCache>,
+    role: Role,
+    label: &str,
+    issued_by: &str,
+    replaces: Option<&CredentialRecord>,
+) -> Result<(NewToken, TokenIssued), ApiError> {
+    let at = now();
+    let new = NewToken::generate();
+    let issued = credentials::issue(
+        new.token_id,
+        role,
+        label,
+        &new.secret_sha256,
+        issued_by,
+        replaces.map(|r| r.token_id),
+        at,
+    )
+    .map_err(rejection)?;
+    let mut events = vec![DomainEvent::Credential(CredentialEvent::Issued(
+        issued.clone(),
+    ))];
+    let mut streams = vec![StreamAppend {
+        stream_id: stream_of(new.token_id),
+        expected: ExpectedVersion::NoStream,
+        events: vec![NewEvent::from_domain(
+            Uuid::now_v7(),
+            &events[0],
+            metadata(issued_by),
+        )],
+    }];
+    if let Some(old) = replaces {
+        let revoked = credentials::revoke(
+            old.revoked_at.is_some(),
+            old.token_id,
+            issued_by,
+            "rotated",
+            at,
+        )
+        .map_err(rejection)?;
+        let event = DomainEvent::Credential(CredentialEvent::Revoked(revoked));
+        streams.push(StreamAppend {
+            stream_id: stream_of(old.token_id),
+            // Issued is version 1; anything later means it was revoked meanwhile.
+            expected: ExpectedVersion::Exact(1),
+            events: vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &event,
+                metadata(issued_by),
+            )],
+        });
+        events.push(event);
+    }
+    store.append_streams(streams).await.map_err(append_error)?;
+    if let Some(cache) = cache {
+        events.iter().for_each(|event| cache.apply(event));
+    }
+    Ok((new, issued))
+}
+
+pub fn info(record: &CredentialRecord) -> wire::TokenInfo {
+    wire::TokenInfo {
+        token_id: record.token_id,
+        role: serde_json::to_value(record.role).unwrap_or_default(),
+        label: record.label.clone(),
+        issued_at: timestamp(record.issued_at.unix_micros()),
+        issued_by: record.issued_by.clone(),
+        replaces: record.replaces,
+        revoked_at: record.revoked_at.map(|t| timestamp(t.unix_micros())),
+    }
+}
+
+fn issued_info(issued: &TokenIssued) -> wire::TokenInfo {
+    wire::TokenInfo {
+        token_id: issued.token_id,
+        role: serde_json::to_value(issued.role).unwrap_or_default(),
+        label: issued.label.clone(),
+        issued_at: timestamp(issued.issued_at.unix_micros()),
+        issued_by: issued.issued_by.clone(),
+        replaces: issued.replaces,
+        revoked_at: None,
+    }
+}
+
+/// The token `token_id` if the caller may manage it; other providers' tokens do not exist for
+/// a provider (404, not 403, so ids cannot be probed).
+fn manageable(
+    state: &AppState,
+    caller: &Caller,
+    token_id: Uuid,
+) -> Result<CredentialRecord, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Provider])?;
+    let record = state
+        .credentials
+        .get(&token_id)
+        .ok_or(ApiError::NotFound("token"))?;
+    match caller.role {
+        Role::Admin => Ok(record),
+        _ if record.role.provider_id().is_some()
+            && record.role.provider_id() == caller.role.provider_id() =>
+        {
+            Ok(record)
+        }
+        _ => Err(ApiError::NotFound("token")),
+    }
+}
+
+pub async fn issue(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(request): Json<wire::IssueToken>,
+) -> Result<(StatusCode, Json<wire::IssuedToken>), ApiError> {
+    caller.require(&[Allow::Admin, Allow::Provider])?;
+    let role: Role = serde_json::from_value(request.role)
+        .map_err(|e| ApiError::invalid("role", "invalid_role", e.to_string()))?;
+    if let Role::Provider { provider_id } = caller.role {
+        // A provider issues agent tokens for its own machines, nothing else.
+        let own_agent = matches!(role, Role::Agent { provider_id: p, .. } if p == provider_id);
+        if !own_agent {
+            return Err(ApiError::Forbidden);
+        }
+    }
+    let (new, issued) = issue_token(
+        &state.store,
+        Some(&state.credentials),
+        role,
+        &request.label,
+        &caller.actor(),
+        None,
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(wire::IssuedToken {
+            token: new.token,
+            info: issued_info(&issued),
+        }),
+    ))
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<wire::TokenList>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Provider])?;
+    let provider = match caller.role {
+        Role::Admin => None,
+        role => Some(role.provider_id().ok_or(ApiError::Forbidden)?),
+    };
+    let tokens = state.credentials.list(provider).iter().map(info).collect();
+    Ok(Json(wire::TokenList { tokens }))
+}
+
+pub async fn rotate(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(token_id): Path<Uuid>,
+) -> Result<(StatusCode, Json<wire::IssuedToken>), ApiError> {
+    let old = manageable(&state, &caller, token_id)?;
+    if old.revoked_at.is_some() {
+        return Err(rejection(CredentialRejection::AlreadyRevoked));
+    }
+    let (new, issued) = issue_token(
+        &state.store,
+        Some(&state.credentials),
+        old.role,
+        &old.label,
+        &caller.actor(),
+        Some(&old),
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(wire::IssuedToken {
+            token: new.token,
+            info: issued_info(&issued),
+        }),
+    ))
+}
+
+pub async fn revoke(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(token_id): Path<Uuid>,
+    body: Option<Json<wire::RevokeToken>>,
+) -> Result<Json<wire::TokenInfo>, ApiError> {
+    let record = manageable(&state, &caller, token_id)?;
+    let reason = body.map(|Json(b)| b.reason).unwrap_or_default();
+    let revoked = credentials::revoke(
+        record.revoked_at.is_some(),
+        token_id,
+        &caller.actor(),
+        &reason,
+        now(),
+    )
+    .map_err(rejection)?;
+    let event = DomainEvent::Credential(CredentialEvent::Revoked(revoked));
+    state
+        .store
+        .append(
+            stream_of(token_id),
+            ExpectedVersion::Exact(1),
+            vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &event,
+                metadata(&caller.actor()),
+            )],
+        )
+        .await
+        .map_err(append_error)?;
+    state.credentials.apply(&event);
+    let record = state
+        .credentials
+        .get(&token_id)
+        .ok_or(ApiError::NotFound("token"))?;
+    Ok(Json(info(&record)))
+}

@@ -1,0 +1,328 @@
+//! The authorization matrix, through the router, on SQLite and PostgreSQL: who may call what,
+//! and revocation and rotation taking effect at once.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use gpunex_api::{AppState, router};
+use gpunex_domain::credentials::Role;
+use gpunex_tests::{TestDb, conformance};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+conformance!(authorization_matrix, revocation_reaches_other_processes);
+
+async fn call(
+    app: &axum::Router,
+    method: &str,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    use tower::ServiceExt;
+    let mut request = Request::builder().method(method).uri(uri);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = match body {
+        Some(body) => request
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string())),
+        None => request.body(Body::empty()),
+    }
+    .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    if status == StatusCode::UNAUTHORIZED {
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    }
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn token(state: &AppState, role: Role) -> (Uuid, String) {
+    let (new, issued) = gpunex_api::tokens::issue_token(
+        &state.store,
+        Some(&state.credentials),
+        role,
+        "test",
+        "cli",
+        None,
+    )
+    .await
+    .unwrap();
+    (issued.token_id, new.token)
+}
+
+async fn authorization_matrix(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let (provider_a, provider_b) = (Uuid::now_v7(), Uuid::now_v7());
+    let (_, admin) = token(&state, Role::Admin).await;
+    let (_, finance) = token(&state, Role::Finance).await;
+    let (_, a) = token(
+        &state,
+        Role::Provider {
+            provider_id: provider_a,
+        },
+    )
+    .await;
+    let (b_id, b) = token(
+        &state,
+        Role::Provider {
+            provider_id: provider_b,
+        },
+    )
+    .await;
+    let app = router(state.clone());
+
+    // Who may read what.
+    let matrix: [(&str, Option<&str>, StatusCode); 12] = [
+        ("/healthz", None, StatusCode::OK),
+        ("/v1/events", None, StatusCode::UNAUTHORIZED),
+        (
+            "/v1/events",
+            Some("gpnx_not_a_token"),
+            StatusCode::UNAUTHORIZED,
+        ),
+        ("/v1/events", Some(&admin), StatusCode::OK),
+        ("/v1/events", Some(&finance), StatusCode::FORBIDDEN),
+        ("/v1/events", Some(&a), StatusCode::FORBIDDEN),
+        ("/v1/ledger/accounts", Some(&finance), StatusCode::OK),
+        ("/v1/ledger/accounts", Some(&a), StatusCode::FORBIDDEN),
+        ("/v1/projections", Some(&finance), StatusCode::OK),
+        ("/v1/tokens", Some(&admin), StatusCode::OK),
+        ("/v1/tokens", Some(&finance), StatusCode::FORBIDDEN),
+        ("/v1/tokens", Some(&a), StatusCode::OK),
+    ];
+    for (uri, token, expected) in matrix {
+        assert_eq!(
+            call(&app, "GET", uri, token, None).await.0,
+            expected,
+            "GET {uri} as {token:?}"
+        );
+    }
+
+    // Finance writes nothing.
+    let agent_of = |provider: Uuid| json!({"role": {"kind": "agent", "provider_id": provider, "machine_id": Uuid::now_v7()}, "label": "node 1"});
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            "/v1/tokens",
+            Some(&finance),
+            Some(agent_of(provider_a))
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/tokens/{b_id}/revoke"),
+            Some(&finance),
+            None
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+
+    // A provider issues agent tokens for its own machines only.
+    let (status, issued) = call(
+        &app,
+        "POST",
+        "/v1/tokens",
+        Some(&a),
+        Some(agent_of(provider_a)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    let agent = issued["token"].as_str().unwrap().to_owned();
+    let agent_id = issued["token_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            "/v1/tokens",
+            Some(&a),
+            Some(agent_of(provider_b))
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+    let finance_role = json!({"role": {"kind": "finance"}, "label": "sneaky"});
+    assert_eq!(
+        call(&app, "POST", "/v1/tokens", Some(&a), Some(finance_role))
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
+    let (status, problem) = call(
+        &app,
+        "POST",
+        "/v1/tokens",
+        Some(&admin),
+        Some(json!({"role": {"kind": "wizard"}, "label": "x"})),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["errors"][0]["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("role"))
+    );
+
+    // An agent acts for nobody else (and manages no tokens).
+    assert_eq!(
+        call(&app, "GET", "/v1/tokens", Some(&agent), None).await.0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            "/v1/tokens",
+            Some(&agent),
+            Some(agent_of(provider_a))
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+
+    // A provider sees and changes only its own tokens; another's do not exist for it.
+    let (_, listed) = call(&app, "GET", "/v1/tokens", Some(&a), None).await;
+    let ids: Vec<&str> = listed["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["token_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids.len(),
+        2,
+        "its provider token and its agent token: {listed}"
+    );
+    assert!(
+        listed.to_string().find("secret").is_none() && !listed.to_string().contains(&agent[40..])
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/tokens/{b_id}/revoke"),
+            Some(&a),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/tokens/{b_id}/rotate"),
+            Some(&a),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+
+    // Revocation takes effect at once; revoking twice is a conflict.
+    let (status, revoked) = call(
+        &app,
+        "POST",
+        &format!("/v1/tokens/{b_id}/revoke"),
+        Some(&admin),
+        Some(json!({"reason": "left"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{revoked}");
+    assert!(revoked["revoked_at"].is_string());
+    assert_eq!(
+        call(&app, "GET", "/v1/tokens", Some(&b), None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let (status, problem) = call(
+        &app,
+        "POST",
+        &format!("/v1/tokens/{b_id}/revoke"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (StatusCode::CONFLICT, Some("already_revoked"))
+    );
+
+    // Rotation: the new token works, the old one is refused.
+    let (status, rotated) = call(
+        &app,
+        "POST",
+        &format!("/v1/tokens/{agent_id}/rotate"),
+        Some(&a),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{rotated}");
+    assert_eq!(rotated["replaces"].as_str(), Some(agent_id.as_str()));
+    let new_agent = rotated["token"].as_str().unwrap();
+    assert_eq!(
+        call(&app, "GET", "/v1/tokens", Some(&agent), None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call(&app, "GET", "/v1/tokens", Some(new_agent), None)
+            .await
+            .0,
+        StatusCode::FORBIDDEN,
+        "authenticated, not allowed"
+    );
+}
+
+/// Another server process (its own registry) refuses a token revoked here within moments.
+async fn revocation_reaches_other_processes(db: &TestDb) {
+    let here = AppState::load(db.open().await).await.unwrap();
+    let (_, admin) = token(&here, Role::Admin).await;
+    let (finance_id, finance) = token(&here, Role::Finance).await;
+    let there = router(AppState::load(db.open().await).await.unwrap());
+    assert_eq!(
+        call(&there, "GET", "/v1/projections", Some(&finance), None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let here = router(here);
+    assert_eq!(
+        call(
+            &here,
+            "POST",
+            &format!("/v1/tokens/{finance_id}/revoke"),
+            Some(&admin),
+            None
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    let started = std::time::Instant::now();
+    while call(&there, "GET", "/v1/projections", Some(&finance), None)
+        .await
+        .0
+        != StatusCode::UNAUTHORIZED
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "revocation did not reach the other process"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
