@@ -6,6 +6,7 @@
 //! compares it in constant time. Tokens never appear in logs: the request log records the path
 //! only.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use axum::extract::FromRequestParts;
@@ -22,6 +23,8 @@ use crate::error::ApiError;
 use crate::server::AppState;
 
 const TOKEN_PREFIX: &str = "gpnx";
+/// Compared against when a token id is unknown: no secret hashes to it in practice.
+const UNKNOWN_TOKEN_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// A freshly issued token: the full string is shown once and never stored.
 pub struct NewToken {
@@ -48,9 +51,17 @@ fn sha256_hex(secret: &str) -> String {
 }
 
 /// The registry of credentials, shared by every request handler.
+///
+/// It fails closed: if a credential event cannot be decoded (say a newer binary wrote a schema
+/// this one does not know, which could be a revocation) or the registry cannot follow the log,
+/// authentication answers 503 until it can again, rather than trust a stale registry.
 #[derive(Clone, Default)]
 pub struct CredentialCache {
     inner: Arc<RwLock<Credentials>>,
+    /// Sticky: a credential event this binary cannot read.
+    undecodable: Arc<AtomicBool>,
+    /// Cleared while the follower cannot read the log.
+    behind: Arc<AtomicBool>,
 }
 
 impl CredentialCache {
@@ -73,8 +84,12 @@ impl CredentialCache {
                     .next_batch(gpunex_store::READ_BATCH_EVENTS_MAX)
                     .await
                 {
-                    Ok(events) => follower.apply_recorded(&events),
+                    Ok(events) => {
+                        follower.apply_recorded(&events);
+                        follower.behind.store(false, Ordering::SeqCst);
+                    }
                     Err(error) => {
+                        follower.behind.store(true, Ordering::SeqCst);
                         tracing::error!(%error, "credential registry cannot follow the log");
                         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                     }
@@ -92,10 +107,16 @@ impl CredentialCache {
             match event.decode() {
                 Ok(decoded) => self.apply(&decoded),
                 Err(error) => {
-                    tracing::error!(position = event.position, %error, "undecodable credential event")
+                    self.undecodable.store(true, Ordering::SeqCst);
+                    tracing::error!(position = event.position, %error, "undecodable credential event: refusing all tokens");
                 }
             }
         }
+    }
+
+    /// Whether the registry can be trusted to authenticate.
+    pub fn is_healthy(&self) -> bool {
+        !self.undecodable.load(Ordering::SeqCst) && !self.behind.load(Ordering::SeqCst)
     }
 
     /// Applies an event this process has just committed, before the subscription delivers it.
@@ -124,13 +145,14 @@ impl CredentialCache {
             return None;
         }
         let token_id = Uuid::try_parse(id).ok()?;
-        let record = self.get(&token_id)?;
+        // Hash and compare whether or not the id is known, so timing does not reveal ids.
         let presented = sha256_hex(secret);
-        let matches: bool = presented
-            .as_bytes()
-            .ct_eq(record.secret_sha256.as_bytes())
-            .into();
-        (matches && record.revoked_at.is_none()).then_some(record)
+        let record = self.get(&token_id);
+        let expected = record
+            .as_ref()
+            .map_or(UNKNOWN_TOKEN_HASH, |r| r.secret_sha256.as_str());
+        let matches: bool = presented.as_bytes().ct_eq(expected.as_bytes()).into();
+        record.filter(|record| matches && record.revoked_at.is_none())
     }
 }
 
@@ -183,9 +205,14 @@ impl FromRequestParts<AppState> for Caller {
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .ok_or(ApiError::Unauthorized)?;
-        let token = header
-            .strip_prefix("Bearer ")
-            .ok_or(ApiError::Unauthorized)?;
+        // The scheme is case-insensitive (RFC 9110, section 11.1).
+        let (scheme, token) = header.split_once(' ').ok_or(ApiError::Unauthorized)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(ApiError::Unauthorized);
+        }
+        if !state.credentials.is_healthy() {
+            return Err(ApiError::CredentialsUnavailable);
+        }
         let record = state
             .credentials
             .authenticate(token.trim())
@@ -202,6 +229,29 @@ mod tests {
     use super::*;
     use gpunex_domain::credentials::{CredentialEvent, issue};
     use gpunex_domain::time::Timestamp;
+
+    #[test]
+    fn an_unreadable_credential_event_fails_closed() {
+        let cache = CredentialCache::default();
+        assert!(cache.is_healthy());
+        let from_the_future = gpunex_store::RecordedEvent {
+            position: 1,
+            event_id: Uuid::now_v7(),
+            stream_id: "credential-x".to_owned(),
+            stream_version: 2,
+            event_type: "credential.token_revoked".to_owned(),
+            schema_version: 9,
+            recorded_at_us: 0,
+            payload: "{}".to_owned(),
+            metadata: "{}".to_owned(),
+            hash: [0; 32],
+        };
+        cache.apply_recorded(&[from_the_future]);
+        assert!(
+            !cache.is_healthy(),
+            "a revocation it cannot read must not leave tokens working"
+        );
+    }
 
     #[test]
     fn tokens_authenticate_only_with_their_secret() {

@@ -20,6 +20,8 @@ pub enum ApiError {
     NotFound(&'static str),
     #[error("{detail}")]
     Conflict { code: &'static str, detail: String },
+    #[error("credentials cannot be checked right now; retry shortly")]
+    CredentialsUnavailable,
     #[error("the database is unavailable")]
     Unavailable(#[source] StoreError),
     #[error("internal error")]
@@ -43,6 +45,9 @@ impl ApiError {
             ApiError::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
+            ApiError::CredentialsUnavailable => {
+                (StatusCode::SERVICE_UNAVAILABLE, "credentials_unavailable")
+            }
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -115,7 +115,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 OperatorRole::Finance => gpunex_domain::credentials::Role::Finance,
             };
             let (new, issued) =
-                gpunex_api::tokens::issue_token(&store, None, role, &label, "cli", None)
+                gpunex_api::tokens::issue_token(&store, None, role, &label, "cli", None, None)
                     .await
                     .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?;
             eprintln!(

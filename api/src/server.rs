@@ -63,6 +63,9 @@ async fn healthz() -> Json<wire::Health> {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
+    if !state.credentials.is_healthy() {
+        return ApiError::CredentialsUnavailable.into_response();
+    }
     match readiness(&state.store).await {
         Ok(ready) => Json(ready).into_response(),
         Err(error) => {

@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderName, StatusCode, header};
 use gpunex_domain::DomainEvent;
 use gpunex_domain::credentials::{self, CredentialEvent, CredentialRejection, Role, TokenIssued};
 use gpunex_domain::time::Timestamp;
@@ -63,8 +63,25 @@ fn append_error(error: AppendError) -> ApiError {
     }
 }
 
+/// A response that carries a token must not be kept by any cache.
+const NO_STORE: [(HeaderName, &str); 1] = [(header::CACHE_CONTROL, "no-store")];
+
+/// Most active (unrevoked) tokens bound to one provider.
+pub const PROVIDER_TOKENS_ACTIVE_MAX: usize = 200;
+
+/// An empty append to the caller's own credential stream, expecting it at version 1 (issued,
+/// not revoked): the write fails if the caller was revoked meanwhile, in any process.
+fn caller_still_active(caller_token_id: Uuid) -> StreamAppend {
+    StreamAppend {
+        stream_id: stream_of(caller_token_id),
+        expected: ExpectedVersion::Exact(1),
+        events: Vec::new(),
+    }
+}
+
 /// Issues a token (and, when rotating, revokes the one it replaces) in one atomic append, then
 /// applies the events to `cache` at once. Used by the API and by `gpunex admin create-token`.
+/// `caller` is the token making the request, which must still be active when the append commits.
 pub async fn issue_token(
     store: &Store,
     cache: Option<&CredentialCache>,
@@ -72,6 +89,7 @@ pub async fn issue_token(
     label: &str,
     issued_by: &str,
     replaces: Option<&CredentialRecord>,
+    caller: Option<Uuid>,
 ) -> Result<(NewToken, TokenIssued), ApiError> {
     let at = now();
     let new = NewToken::generate();
@@ -118,6 +136,9 @@ pub async fn issue_token(
             )],
         });
         events.push(event);
+    }
+    if let Some(caller) = caller.filter(|caller| Some(*caller) != replaces.map(|r| r.token_id)) {
+        streams.push(caller_still_active(caller));
     }
     store.append_streams(streams).await.map_err(append_error)?;
     if let Some(cache) = cache {
@@ -177,7 +198,14 @@ pub async fn issue(
     State(state): State<AppState>,
     caller: Caller,
     Json(request): Json<wire::IssueToken>,
-) -> Result<(StatusCode, Json<wire::IssuedToken>), ApiError> {
+) -> Result<
+    (
+        StatusCode,
+        [(HeaderName, &'static str); 1],
+        Json<wire::IssuedToken>,
+    ),
+    ApiError,
+> {
     caller.require(&[Allow::Admin, Allow::Provider])?;
     let role: Role = serde_json::from_value(request.role)
         .map_err(|e| ApiError::invalid("role", "invalid_role", e.to_string()))?;
@@ -188,6 +216,22 @@ pub async fn issue(
             return Err(ApiError::Forbidden);
         }
     }
+    if let Some(provider_id) = role.provider_id() {
+        let active = state
+            .credentials
+            .list(Some(provider_id))
+            .iter()
+            .filter(|record| record.revoked_at.is_none())
+            .count();
+        if active >= PROVIDER_TOKENS_ACTIVE_MAX {
+            return Err(ApiError::Conflict {
+                code: "too_many_tokens",
+                detail: format!(
+                    "a provider may hold at most {PROVIDER_TOKENS_ACTIVE_MAX} active tokens; revoke some first"
+                ),
+            });
+        }
+    }
     let (new, issued) = issue_token(
         &state.store,
         Some(&state.credentials),
@@ -195,10 +239,12 @@ pub async fn issue(
         &request.label,
         &caller.actor(),
         None,
+        Some(caller.token_id),
     )
     .await?;
     Ok((
         StatusCode::CREATED,
+        NO_STORE,
         Json(wire::IssuedToken {
             token: new.token,
             info: issued_info(&issued),
@@ -223,7 +269,14 @@ pub async fn rotate(
     State(state): State<AppState>,
     caller: Caller,
     Path(token_id): Path<Uuid>,
-) -> Result<(StatusCode, Json<wire::IssuedToken>), ApiError> {
+) -> Result<
+    (
+        StatusCode,
+        [(HeaderName, &'static str); 1],
+        Json<wire::IssuedToken>,
+    ),
+    ApiError,
+> {
     let old = manageable(&state, &caller, token_id)?;
     if old.revoked_at.is_some() {
         return Err(rejection(CredentialRejection::AlreadyRevoked));
@@ -235,10 +288,12 @@ pub async fn rotate(
         &old.label,
         &caller.actor(),
         Some(&old),
+        Some(caller.token_id),
     )
     .await?;
     Ok((
         StatusCode::CREATED,
+        NO_STORE,
         Json(wire::IssuedToken {
             token: new.token,
             info: issued_info(&issued),
@@ -263,17 +318,21 @@ pub async fn revoke(
     )
     .map_err(rejection)?;
     let event = DomainEvent::Credential(CredentialEvent::Revoked(revoked));
+    let mut streams = vec![StreamAppend {
+        stream_id: stream_of(token_id),
+        expected: ExpectedVersion::Exact(1),
+        events: vec![NewEvent::from_domain(
+            Uuid::now_v7(),
+            &event,
+            metadata(&caller.actor()),
+        )],
+    }];
+    if caller.token_id != token_id {
+        streams.push(caller_still_active(caller.token_id));
+    }
     state
         .store
-        .append(
-            stream_of(token_id),
-            ExpectedVersion::Exact(1),
-            vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &event,
-                metadata(&caller.actor()),
-            )],
-        )
+        .append_streams(streams)
         .await
         .map_err(append_error)?;
     state.credentials.apply(&event);

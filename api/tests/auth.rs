@@ -10,7 +10,11 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-conformance!(authorization_matrix, revocation_reaches_other_processes);
+conformance!(
+    authorization_matrix,
+    revocation_reaches_other_processes,
+    a_revoked_caller_cannot_write_where_the_revocation_is_not_yet_known,
+);
 
 async fn call(
     app: &axum::Router,
@@ -22,7 +26,13 @@ async fn call(
     use tower::ServiceExt;
     let mut request = Request::builder().method(method).uri(uri);
     if let Some(token) = token {
-        request = request.header("authorization", format!("Bearer {token}"));
+        // A value with a space is a whole header (to try other schemes and spellings).
+        let header = if token.contains(' ') {
+            token.to_owned()
+        } else {
+            format!("Bearer {token}")
+        };
+        request = request.header("authorization", header);
     }
     let request = match body {
         Some(body) => request
@@ -50,6 +60,7 @@ async fn token(state: &AppState, role: Role) -> (Uuid, String) {
         role,
         "test",
         "cli",
+        None,
         None,
     )
     .await
@@ -102,6 +113,37 @@ async fn authorization_matrix(db: &TestDb) {
             call(&app, "GET", uri, token, None).await.0,
             expected,
             "GET {uri} as {token:?}"
+        );
+    }
+
+    let lowercase_scheme = format!("bearer {a}");
+    assert_eq!(
+        call(&app, "GET", "/v1/tokens", Some(&lowercase_scheme), None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&app, "GET", "/v1/tokens", Some(&format!("Basic {a}")), None)
+            .await
+            .0,
+        StatusCode::UNAUTHORIZED
+    );
+    {
+        use tower::ServiceExt;
+        let request = Request::post("/v1/tokens")
+            .header("authorization", format!("Bearer {admin}"))
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({"role": {"kind": "finance"}, "label": "books"}).to_string(),
+            ))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        assert_eq!(
+            response.headers()["cache-control"],
+            "no-store",
+            "a token must not be cached"
         );
     }
 
@@ -325,4 +367,39 @@ async fn revocation_reaches_other_processes(db: &TestDb) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// Process `there` still believes a token active when process `here` revokes it: whatever
+/// `there` answers, it must not let the revoked token write (its append checks the caller).
+async fn a_revoked_caller_cannot_write_where_the_revocation_is_not_yet_known(db: &TestDb) {
+    let here = AppState::load(db.open().await).await.unwrap();
+    let (_, admin) = token(&here, Role::Admin).await;
+    let provider = Uuid::now_v7();
+    let (leaked_id, leaked) = token(
+        &here,
+        Role::Provider {
+            provider_id: provider,
+        },
+    )
+    .await;
+    let there = router(AppState::load(db.open().await).await.unwrap());
+    let here = router(here);
+    assert_eq!(
+        call(
+            &here,
+            "POST",
+            &format!("/v1/tokens/{leaked_id}/revoke"),
+            Some(&admin),
+            None
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    let body = json!({"role": {"kind": "agent", "provider_id": provider, "machine_id": Uuid::now_v7()}, "label": "x"});
+    let (status, answer) = call(&there, "POST", "/v1/tokens", Some(&leaked), Some(body)).await;
+    assert!(
+        status == StatusCode::UNAUTHORIZED || status == StatusCode::CONFLICT,
+        "a revoked token must not mint tokens: {status} {answer}"
+    );
 }

@@ -189,6 +189,7 @@ async fn serve_answers_over_http_folds_new_events_and_stops_gracefully() {
         .env_remove("DATABASE_URL")
         .env("RUST_LOG", "info")
         .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let client = reqwest::Client::new();
@@ -282,4 +283,43 @@ async fn serve_answers_over_http_folds_new_events_and_stops_gracefully() {
         serde_json::from_str(logs.lines().next().unwrap()).expect("structured JSON logs");
     assert_eq!(first["fields"]["message"], "gpunex listening");
     assert!(logs.contains("shutdown requested"));
+}
+
+/// `events tail --follow` prints events committed after it started, as they commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_tail_follows_new_commits() {
+    use tokio::io::AsyncBufReadExt;
+    let db = TestDb::sqlite();
+    let store = db.open().await;
+    seed_credits(&store, 3, 1).await;
+    let mut tail = tokio::process::Command::new(GPUNEX)
+        .args(["events", "tail", "--lines", "1", "--follow", "--json"])
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(tail.stdout.take().unwrap()).lines();
+    let mut next = async || -> serde_json::Value {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("a line within 10 s")
+            .unwrap()
+            .unwrap();
+        serde_json::from_str(&line).unwrap()
+    };
+    assert_eq!(next().await["position"], 3, "the last existing event first");
+    store
+        .append(
+            gpunex_tests::stream("ledger-later"),
+            gpunex_store::ExpectedVersion::NoStream,
+            gpunex_tests::credits(gpunex_tests::provider(1), 2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(next().await["position"], 4);
+    assert_eq!(next().await["position"], 5);
+    tail.start_kill().unwrap();
+    tail.wait().await.unwrap();
 }

@@ -25,6 +25,7 @@ async fn app(store: gpunex_store::Store) -> (axum::Router, String) {
         "tests",
         "cli",
         None,
+        None,
     )
     .await
     .unwrap();

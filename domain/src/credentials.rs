@@ -152,7 +152,13 @@ pub fn revoke(
         token_id,
         revoked_at: at,
         revoked_by: revoked_by.to_owned(),
-        reason: reason.trim().chars().take(500).collect(),
+        // Free text for people: control characters are dropped, not stored.
+        reason: reason
+            .trim()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(500)
+            .collect(),
     })
 }
 

@@ -174,8 +174,13 @@ pub const GPU_CATALOG: &[GpuModel] = &[
     },
 ];
 
-pub fn find_model(id: &str) -> Option<&'static GpuModel> {
-    GPU_CATALOG.iter().find(|model| model.id == id)
+/// The catalog model named by its id or its display name, ignoring case (`H100-80GB` and
+/// `NVIDIA H100 80GB` both find `h100-80gb`).
+pub fn find_model(id_or_name: &str) -> Option<&'static GpuModel> {
+    let wanted = id_or_name.trim();
+    GPU_CATALOG.iter().find(|model| {
+        model.id.eq_ignore_ascii_case(wanted) || model.name.eq_ignore_ascii_case(wanted)
+    })
 }
 
 #[cfg(test)]
@@ -214,5 +219,10 @@ mod tests {
         );
         assert_eq!(find_model("h100-80gb").map(|m| m.vram_gb), Some(80));
         assert!(find_model("h200").is_none());
+        assert_eq!(find_model("H100-80GB").map(|m| m.id), Some("h100-80gb"));
+        assert_eq!(
+            find_model("nvidia rtx a6000").map(|m| m.id),
+            Some("rtx-a6000")
+        );
     }
 }

@@ -123,6 +123,28 @@ pub enum Availability {
     },
 }
 
+impl Availability {
+    /// Always on, or weekly windows that cover every minute of all seven days.
+    pub fn covers_whole_week(&self) -> bool {
+        match self {
+            Availability::AlwaysOn => true,
+            Availability::Weekly { windows, .. } => Weekday::ALL.iter().all(|day| {
+                let mut day_windows: Vec<&WeeklyWindow> =
+                    windows.iter().filter(|w| w.day == *day).collect();
+                day_windows.sort_by_key(|w| w.start_minute);
+                let mut covered_until = 0;
+                for window in day_windows {
+                    if window.start_minute > covered_until {
+                        return false;
+                    }
+                    covered_until = covered_until.max(window.end_minute);
+                }
+                covered_until >= 1_440
+            }),
+        }
+    }
+}
+
 /// `[start_minute, end_minute)` of one day, in minutes after local midnight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -206,13 +228,26 @@ fn error(field: &str, code: &'static str, message: impl Into<String>) -> FieldEr
     }
 }
 
-/// A trimmed, non-empty name of at most [`NAME_CHARS_MAX`] characters without control characters.
+/// A trimmed, non-empty name of at most [`NAME_CHARS_MAX`] characters: one line, no control or
+/// bidirectional-override characters.
 fn name(errors: &mut Vec<FieldError>, field: &str, value: &str) -> String {
-    bounded(errors, field, value, NAME_CHARS_MAX, false)
+    bounded(errors, field, value, NAME_CHARS_MAX, false, false)
 }
 
 fn text(errors: &mut Vec<FieldError>, field: &str, value: &str, may_be_empty: bool) -> String {
-    bounded(errors, field, value, TEXT_CHARS_MAX, may_be_empty)
+    bounded(errors, field, value, TEXT_CHARS_MAX, may_be_empty, true)
+}
+
+/// Characters that reorder how text is displayed: refused everywhere, they can disguise text.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}')
+}
+
+/// Whether `text` has characters it must not: controls (newlines and tabs only in multi-line
+/// text) and bidirectional overrides.
+pub fn has_forbidden_characters(text: &str, multiline: bool) -> bool {
+    text.chars()
+        .any(|c| is_bidi_control(c) || (c.is_control() && !(multiline && (c == '\n' || c == '\t'))))
 }
 
 fn bounded(
@@ -221,6 +256,7 @@ fn bounded(
     value: &str,
     max: usize,
     may_be_empty: bool,
+    multiline: bool,
 ) -> String {
     let trimmed = value.trim();
     if trimmed.is_empty() && !may_be_empty {
@@ -231,14 +267,11 @@ fn bounded(
             "too_long",
             format!("at most {max} characters"),
         ));
-    } else if trimmed
-        .chars()
-        .any(|c| c.is_control() && c != '\n' && c != '\t')
-    {
+    } else if has_forbidden_characters(trimmed, multiline) {
         errors.push(error(
             field,
             "invalid_characters",
-            "contains control characters",
+            "contains control or text-direction characters",
         ));
     }
     trimmed.to_owned()
@@ -249,7 +282,10 @@ fn validate_entry(errors: &mut Vec<FieldError>, at: &str, entry: &GpuEntryInput)
     let model = match find_model(model_name) {
         Some(model) => GpuModelChoice::Catalog(model.id.to_owned()),
         None => {
-            if model_name.is_empty() || model_name.chars().count() > MODEL_NAME_CHARS_MAX {
+            if model_name.is_empty()
+                || model_name.chars().count() > MODEL_NAME_CHARS_MAX
+                || has_forbidden_characters(model_name, false)
+            {
                 errors.push(error(
                     &format!("{at}/model"),
                     "invalid_model",
@@ -352,6 +388,8 @@ fn validate_availability(errors: &mut Vec<FieldError>, at: &str, availability: &
             "out_of_range",
             format!("1 to {WEEKLY_WINDOWS_MAX} weekly windows"),
         ));
+        // Checking an oversized list pair by pair would cost quadratic time: stop here.
+        return;
     }
     for (i, window) in windows.iter().enumerate() {
         if window.start_minute >= window.end_minute || window.end_minute > 1_440 {
@@ -483,7 +521,7 @@ pub fn tier_violations(form: &ApplicationForm, tier: Tier) -> Vec<TierViolation>
         });
     }
     for (entry, gpu) in form.gpus.iter().enumerate() {
-        if gpu.availability != Availability::AlwaysOn {
+        if !gpu.availability.covers_whole_week() {
             violations.push(TierViolation::AlwaysOnRequired { entry });
         }
         if gpu.upload_mbps.min(gpu.download_mbps) < ENTERPRISE_NETWORK_MBPS_MIN {
@@ -536,9 +574,10 @@ pub struct Application {
 }
 
 impl Application {
-    /// Whether the review has taken longer than the promised 3 business days at `now`.
+    /// Whether the application waits on reviewers beyond the promised 3 business days at `now`.
+    /// While it waits on the applicant (information requested) it is not overdue.
     pub fn is_overdue(&self, now: Timestamp) -> bool {
-        !self.status.is_decided()
+        self.status == ApplicationStatus::UnderReview
             && self
                 .submitted_at
                 .add_business_days(REVIEW_BUSINESS_DAYS_TARGET)
@@ -614,8 +653,14 @@ pub enum ApplicationRejection {
         tier: Tier,
         violations: Vec<TierViolation>,
     },
-    #[error("{field} must be 1 to {TEXT_CHARS_MAX} characters")]
+    #[error(
+        "{field} must be 1 to {TEXT_CHARS_MAX} characters without control or text-direction characters"
+    )]
     InvalidText { field: &'static str },
+    #[error("a decision cannot be dated before the application was submitted")]
+    DatedBeforeSubmission,
+    #[error("an applicant cannot review their own application")]
+    SelfReview,
 }
 
 impl ApplicationRejection {
@@ -628,6 +673,8 @@ impl ApplicationRejection {
             ApplicationRejection::NotTheApplicant => "not_the_applicant",
             ApplicationRejection::TierRulesBroken { .. } => "tier_rules_broken",
             ApplicationRejection::InvalidText { .. } => "invalid_text",
+            ApplicationRejection::DatedBeforeSubmission => "dated_before_submission",
+            ApplicationRejection::SelfReview => "self_review",
         }
     }
 }
@@ -707,7 +754,7 @@ pub enum ApplicationEvent {
 fn checked_text(field: &'static str, value: &str) -> Result<String, ApplicationRejection> {
     let trimmed = value.trim();
     let chars = trimmed.chars().count();
-    if chars == 0 || chars > TEXT_CHARS_MAX {
+    if chars == 0 || chars > TEXT_CHARS_MAX || has_forbidden_characters(trimmed, true) {
         return Err(ApplicationRejection::InvalidText { field });
     }
     Ok(trimmed.to_owned())
@@ -749,6 +796,32 @@ pub fn decide(
         status,
     };
     let id = application.application_id;
+    let reviewer = match &command {
+        ApplicationCommand::RequestInformation {
+            reviewer_user_id,
+            at,
+            ..
+        }
+        | ApplicationCommand::Approve {
+            reviewer_user_id,
+            at,
+            ..
+        }
+        | ApplicationCommand::Reject {
+            reviewer_user_id,
+            at,
+            ..
+        } => Some((*reviewer_user_id, *at)),
+        _ => None,
+    };
+    if let Some((reviewer_user_id, at)) = reviewer {
+        if reviewer_user_id == application.applicant_user_id {
+            return Err(ApplicationRejection::SelfReview);
+        }
+        if at < application.submitted_at {
+            return Err(ApplicationRejection::DatedBeforeSubmission);
+        }
+    }
     let event = match command {
         ApplicationCommand::Submit { .. } => return Err(ApplicationRejection::AlreadySubmitted),
         ApplicationCommand::RequestInformation {
@@ -999,6 +1072,76 @@ mod tests {
     }
 
     #[test]
+    fn names_are_one_line_and_undisguised() {
+        for bad in ["Ada\nLovelace", "Ada \u{202E}ecalevoL"] {
+            let mut input = input();
+            input.full_legal_name = bad.to_owned();
+            let errors = validate_application(&input).unwrap_err();
+            assert_eq!(
+                (errors[0].field.as_str(), errors[0].code),
+                ("/full_legal_name", "invalid_characters")
+            );
+        }
+        let mut notes = input();
+        notes.maintenance_notes = "line one\nline two".to_owned();
+        assert!(
+            validate_application(&notes).is_ok(),
+            "free text may span lines"
+        );
+        let mut many = input();
+        many.gpus[0].availability = Availability::Weekly {
+            time_zone: "UTC".to_owned(),
+            windows: vec![
+                WeeklyWindow {
+                    day: Weekday::Monday,
+                    start_minute: 0,
+                    end_minute: 10
+                };
+                10_000
+            ],
+        };
+        let errors = validate_application(&many).unwrap_err();
+        assert_eq!(
+            errors.len(),
+            1,
+            "one error for an oversized list, not one per window"
+        );
+    }
+
+    #[test]
+    fn a_weekly_schedule_covering_every_minute_is_around_the_clock() {
+        let mut whole_week = form();
+        whole_week.gpus[0].availability = Availability::Weekly {
+            time_zone: "Europe/Madrid".to_owned(),
+            windows: Weekday::ALL
+                .iter()
+                .flat_map(|day| {
+                    [
+                        WeeklyWindow {
+                            day: *day,
+                            start_minute: 0,
+                            end_minute: 720,
+                        },
+                        WeeklyWindow {
+                            day: *day,
+                            start_minute: 720,
+                            end_minute: 1_440,
+                        },
+                    ]
+                })
+                .collect(),
+        };
+        assert!(tier_violations(&whole_week, Tier::Enterprise).is_empty());
+        if let Availability::Weekly { windows, .. } = &mut whole_week.gpus[0].availability {
+            windows[13].end_minute = 1_439; // Sunday ends a minute early
+        }
+        assert_eq!(
+            tier_violations(&whole_week, Tier::Enterprise),
+            [TierViolation::AlwaysOnRequired { entry: 0 }]
+        );
+    }
+
+    #[test]
     fn email_checks() {
         for good in [
             "a@b.co",
@@ -1196,6 +1339,25 @@ mod tests {
             withdraw(APPLICANT),
             ok("provider.application_withdrawn"),
         );
+        let self_review = ApplicationCommand::Approve {
+            reviewer_user_id: APPLICANT,
+            tier: Tier::Community,
+            provider_id: PROVIDER,
+            at: at(30),
+        };
+        check(&[submit(form())], self_review, Err("self_review"));
+        let backdated = ApplicationCommand::Reject {
+            reviewer_user_id: REVIEWER,
+            reason: "no".into(),
+            at: at(-1),
+        };
+        check(&[submit(form())], backdated, Err("dated_before_submission"));
+        let escape = ApplicationCommand::Reject {
+            reviewer_user_id: REVIEWER,
+            reason: "ok\u{1b}[31m".into(),
+            at: at(30),
+        };
+        check(&[submit(form())], escape, Err("invalid_text"));
     }
 
     #[test]

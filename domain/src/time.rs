@@ -69,7 +69,10 @@ impl Timestamp {
 
     /// Whole seconds from `self` to `later` (negative if `later` is earlier).
     pub fn seconds_until(self, later: Timestamp) -> i64 {
-        (later.micros - self.micros).div_euclid(MICROS_PER_SECOND)
+        later
+            .micros
+            .saturating_sub(self.micros)
+            .div_euclid(MICROS_PER_SECOND)
     }
 
     /// The instant `days` business days after `self`: each weekday passed counts one, weekends
@@ -78,7 +81,7 @@ impl Timestamp {
         let mut day = self.unix_day();
         let mut time_of_day = self.micros.rem_euclid(MICROS_PER_DAY);
         if !self.weekday().is_business_day() {
-            while !Timestamp::from_unix_micros(day * MICROS_PER_DAY)
+            while !Timestamp::from_unix_micros(day.saturating_mul(MICROS_PER_DAY))
                 .weekday()
                 .is_business_day()
             {
@@ -89,14 +92,17 @@ impl Timestamp {
         let mut remaining = days;
         while remaining > 0 {
             day += 1;
-            if Timestamp::from_unix_micros(day * MICROS_PER_DAY)
+            if Timestamp::from_unix_micros(day.saturating_mul(MICROS_PER_DAY))
                 .weekday()
                 .is_business_day()
             {
                 remaining -= 1;
             }
         }
-        Timestamp::from_unix_micros(day * MICROS_PER_DAY + time_of_day)
+        Timestamp::from_unix_micros(
+            day.saturating_mul(MICROS_PER_DAY)
+                .saturating_add(time_of_day),
+        )
     }
 }
 

@@ -45,6 +45,7 @@ async fn run_parent(db: &TestDb) {
             .env("GPUNEX_CHILD_IDS_FILE", &ids_file)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .kill_on_drop(true)
             .spawn()
             .unwrap();
         children.push((child, ids_file));
@@ -150,6 +151,7 @@ async fn killed_writer(db: &TestDb) {
         .env("GPUNEX_CRASH_DATABASE_URL", &db.url)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
     // Kill it once it is part-way through (some batches stored, not all).
