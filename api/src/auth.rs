@@ -13,6 +13,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use gpunex_domain::DomainEvent;
 use gpunex_domain::credentials::Role;
+use gpunex_projections::accounts::{UserRecord, Users};
 use gpunex_projections::credentials::{CredentialRecord, Credentials};
 use gpunex_store::{Store, StoreError};
 use sha2::{Digest, Sha256};
@@ -58,6 +59,8 @@ fn sha256_hex(secret: &str) -> String {
 #[derive(Clone, Default)]
 pub struct CredentialCache {
     inner: Arc<RwLock<Credentials>>,
+    /// People who can sign in, folded from `account.*` events.
+    users: Arc<RwLock<Users>>,
     /// Sticky: a credential event this binary cannot read.
     undecodable: Arc<AtomicBool>,
     /// Cleared while the follower cannot read the log.
@@ -100,10 +103,10 @@ impl CredentialCache {
     }
 
     fn apply_recorded(&self, events: &[gpunex_store::RecordedEvent]) {
-        for event in events
-            .iter()
-            .filter(|e| e.event_type.starts_with("credential."))
-        {
+        let relevant = |e: &&gpunex_store::RecordedEvent| {
+            e.event_type.starts_with("credential.") || e.event_type.starts_with("account.")
+        };
+        for event in events.iter().filter(relevant) {
             match event.decode() {
                 Ok(decoded) => self.apply(&decoded),
                 Err(error) => {
@@ -124,6 +127,17 @@ impl CredentialCache {
         if let Ok(mut credentials) = self.inner.write() {
             credentials.apply(event);
         }
+        if let Ok(mut users) = self.users.write() {
+            users.apply(event);
+        }
+    }
+
+    pub fn user(&self, user_id: &Uuid) -> Option<UserRecord> {
+        self.users.read().ok()?.get(user_id).cloned()
+    }
+
+    pub fn user_by_email(&self, email: &str) -> Option<UserRecord> {
+        self.users.read().ok()?.by_email(email).cloned()
     }
 
     pub fn get(&self, token_id: &Uuid) -> Option<CredentialRecord> {
@@ -137,8 +151,13 @@ impl CredentialCache {
             .unwrap_or_default()
     }
 
-    /// The active credential a presented token string belongs to, if the secret matches.
-    pub fn authenticate(&self, token: &str) -> Option<CredentialRecord> {
+    /// The active credential a presented token string belongs to, if the secret matches and,
+    /// for a session, it has not expired at `now`.
+    pub fn authenticate(
+        &self,
+        token: &str,
+        now: gpunex_domain::Timestamp,
+    ) -> Option<CredentialRecord> {
         let rest = token.strip_prefix(TOKEN_PREFIX)?.strip_prefix('_')?;
         let (id, secret) = rest.split_once('_')?;
         if id.len() != 32 || secret.len() != 64 {
@@ -152,7 +171,11 @@ impl CredentialCache {
             .as_ref()
             .map_or(UNKNOWN_TOKEN_HASH, |r| r.secret_sha256.as_str());
         let matches: bool = presented.as_bytes().ct_eq(expected.as_bytes()).into();
-        record.filter(|record| matches && record.revoked_at.is_none())
+        record.filter(|record| {
+            matches
+                && record.revoked_at.is_none()
+                && record.expires_at.is_none_or(|expires| now < expires)
+        })
     }
 }
 
@@ -164,6 +187,8 @@ pub enum Allow {
     Provider,
     Agent,
     Renter,
+    /// A signed-in person (session).
+    User,
 }
 
 /// The authenticated caller of a request.
@@ -182,6 +207,7 @@ impl Caller {
             Role::Provider { .. } => Allow::Provider,
             Role::Agent { .. } => Allow::Agent,
             Role::Renter { .. } => Allow::Renter,
+            Role::User { .. } => Allow::User,
         };
         if allowed.contains(&kind) {
             Ok(())
@@ -215,7 +241,7 @@ impl FromRequestParts<AppState> for Caller {
         }
         let record = state
             .credentials
-            .authenticate(token.trim())
+            .authenticate(token.trim(), crate::tokens::now())
             .ok_or(ApiError::Unauthorized)?;
         Ok(Caller {
             token_id: record.token_id,
@@ -229,6 +255,37 @@ mod tests {
     use super::*;
     use gpunex_domain::credentials::{CredentialEvent, issue};
     use gpunex_domain::time::Timestamp;
+
+    #[test]
+    fn sessions_expire() {
+        let cache = CredentialCache::default();
+        let new = NewToken::generate();
+        let user = Role::User {
+            user_id: Uuid::now_v7(),
+        };
+        let mut event = issue(
+            new.token_id,
+            user,
+            "session",
+            &new.secret_sha256,
+            "user:x",
+            None,
+            Timestamp::from_unix_micros(0),
+        )
+        .unwrap();
+        event.expires_at = Some(Timestamp::from_unix_micros(1_000));
+        cache.apply(&DomainEvent::Credential(CredentialEvent::Issued(event)));
+        assert!(
+            cache
+                .authenticate(&new.token, Timestamp::from_unix_micros(999))
+                .is_some()
+        );
+        assert!(
+            cache
+                .authenticate(&new.token, Timestamp::from_unix_micros(1_000))
+                .is_none()
+        );
+    }
 
     #[test]
     fn an_unreadable_credential_event_fails_closed() {
@@ -269,7 +326,9 @@ mod tests {
         .unwrap();
         cache.apply(&DomainEvent::Credential(CredentialEvent::Issued(event)));
         assert_eq!(
-            cache.authenticate(&new.token).map(|r| r.role),
+            cache
+                .authenticate(&new.token, Timestamp::from_unix_micros(0))
+                .map(|r| r.role),
             Some(Role::Finance)
         );
         let mut tampered = new.token.clone();
@@ -283,7 +342,12 @@ mod tests {
             &new.token[..new.token.len() - 1],
             "Bearer x",
         ] {
-            assert!(cache.authenticate(bad).is_none(), "{bad}");
+            assert!(
+                cache
+                    .authenticate(bad, Timestamp::from_unix_micros(0))
+                    .is_none(),
+                "{bad}"
+            );
         }
     }
 }

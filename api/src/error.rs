@@ -22,6 +22,8 @@ pub enum ApiError {
     Conflict { code: &'static str, detail: String },
     #[error("credentials cannot be checked right now; retry shortly")]
     CredentialsUnavailable,
+    #[error("too many failed attempts; retry in {retry_after_seconds} seconds")]
+    TooManyRequests { retry_after_seconds: u64 },
     #[error("the database is unavailable")]
     Unavailable(#[source] StoreError),
     #[error("internal error")]
@@ -48,6 +50,9 @@ impl ApiError {
             ApiError::CredentialsUnavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "credentials_unavailable")
             }
+            ApiError::TooManyRequests { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts")
+            }
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -66,6 +71,12 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
+        let retry_after = match &self {
+            ApiError::TooManyRequests {
+                retry_after_seconds,
+            } => Some(*retry_after_seconds),
+            _ => None,
+        };
         let detail = match &self {
             ApiError::Unavailable(source) | ApiError::Internal(source) => {
                 tracing::error!(error = %source, code, "request failed");
@@ -97,6 +108,11 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response();
+        if let Some(seconds) = retry_after
+            && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

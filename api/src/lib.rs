@@ -8,6 +8,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod accounts;
 pub mod auth;
 pub mod bench;
 pub mod cli;

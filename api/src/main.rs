@@ -114,10 +114,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 OperatorRole::Admin => gpunex_domain::credentials::Role::Admin,
                 OperatorRole::Finance => gpunex_domain::credentials::Role::Finance,
             };
-            let (new, issued) =
-                gpunex_api::tokens::issue_token(&store, None, role, &label, "cli", None, None)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?;
+            let (new, issued) = gpunex_api::tokens::issue_token(
+                &store,
+                None,
+                gpunex_api::tokens::TokenRequest::new(role, &label, "cli"),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?;
             eprintln!(
                 "token {} ({}) issued; it is shown once and cannot be recovered:",
                 issued.token_id,

@@ -21,13 +21,18 @@ pub const PAGE_ITEMS_MAX: u64 = 1_000;
 pub struct AppState {
     pub store: Store,
     pub credentials: crate::auth::CredentialCache,
+    pub login_limiter: crate::accounts::LoginLimiter,
 }
 
 impl AppState {
     /// Loads the credential registry from the log and keeps it current.
     pub async fn load(store: Store) -> Result<AppState, gpunex_store::StoreError> {
         let credentials = crate::auth::CredentialCache::load(&store).await?;
-        Ok(AppState { store, credentials })
+        Ok(AppState {
+            store,
+            credentials,
+            login_limiter: crate::accounts::LoginLimiter::default(),
+        })
     }
 }
 
@@ -39,6 +44,19 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/projections", get(projections))
         .route("/v1/ledger/accounts", get(balances))
         .route("/v1/ledger/accounts/{account}/lines", get(account_lines))
+        .route(
+            "/v1/accounts",
+            axum::routing::post(crate::accounts::sign_up),
+        )
+        .route(
+            "/v1/sessions",
+            axum::routing::post(crate::accounts::sign_in),
+        )
+        .route(
+            "/v1/sessions/current/revoke",
+            axum::routing::post(crate::accounts::sign_out),
+        )
+        .route("/v1/me", get(crate::accounts::me))
         .route(
             "/v1/tokens",
             get(crate::tokens::list).post(crate::tokens::issue),

@@ -82,18 +82,50 @@ fn caller_still_active(caller_token_id: Uuid) -> StreamAppend {
 /// Issues a token (and, when rotating, revokes the one it replaces) in one atomic append, then
 /// applies the events to `cache` at once. Used by the API and by `gpunex admin create-token`.
 /// `caller` is the token making the request, which must still be active when the append commits.
+/// What to issue: the role and label, who asks, and what it replaces or how long it lives.
+pub struct TokenRequest<'a> {
+    pub role: Role,
+    pub label: &'a str,
+    /// `token:<id>`, `user:<id>` or `cli`.
+    pub issued_by: &'a str,
+    /// The token a rotation retires (revoked in the same append).
+    pub replaces: Option<&'a CredentialRecord>,
+    /// The requesting token, which must still be active when the append commits.
+    pub caller: Option<Uuid>,
+    /// Sessions expire; API tokens do not.
+    pub expires_at: Option<Timestamp>,
+}
+
+impl<'a> TokenRequest<'a> {
+    /// An API token of `role` issued by `issued_by`, replacing nothing, never expiring.
+    pub fn new(role: Role, label: &'a str, issued_by: &'a str) -> TokenRequest<'a> {
+        TokenRequest {
+            role,
+            label,
+            issued_by,
+            replaces: None,
+            caller: None,
+            expires_at: None,
+        }
+    }
+}
+
 pub async fn issue_token(
     store: &Store,
     cache: Option<&CredentialCache>,
-    role: Role,
-    label: &str,
-    issued_by: &str,
-    replaces: Option<&CredentialRecord>,
-    caller: Option<Uuid>,
+    request: TokenRequest<'_>,
 ) -> Result<(NewToken, TokenIssued), ApiError> {
+    let TokenRequest {
+        role,
+        label,
+        issued_by,
+        replaces,
+        caller,
+        expires_at,
+    } = request;
     let at = now();
     let new = NewToken::generate();
-    let issued = credentials::issue(
+    let mut issued = credentials::issue(
         new.token_id,
         role,
         label,
@@ -103,6 +135,7 @@ pub async fn issue_token(
         at,
     )
     .map_err(rejection)?;
+    issued.expires_at = expires_at;
     let mut events = vec![DomainEvent::Credential(CredentialEvent::Issued(
         issued.clone(),
     ))];
@@ -232,14 +265,14 @@ pub async fn issue(
             });
         }
     }
+    let actor = caller.actor();
     let (new, issued) = issue_token(
         &state.store,
         Some(&state.credentials),
-        role,
-        &request.label,
-        &caller.actor(),
-        None,
-        Some(caller.token_id),
+        TokenRequest {
+            caller: Some(caller.token_id),
+            ..TokenRequest::new(role, &request.label, &actor)
+        },
     )
     .await?;
     Ok((
@@ -281,14 +314,15 @@ pub async fn rotate(
     if old.revoked_at.is_some() {
         return Err(rejection(CredentialRejection::AlreadyRevoked));
     }
+    let actor = caller.actor();
     let (new, issued) = issue_token(
         &state.store,
         Some(&state.credentials),
-        old.role,
-        &old.label,
-        &caller.actor(),
-        Some(&old),
-        Some(caller.token_id),
+        TokenRequest {
+            replaces: Some(&old),
+            caller: Some(caller.token_id),
+            ..TokenRequest::new(old.role, &old.label, &actor)
+        },
     )
     .await?;
     Ok((

@@ -57,11 +57,7 @@ async fn token(state: &AppState, role: Role) -> (Uuid, String) {
     let (new, issued) = gpunex_api::tokens::issue_token(
         &state.store,
         Some(&state.credentials),
-        role,
-        "test",
-        "cli",
-        None,
-        None,
+        gpunex_api::tokens::TokenRequest::new(role, "test", "cli"),
     )
     .await
     .unwrap();

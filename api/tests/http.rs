@@ -21,11 +21,11 @@ async fn app(store: gpunex_store::Store) -> (axum::Router, String) {
     let (token, _) = gpunex_api::tokens::issue_token(
         &state.store,
         Some(&state.credentials),
-        gpunex_domain::credentials::Role::Admin,
-        "tests",
-        "cli",
-        None,
-        None,
+        gpunex_api::tokens::TokenRequest::new(
+            gpunex_domain::credentials::Role::Admin,
+            "tests",
+            "cli",
+        ),
     )
     .await
     .unwrap();

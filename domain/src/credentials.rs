@@ -23,6 +23,9 @@ pub enum Role {
     Agent { provider_id: Uuid, machine_id: Uuid },
     /// A customer renting GPUs.
     Renter { user_id: Uuid },
+    /// A signed-in person (a session from email and password); what else they may do follows
+    /// from their account (the Roles page).
+    User { user_id: Uuid },
 }
 
 impl Role {
@@ -33,6 +36,7 @@ impl Role {
             Role::Provider { .. } => "provider",
             Role::Agent { .. } => "agent",
             Role::Renter { .. } => "renter",
+            Role::User { .. } => "user",
         }
     }
 
@@ -40,7 +44,7 @@ impl Role {
     pub fn provider_id(&self) -> Option<Uuid> {
         match self {
             Role::Provider { provider_id } | Role::Agent { provider_id, .. } => Some(*provider_id),
-            Role::Admin | Role::Finance | Role::Renter { .. } => None,
+            Role::Admin | Role::Finance | Role::Renter { .. } | Role::User { .. } => None,
         }
     }
 }
@@ -63,6 +67,9 @@ pub struct TokenIssued {
     pub issued_by: String,
     /// When this token replaces another (rotation), that token's id.
     pub replaces: Option<Uuid>,
+    /// Sessions expire; API tokens do not (`None`).
+    #[serde(default)]
+    pub expires_at: Option<Timestamp>,
 }
 
 /// `credential.token_revoked`
@@ -134,6 +141,7 @@ pub fn issue(
         issued_at: at,
         issued_by: issued_by.to_owned(),
         replaces,
+        expires_at: None,
     })
 }
 

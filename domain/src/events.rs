@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::accounts::{AccountEvent, EmailClaimed, UserRegistered};
 use crate::credentials::{CredentialEvent, TokenIssued, TokenRevoked};
 use crate::ledger::{Account, JournalEntry, Posting};
 use crate::money::Usdc;
@@ -43,7 +44,12 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(APPLICATION_WITHDRAWN),
     v1(TOKEN_ISSUED),
     v1(TOKEN_REVOKED),
+    v1(USER_REGISTERED),
+    v1(EMAIL_CLAIMED),
 ];
+
+pub const USER_REGISTERED: &str = "account.user_registered";
+pub const EMAIL_CLAIMED: &str = "account.email_claimed";
 
 pub const TOKEN_ISSUED: &str = "credential.token_issued";
 pub const TOKEN_REVOKED: &str = "credential.token_revoked";
@@ -99,6 +105,7 @@ pub enum DomainEvent {
     AdjustmentPosted(AdjustmentPosted),
     Application(ApplicationEvent),
     Credential(CredentialEvent),
+    Account(AccountEvent),
 }
 
 /// Finance corrects the books by hand: a balanced journal entry with a reason.
@@ -136,6 +143,8 @@ impl DomainEvent {
             },
             DomainEvent::Credential(CredentialEvent::Issued(_)) => TOKEN_ISSUED,
             DomainEvent::Credential(CredentialEvent::Revoked(_)) => TOKEN_REVOKED,
+            DomainEvent::Account(AccountEvent::UserRegistered(_)) => USER_REGISTERED,
+            DomainEvent::Account(AccountEvent::EmailClaimed(_)) => EMAIL_CLAIMED,
         }
     }
 
@@ -157,6 +166,8 @@ impl DomainEvent {
             },
             DomainEvent::Credential(CredentialEvent::Issued(e)) => serde_json::to_value(e),
             DomainEvent::Credential(CredentialEvent::Revoked(e)) => serde_json::to_value(e),
+            DomainEvent::Account(AccountEvent::UserRegistered(e)) => serde_json::to_value(e),
+            DomainEvent::Account(AccountEvent::EmailClaimed(e)) => serde_json::to_value(e),
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -171,7 +182,9 @@ impl DomainEvent {
     pub fn journal_entry(&self) -> Option<(Uuid, &JournalEntry)> {
         match self {
             DomainEvent::AdjustmentPosted(event) => Some((event.entry_id, &event.postings)),
-            DomainEvent::Application(_) | DomainEvent::Credential(_) => None,
+            DomainEvent::Application(_) | DomainEvent::Credential(_) | DomainEvent::Account(_) => {
+                None
+            }
         }
     }
 
@@ -273,6 +286,12 @@ fn decode_with(
         )),
         (TOKEN_ISSUED, _) => DomainEvent::Credential(CredentialEvent::Issued(
             source.parse::<TokenIssued>().map_err(json)?,
+        )),
+        (USER_REGISTERED, _) => DomainEvent::Account(AccountEvent::UserRegistered(
+            source.parse::<UserRegistered>().map_err(json)?,
+        )),
+        (EMAIL_CLAIMED, _) => DomainEvent::Account(AccountEvent::EmailClaimed(
+            source.parse::<EmailClaimed>().map_err(json)?,
         )),
         (TOKEN_REVOKED, _) => DomainEvent::Credential(CredentialEvent::Revoked(
             source.parse::<TokenRevoked>().map_err(json)?,

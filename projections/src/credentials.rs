@@ -20,6 +20,7 @@ pub struct CredentialRecord {
     pub issued_at: Timestamp,
     pub issued_by: String,
     pub replaces: Option<Uuid>,
+    pub expires_at: Option<Timestamp>,
     pub revoked_at: Option<Timestamp>,
 }
 
@@ -45,6 +46,7 @@ impl Credentials {
                         issued_at: issued.issued_at,
                         issued_by: issued.issued_by.clone(),
                         replaces: issued.replaces,
+                        expires_at: issued.expires_at,
                         revoked_at: None,
                     });
             }
@@ -86,6 +88,7 @@ mod tests {
             issued_at: Timestamp::from_unix_micros(i64::try_from(id).unwrap()),
             issued_by: "cli".to_owned(),
             replaces: None,
+            expires_at: None,
         }))
     }
 

@@ -10,6 +10,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod accounts;
 pub mod credentials;
 pub mod ledger;
 pub mod runner;

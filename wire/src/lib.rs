@@ -156,3 +156,34 @@ pub struct RevokeToken {
     #[serde(default)]
     pub reason: String,
 }
+
+/// `POST /v1/accounts` (sign up) and `POST /v1/sessions` (sign in).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Credentials {
+    pub email: String,
+    pub password: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Account {
+    pub user_id: Uuid,
+    pub email: String,
+}
+
+/// A session token: send it as `Authorization: Bearer <token>` until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub token: String,
+    pub user_id: Uuid,
+    pub expires_at: String,
+}
+
+/// `GET /v1/me`: the Roles page. `roles` lists what the person may do; `apply_as_provider` is
+/// the entry point to the provider application.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Me {
+    pub user_id: Uuid,
+    pub email: String,
+    pub roles: Vec<String>,
+    pub apply_as_provider: String,
+}

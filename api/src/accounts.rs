@@ -1,0 +1,361 @@
+//! Sign-up, sign-in and sign-out. Passwords are hashed with Argon2id (RustCrypto `argon2`, its
+//! default parameters: 19 MiB, 2 passes) on a blocking thread; a session is a bearer token of
+//! role `user` that expires after [`SESSION_HOURS`]. Failed sign-ins are rate-limited per address.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use gpunex_domain::DomainEvent;
+use gpunex_domain::accounts::{self, AccountEvent, EmailClaimed, UserRegistered};
+use gpunex_domain::credentials::{CredentialEvent, Role};
+use gpunex_domain::time::{MICROS_PER_SECOND, Timestamp};
+use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, StreamAppend};
+use gpunex_wire as wire;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::auth::{Allow, Caller};
+use crate::error::ApiError;
+use crate::server::{AppState, timestamp};
+use crate::tokens::{TokenRequest, issue_token, now};
+
+/// How long a session lasts.
+pub const SESSION_HOURS: i64 = 12;
+/// Failed sign-ins allowed per address within [`LOGIN_WINDOW`] before further tries are refused.
+pub const LOGIN_FAILURES_MAX: usize = 5;
+pub const LOGIN_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// Addresses the limiter remembers at most; the oldest are forgotten first.
+const LIMITER_ADDRESSES_MAX: usize = 100_000;
+
+/// Failed sign-ins per address, in this process.
+#[derive(Clone, Default)]
+pub struct LoginLimiter {
+    failures: Arc<Mutex<HashMap<String, VecDeque<Instant>>>>,
+}
+
+impl LoginLimiter {
+    /// Seconds until the address may try again, if it is locked out now.
+    fn locked_for(&self, address: &str, now: Instant) -> Option<u64> {
+        let mut failures = self.failures.lock().ok()?;
+        let recent = failures.get_mut(address)?;
+        while recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= LOGIN_WINDOW)
+        {
+            recent.pop_front();
+        }
+        (recent.len() >= LOGIN_FAILURES_MAX).then(|| {
+            recent.front().map_or(1, |first| {
+                (LOGIN_WINDOW - now.duration_since(*first)).as_secs().max(1)
+            })
+        })
+    }
+
+    fn record_failure(&self, address: &str, now: Instant) {
+        if let Ok(mut failures) = self.failures.lock() {
+            if failures.len() >= LIMITER_ADDRESSES_MAX && !failures.contains_key(address) {
+                failures.retain(|_, times| {
+                    times
+                        .back()
+                        .is_some_and(|t| now.duration_since(*t) < LOGIN_WINDOW)
+                });
+                if failures.len() >= LIMITER_ADDRESSES_MAX {
+                    return;
+                }
+            }
+            failures
+                .entry(address.to_owned())
+                .or_default()
+                .push_back(now);
+        }
+    }
+
+    fn clear(&self, address: &str) {
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.remove(address);
+        }
+    }
+}
+
+fn metadata(actor: String) -> Metadata {
+    Metadata {
+        actor,
+        correlation_id: None,
+        causation_id: None,
+    }
+}
+
+fn stream(name: String) -> gpunex_domain::StreamId {
+    gpunex_domain::StreamId::parse(name)
+        .unwrap_or_else(|_| unreachable!("hex and hyphens make a valid stream id"))
+}
+
+async fn hash_password(password: String) -> Result<String, ApiError> {
+    tokio::task::spawn_blocking(move || {
+        let salt = SaltString::encode_b64(Uuid::new_v4().as_bytes()).map_err(|e| e.to_string())?;
+        Argon2::default()
+            .hash_password(password.as_bytes(), &salt)
+            .map(|hash| hash.to_string())
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| ApiError::Internal(gpunex_store::StoreError::Unavailable(e.to_string())))?
+    .map_err(|e| ApiError::Internal(gpunex_store::StoreError::Unavailable(e)))
+}
+
+/// A well-formed Argon2id hash with the default parameters that no password is known to match.
+const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$1l0Y6bEGmqOi8bUqvYt2xuTtX2VqIl0rSC+dFoyTfgY";
+
+/// Verifies `password` against `hash`, or against a fixed dummy hash when there is no such
+/// user, so the answer takes the same time either way.
+async fn verify_password(password: String, hash: Option<String>) -> bool {
+    let known = hash.is_some();
+    let hash = hash.unwrap_or_else(|| DUMMY_HASH.to_owned());
+    let verified = tokio::task::spawn_blocking(move || {
+        PasswordHash::new(&hash)
+            .map(|parsed| {
+                Argon2::default()
+                    .verify_password(password.as_bytes(), &parsed)
+                    .is_ok()
+            })
+            .unwrap_or(false)
+    })
+    .await
+    .unwrap_or(false);
+    known && verified
+}
+
+fn invalid(field: &str, code: &str, message: impl Into<String>) -> ApiError {
+    ApiError::invalid(field, code, message)
+}
+
+/// `POST /v1/accounts`: sign up. Public.
+pub async fn sign_up(
+    State(state): State<AppState>,
+    Json(request): Json<wire::Credentials>,
+) -> Result<(StatusCode, Json<wire::Account>), ApiError> {
+    let email = accounts::normalize_email(&request.email)
+        .map_err(|m| invalid("email", "invalid_email", m))?;
+    accounts::check_password(&request.password)
+        .map_err(|m| invalid("password", "weak_password", m))?;
+    let taken = || ApiError::Conflict {
+        code: "email_taken",
+        detail: "an account with this email already exists".to_owned(),
+    };
+    if state.credentials.user_by_email(&email).is_some() {
+        return Err(taken());
+    }
+    let user_id = Uuid::now_v7();
+    let registered = DomainEvent::Account(AccountEvent::UserRegistered(UserRegistered {
+        user_id,
+        email: email.clone(),
+        password_hash: hash_password(request.password).await?,
+        registered_at: now(),
+    }));
+    let claimed = DomainEvent::Account(AccountEvent::EmailClaimed(EmailClaimed { user_id }));
+    let actor = format!("user:{user_id}");
+    let email_key = hex::encode(Sha256::digest(email.to_lowercase().as_bytes()));
+    let result = state
+        .store
+        .append_streams(vec![
+            StreamAppend {
+                stream_id: stream(format!("user-{user_id}")),
+                expected: ExpectedVersion::NoStream,
+                events: vec![NewEvent::from_domain(
+                    Uuid::now_v7(),
+                    &registered,
+                    metadata(actor.clone()),
+                )],
+            },
+            // One stream per address: a second sign-up with it fails here, in any process.
+            StreamAppend {
+                stream_id: stream(format!("user_email-{email_key}")),
+                expected: ExpectedVersion::NoStream,
+                events: vec![NewEvent::from_domain(
+                    Uuid::now_v7(),
+                    &claimed,
+                    metadata(actor),
+                )],
+            },
+        ])
+        .await;
+    match result {
+        Ok(_) => {}
+        Err(AppendError::WrongExpectedVersion { .. }) => return Err(taken()),
+        Err(AppendError::Store(error)) => return Err(error.into()),
+        Err(other) => {
+            return Err(ApiError::Conflict {
+                code: other.code(),
+                detail: other.to_string(),
+            });
+        }
+    }
+    state.credentials.apply(&registered);
+    Ok((StatusCode::CREATED, Json(wire::Account { user_id, email })))
+}
+
+/// `POST /v1/sessions`: sign in. Public; rate-limited per address.
+pub async fn sign_in(
+    State(state): State<AppState>,
+    Json(request): Json<wire::Credentials>,
+) -> Result<
+    (
+        StatusCode,
+        [(axum::http::HeaderName, &'static str); 1],
+        Json<wire::Session>,
+    ),
+    ApiError,
+> {
+    let address = request.email.trim().to_lowercase();
+    let started = Instant::now();
+    if let Some(retry_after) = state.login_limiter.locked_for(&address, started) {
+        return Err(ApiError::TooManyRequests {
+            retry_after_seconds: retry_after,
+        });
+    }
+    let user = state.credentials.user_by_email(&address);
+    let verified = verify_password(
+        request.password,
+        user.as_ref().map(|u| u.password_hash.clone()),
+    )
+    .await;
+    let Some(user) = user.filter(|_| verified) else {
+        state.login_limiter.record_failure(&address, started);
+        return Err(ApiError::Unauthorized);
+    };
+    state.login_limiter.clear(&address);
+    let at = now();
+    let expires_at =
+        Timestamp::from_unix_micros(at.unix_micros() + SESSION_HOURS * 3_600 * MICROS_PER_SECOND);
+    let actor = format!("user:{}", user.user_id);
+    let (new, _) = issue_token(
+        &state.store,
+        Some(&state.credentials),
+        TokenRequest {
+            expires_at: Some(expires_at),
+            ..TokenRequest::new(
+                Role::User {
+                    user_id: user.user_id,
+                },
+                "session",
+                &actor,
+            )
+        },
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        [(axum::http::header::CACHE_CONTROL, "no-store")],
+        Json(wire::Session {
+            token: new.token,
+            user_id: user.user_id,
+            expires_at: timestamp(expires_at.unix_micros()),
+        }),
+    ))
+}
+
+/// `POST /v1/sessions/current/revoke`: sign out (the session's own token).
+pub async fn sign_out(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<StatusCode, ApiError> {
+    caller.require(&[Allow::User])?;
+    let revoked = gpunex_domain::credentials::revoke(
+        false,
+        caller.token_id,
+        &caller.actor(),
+        "signed out",
+        now(),
+    )
+    .map_err(|e| ApiError::Conflict {
+        code: e.code(),
+        detail: e.to_string(),
+    })?;
+    let event = DomainEvent::Credential(CredentialEvent::Revoked(revoked));
+    state
+        .store
+        .append(
+            stream(format!("credential-{}", caller.token_id)),
+            ExpectedVersion::Exact(1),
+            vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &event,
+                metadata(caller.actor()),
+            )],
+        )
+        .await
+        .map_err(|error| match error {
+            AppendError::Store(error) => error.into(),
+            other => ApiError::Conflict {
+                code: "already_signed_out",
+                detail: other.to_string(),
+            },
+        })?;
+    state.credentials.apply(&event);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/me`: the Roles page.
+pub async fn me(State(state): State<AppState>, caller: Caller) -> Result<Json<wire::Me>, ApiError> {
+    caller.require(&[Allow::User])?;
+    let Role::User { user_id } = caller.role else {
+        return Err(ApiError::Forbidden);
+    };
+    let user = state
+        .credentials
+        .user(&user_id)
+        .ok_or(ApiError::NotFound("account"))?;
+    Ok(Json(wire::Me {
+        user_id,
+        email: user.email,
+        // Every signed-in person may rent; provider roles follow from approved applications.
+        roles: vec!["renter".to_owned()],
+        apply_as_provider: "/v1/applications".to_owned(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn passwords_hash_with_argon2id_and_verify() {
+        let hash = hash_password("correct horse battery".to_owned())
+            .await
+            .unwrap();
+        assert!(
+            hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+            "{hash}"
+        );
+        assert!(verify_password("correct horse battery".to_owned(), Some(hash.clone())).await);
+        assert!(!verify_password("wrong horse battery".to_owned(), Some(hash)).await);
+        // The dummy is a real Argon2id hash, so unknown addresses cost a full verification.
+        assert!(PasswordHash::new(DUMMY_HASH).is_ok());
+        assert!(!verify_password("anything".to_owned(), None).await);
+    }
+
+    #[test]
+    fn the_limiter_locks_after_repeated_failures_and_forgets_them() {
+        let limiter = LoginLimiter::default();
+        let start = Instant::now();
+        for _ in 0..LOGIN_FAILURES_MAX {
+            assert_eq!(limiter.locked_for("a@b.co", start), None);
+            limiter.record_failure("a@b.co", start);
+        }
+        assert!(limiter.locked_for("a@b.co", start).is_some());
+        assert_eq!(limiter.locked_for("other@b.co", start), None);
+        assert_eq!(
+            limiter.locked_for("a@b.co", start + LOGIN_WINDOW),
+            None,
+            "failures age out"
+        );
+        limiter.clear("a@b.co");
+        assert_eq!(limiter.locked_for("a@b.co", start), None);
+    }
+}
