@@ -14,6 +14,7 @@ use axum::http::request::Parts;
 use gpunex_domain::DomainEvent;
 use gpunex_domain::credentials::Role;
 use gpunex_projections::accounts::{UserRecord, Users};
+use gpunex_projections::applications::Applications;
 use gpunex_projections::credentials::{CredentialRecord, Credentials};
 use gpunex_store::{Store, StoreError};
 use sha2::{Digest, Sha256};
@@ -56,9 +57,13 @@ fn sha256_hex(secret: &str) -> String {
 /// It fails closed: if a credential event cannot be decoded (say a newer binary wrote a schema
 /// this one does not know, which could be a revocation) or the registry cannot follow the log,
 /// authentication answers 503 until it can again, rather than trust a stale registry.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct CredentialCache {
     inner: Arc<RwLock<Credentials>>,
+    /// Provider applications, folded in log order (only from the subscription).
+    applications: Arc<RwLock<Applications>>,
+    /// The last log position the follower has applied, for read-your-writes.
+    position: Arc<tokio::sync::watch::Sender<u64>>,
     /// People who can sign in, folded from `account.*` events.
     users: Arc<RwLock<Users>>,
     /// Sticky: a credential event this binary cannot read.
@@ -66,6 +71,22 @@ pub struct CredentialCache {
     /// Cleared while the follower cannot read the log.
     behind: Arc<AtomicBool>,
 }
+
+impl Default for CredentialCache {
+    fn default() -> Self {
+        CredentialCache {
+            inner: Arc::default(),
+            applications: Arc::default(),
+            position: Arc::new(tokio::sync::watch::channel(0).0),
+            users: Arc::default(),
+            undecodable: Arc::default(),
+            behind: Arc::default(),
+        }
+    }
+}
+
+/// Longest a request waits for the registry to reach its own write.
+const READ_YOUR_WRITES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl CredentialCache {
     /// Folds every credential event up to the current head, then follows the log in the
@@ -80,6 +101,7 @@ impl CredentialCache {
                 .await?;
             cache.apply_recorded(&events);
         }
+        cache.position.send_replace(subscription.position());
         let follower = cache.clone();
         tokio::spawn(async move {
             loop {
@@ -89,6 +111,7 @@ impl CredentialCache {
                 {
                     Ok(events) => {
                         follower.apply_recorded(&events);
+                        follower.position.send_replace(subscription.position());
                         follower.behind.store(false, Ordering::SeqCst);
                     }
                     Err(error) => {
@@ -104,17 +127,46 @@ impl CredentialCache {
 
     fn apply_recorded(&self, events: &[gpunex_store::RecordedEvent]) {
         let relevant = |e: &&gpunex_store::RecordedEvent| {
-            e.event_type.starts_with("credential.") || e.event_type.starts_with("account.")
+            e.event_type.starts_with("credential.")
+                || e.event_type.starts_with("account.")
+                || e.event_type.starts_with("provider.application_")
         };
         for event in events.iter().filter(relevant) {
             match event.decode() {
-                Ok(decoded) => self.apply(&decoded),
+                Ok(decoded) => {
+                    self.apply(&decoded);
+                    if let Ok(mut applications) = self.applications.write() {
+                        applications.apply(&decoded);
+                    }
+                }
                 Err(error) => {
                     self.undecodable.store(true, Ordering::SeqCst);
                     tracing::error!(position = event.position, %error, "undecodable credential event: refusing all tokens");
                 }
             }
         }
+    }
+
+    /// Waits until the registry has applied the log up to `position` (a write just made).
+    pub async fn wait_for(&self, position: u64) -> Result<(), ApiError> {
+        let mut seen = self.position.subscribe();
+        match tokio::time::timeout(READ_YOUR_WRITES_TIMEOUT, seen.wait_for(|p| *p >= position))
+            .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(ApiError::CredentialsUnavailable),
+        }
+    }
+
+    pub fn application(&self, id: &Uuid) -> Option<gpunex_domain::onboarding::Application> {
+        self.applications.read().ok()?.get(id).cloned()
+    }
+
+    pub fn applications(&self) -> Vec<gpunex_domain::onboarding::Application> {
+        self.applications
+            .read()
+            .map(|a| a.all().into_iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Whether the registry can be trusted to authenticate.

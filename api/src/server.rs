@@ -58,6 +58,35 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/me", get(crate::accounts::me))
         .route(
+            "/v1/applications",
+            get(crate::applications::list).post(crate::applications::submit),
+        )
+        .route("/v1/applications/{id}", get(crate::applications::read))
+        .route(
+            "/v1/applications/{id}/withdraw",
+            axum::routing::post(crate::applications::withdraw),
+        )
+        .route(
+            "/v1/applications/{id}/answer",
+            axum::routing::post(crate::applications::answer),
+        )
+        .route(
+            "/v1/applications/{id}/request-information",
+            axum::routing::post(crate::applications::request_information),
+        )
+        .route(
+            "/v1/applications/{id}/approve",
+            axum::routing::post(crate::applications::approve),
+        )
+        .route(
+            "/v1/applications/{id}/reject",
+            axum::routing::post(crate::applications::reject),
+        )
+        .route(
+            "/v1/applications/{id}/provider-token",
+            axum::routing::post(crate::applications::claim_provider_token),
+        )
+        .route(
             "/v1/tokens",
             get(crate::tokens::list).post(crate::tokens::issue),
         )

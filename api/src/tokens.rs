@@ -192,7 +192,7 @@ pub fn info(record: &CredentialRecord) -> wire::TokenInfo {
     }
 }
 
-fn issued_info(issued: &TokenIssued) -> wire::TokenInfo {
+pub fn issued_info(issued: &TokenIssued) -> wire::TokenInfo {
     wire::TokenInfo {
         token_id: issued.token_id,
         role: serde_json::to_value(issued.role).unwrap_or_default(),

@@ -11,6 +11,7 @@
 )]
 
 pub mod accounts;
+pub mod applications;
 pub mod credentials;
 pub mod ledger;
 pub mod runner;

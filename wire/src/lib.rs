@@ -187,3 +187,42 @@ pub struct Me {
     pub roles: Vec<String>,
     pub apply_as_provider: String,
 }
+
+/// A provider application as its applicant and reviewers see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplicationView {
+    pub application_id: Uuid,
+    pub applicant_user_id: Uuid,
+    /// `under_review`, `information_requested`, `approved`, `rejected` or `withdrawn`.
+    pub status: String,
+    pub submitted_at: String,
+    pub decided_at: Option<String>,
+    pub tier: Option<String>,
+    pub provider_id: Option<Uuid>,
+    pub information_requests: u32,
+    /// Waiting on reviewers longer than 3 business days.
+    pub overdue: bool,
+    /// The validated form, as submitted.
+    pub form: serde_json::Value,
+    /// Where a rule of the requested tier is not met (for reviewers), empty otherwise.
+    pub enterprise_violations: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplicationList {
+    pub applications: Vec<ApplicationView>,
+    /// Pass as `after` for the next page; absent on the last page.
+    pub next_after: Option<String>,
+}
+
+/// `POST /v1/applications/{id}/request-information`, `/answer`, `/reject`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub text: String,
+}
+
+/// `POST /v1/applications/{id}/approve`: `"enterprise"` or `"community"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    pub tier: String,
+}

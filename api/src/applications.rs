@@ -1,0 +1,439 @@
+//! Provider applications over HTTP: a signed-in person applies, reads, answers and withdraws;
+//! admins (reviewers) list, request information, approve with a tier, or reject. Every step is
+//! decided by `domain::onboarding::decide` against the registry's state and appended with the
+//! stream version that state was folded from, so two racing decisions cannot both land.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use gpunex_domain::DomainEvent;
+use gpunex_domain::credentials::Role;
+use gpunex_domain::onboarding::{
+    self, Application, ApplicationCommand, ApplicationInput, ApplicationRejection,
+    ApplicationStatus, Tier,
+};
+use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
+use gpunex_wire as wire;
+use uuid::Uuid;
+
+use crate::auth::{Allow, Caller};
+use crate::error::ApiError;
+use crate::server::{AppState, timestamp};
+use crate::tokens::{TokenRequest, issue_token, now};
+
+/// Largest page of applications.
+pub const APPLICATIONS_PAGE_MAX: usize = 100;
+
+fn stream_of(id: Uuid) -> gpunex_domain::StreamId {
+    gpunex_domain::StreamId::parse(format!("application-{id}"))
+        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
+}
+
+fn snake(value: impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+pub fn view(application: &Application) -> wire::ApplicationView {
+    wire::ApplicationView {
+        application_id: application.application_id,
+        applicant_user_id: application.applicant_user_id,
+        status: snake(application.status),
+        submitted_at: timestamp(application.submitted_at.unix_micros()),
+        decided_at: application.decided_at.map(|t| timestamp(t.unix_micros())),
+        tier: application.tier.map(snake),
+        provider_id: application.provider_id,
+        information_requests: application.information_requests,
+        overdue: application.is_overdue(now()),
+        form: serde_json::to_value(&application.form).unwrap_or_default(),
+        enterprise_violations: onboarding::tier_violations(&application.form, Tier::Enterprise)
+            .iter()
+            .filter_map(|v| serde_json::to_value(v).ok())
+            .collect(),
+    }
+}
+
+fn rejection(error: ApplicationRejection) -> ApiError {
+    let code = error.code();
+    match error {
+        ApplicationRejection::NotFound => ApiError::NotFound("application"),
+        ApplicationRejection::NotTheApplicant => ApiError::Forbidden,
+        ApplicationRejection::InvalidText { field } => {
+            ApiError::invalid(field, code, error.to_string())
+        }
+        _ => ApiError::Conflict {
+            code,
+            detail: error.to_string(),
+        },
+    }
+}
+
+fn user_of(caller: &Caller) -> Result<Uuid, ApiError> {
+    match caller.role {
+        Role::User { user_id } => Ok(user_id),
+        _ => Err(ApiError::Forbidden),
+    }
+}
+
+/// Decides `command` against the application's current state and appends what it produces,
+/// expecting the stream at the version that state was folded from; then waits until the
+/// registry shows the result.
+async fn execute(
+    state: &AppState,
+    caller: &Caller,
+    application_id: Uuid,
+    current: Option<&Application>,
+    version: u64,
+    command: ApplicationCommand,
+) -> Result<Application, ApiError> {
+    let events = onboarding::decide(current, command).map_err(rejection)?;
+    let metadata = Metadata {
+        actor: caller.actor(),
+        correlation_id: None,
+        causation_id: None,
+    };
+    let new_events = events
+        .iter()
+        .map(|e| {
+            NewEvent::from_domain(
+                Uuid::now_v7(),
+                &DomainEvent::Application(e.clone()),
+                metadata.clone(),
+            )
+        })
+        .collect();
+    let expected = if version == 0 {
+        ExpectedVersion::NoStream
+    } else {
+        ExpectedVersion::Exact(version)
+    };
+    let committed = state
+        .store
+        .append(stream_of(application_id), expected, new_events)
+        .await
+        .map_err(|error| match error {
+            AppendError::Store(error) => error.into(),
+            AppendError::WrongExpectedVersion { .. } => ApiError::Conflict {
+                code: "concurrent_change",
+                detail: "the application changed while this request ran; read it again".to_owned(),
+            },
+            other => ApiError::Conflict {
+                code: other.code(),
+                detail: other.to_string(),
+            },
+        })?;
+    state
+        .credentials
+        .wait_for(committed.last_position())
+        .await?;
+    state
+        .credentials
+        .application(&application_id)
+        .ok_or(ApiError::NotFound("application"))
+}
+
+/// The application and the version of its stream (events folded so far).
+async fn load(state: &AppState, id: Uuid) -> Result<(Application, u64), ApiError> {
+    let application = state
+        .credentials
+        .application(&id)
+        .ok_or(ApiError::NotFound("application"))?;
+    let version = state
+        .store
+        .read_stream(&stream_of(id), 0, gpunex_store::READ_BATCH_EVENTS_MAX)
+        .await?
+        .len() as u64;
+    Ok((application, version))
+}
+
+/// An applicant reads only their own; admins read all. Others' applications do not exist.
+fn visible(caller: &Caller, application: &Application) -> Result<(), ApiError> {
+    match caller.role {
+        Role::Admin => Ok(()),
+        Role::User { user_id } if user_id == application.applicant_user_id => Ok(()),
+        _ => Err(ApiError::NotFound("application")),
+    }
+}
+
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(body): Json<serde_json::Value>,
+) -> Result<(StatusCode, Json<wire::ApplicationView>), ApiError> {
+    caller.require(&[Allow::User])?;
+    let applicant_user_id = user_of(&caller)?;
+    let input: ApplicationInput = serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid("/", "malformed_application", e.to_string()))?;
+    let form = onboarding::validate_application(&input).map_err(|errors| {
+        ApiError::InvalidRequest(
+            errors
+                .into_iter()
+                .map(|e| wire::FieldError {
+                    field: e.field,
+                    code: e.code.to_owned(),
+                    message: e.message,
+                })
+                .collect(),
+        )
+    })?;
+    let application_id = Uuid::now_v7();
+    let command = ApplicationCommand::Submit {
+        application_id,
+        applicant_user_id,
+        form,
+        at: now(),
+    };
+    let application = execute(&state, &caller, application_id, None, 0, command).await?;
+    Ok((StatusCode::CREATED, Json(view(&application))))
+}
+
+pub async fn read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> Result<Json<wire::ApplicationView>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::User])?;
+    let application = state
+        .credentials
+        .application(&id)
+        .ok_or(ApiError::NotFound("application"))?;
+    visible(&caller, &application)?;
+    Ok(Json(view(&application)))
+}
+
+/// `GET /v1/applications?status=&overdue=true&after=&limit=`: reviewers, oldest first. A
+/// signed-in person gets their own applications.
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<wire::ApplicationList>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::User])?;
+    let status: Option<ApplicationStatus> = match query.get("status") {
+        Some(text) => Some(
+            serde_json::from_value(serde_json::Value::String(text.clone())).map_err(|_| {
+                ApiError::invalid(
+                    "status",
+                    "invalid_status",
+                    "under_review, information_requested, approved, rejected or withdrawn",
+                )
+            })?,
+        ),
+        None => None,
+    };
+    let overdue_only = query.get("overdue").is_some_and(|v| v == "true");
+    let limit = match query.get("limit") {
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=APPLICATIONS_PAGE_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "limit",
+                    "out_of_range",
+                    format!("1 to {APPLICATIONS_PAGE_MAX}"),
+                )
+            })?,
+        None => APPLICATIONS_PAGE_MAX,
+    };
+    let after = match query.get("after") {
+        Some(cursor) => Some(Uuid::try_parse(cursor).map_err(|_| {
+            ApiError::invalid("after", "invalid_cursor", "a cursor from next_after")
+        })?),
+        None => None,
+    };
+    let at = now();
+    let mut matching = state
+        .credentials
+        .applications()
+        .into_iter()
+        .filter(|a| match caller.role {
+            Role::User { user_id } => a.applicant_user_id == user_id,
+            _ => true,
+        });
+    // Oldest first; the cursor is the last application id of the previous page.
+    let mut page: Vec<Application> = Vec::new();
+    let mut skipping = after.is_some();
+    for application in matching.by_ref() {
+        if skipping {
+            skipping = Some(application.application_id) != after;
+            continue;
+        }
+        if status.is_some_and(|s| s != application.status)
+            || (overdue_only && !application.is_overdue(at))
+        {
+            continue;
+        }
+        page.push(application);
+        if page.len() == limit {
+            break;
+        }
+    }
+    let more = page.len() == limit;
+    Ok(Json(wire::ApplicationList {
+        next_after: more
+            .then(|| page.last().map(|a| a.application_id.to_string()))
+            .flatten(),
+        applications: page.iter().map(view).collect(),
+    }))
+}
+
+async fn step(
+    state: AppState,
+    caller: Caller,
+    id: Uuid,
+    allowed: &[Allow],
+    make: impl FnOnce(&Caller) -> Result<ApplicationCommand, ApiError>,
+) -> Result<Json<wire::ApplicationView>, ApiError> {
+    caller.require(allowed)?;
+    let (application, version) = load(&state, id).await?;
+    visible(&caller, &application)?;
+    let command = make(&caller)?;
+    let application = execute(&state, &caller, id, Some(&application), version, command).await?;
+    Ok(Json(view(&application)))
+}
+
+pub async fn withdraw(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> Result<Json<wire::ApplicationView>, ApiError> {
+    step(state, caller, id, &[Allow::User], |caller| {
+        Ok(ApplicationCommand::Withdraw {
+            applicant_user_id: user_of(caller)?,
+            at: now(),
+        })
+    })
+    .await
+}
+
+pub async fn answer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+    Json(message): Json<wire::Message>,
+) -> Result<Json<wire::ApplicationView>, ApiError> {
+    step(state, caller, id, &[Allow::User], |caller| {
+        Ok(ApplicationCommand::ProvideInformation {
+            applicant_user_id: user_of(caller)?,
+            answer: message.text,
+            at: now(),
+        })
+    })
+    .await
+}
+
+pub async fn request_information(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+    Json(message): Json<wire::Message>,
+) -> Result<Json<wire::ApplicationView>, ApiError> {
+    step(state, caller, id, &[Allow::Admin], |caller| {
+        Ok(ApplicationCommand::RequestInformation {
+            reviewer_user_id: caller.token_id,
+            message: message.text,
+            at: now(),
+        })
+    })
+    .await
+}
+
+pub async fn reject(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+    Json(message): Json<wire::Message>,
+) -> Result<Json<wire::ApplicationView>, ApiError> {
+    step(state, caller, id, &[Allow::Admin], |caller| {
+        Ok(ApplicationCommand::Reject {
+            reviewer_user_id: caller.token_id,
+            reason: message.text,
+            at: now(),
+        })
+    })
+    .await
+}
+
+pub async fn approve(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+    Json(approval): Json<wire::Approval>,
+) -> Result<Json<wire::ApplicationView>, ApiError> {
+    let tier: Tier = serde_json::from_value(serde_json::Value::String(approval.tier))
+        .map_err(|_| ApiError::invalid("tier", "invalid_tier", "enterprise or community"))?;
+    step(state, caller, id, &[Allow::Admin], |caller| {
+        Ok(ApplicationCommand::Approve {
+            reviewer_user_id: caller.token_id,
+            tier,
+            provider_id: Uuid::now_v7(),
+            at: now(),
+        })
+    })
+    .await
+}
+
+/// `POST /v1/applications/{id}/provider-token`: the applicant of an approved application takes
+/// the provider's first API token, shown once. Later tokens come from `/v1/tokens` with it.
+pub async fn claim_provider_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> Result<
+    (
+        StatusCode,
+        [(axum::http::HeaderName, &'static str); 1],
+        Json<wire::IssuedToken>,
+    ),
+    ApiError,
+> {
+    caller.require(&[Allow::User])?;
+    let application = state
+        .credentials
+        .application(&id)
+        .ok_or(ApiError::NotFound("application"))?;
+    visible(&caller, &application)?;
+    let Some(provider_id) = application
+        .provider_id
+        .filter(|_| application.status == ApplicationStatus::Approved)
+    else {
+        return Err(ApiError::Conflict {
+            code: "not_approved",
+            detail: "the application is not approved".to_owned(),
+        });
+    };
+    if !state.credentials.list(Some(provider_id)).is_empty() {
+        return Err(ApiError::Conflict {
+            code: "already_issued",
+            detail: "the provider's first token was already issued; manage tokens with it"
+                .to_owned(),
+        });
+    }
+    let actor = caller.actor();
+    let (new, issued) = issue_token(
+        &state.store,
+        Some(&state.credentials),
+        TokenRequest {
+            caller: Some(caller.token_id),
+            ..TokenRequest::new(
+                Role::Provider { provider_id },
+                "first provider token",
+                &actor,
+            )
+        },
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        [(axum::http::header::CACHE_CONTROL, "no-store")],
+        Json(wire::IssuedToken {
+            token: new.token,
+            info: crate::tokens::issued_info(&issued),
+        }),
+    ))
+}

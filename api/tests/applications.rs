@@ -1,0 +1,422 @@
+//! The provider application flow through the router, on SQLite and PostgreSQL: apply (valid and
+//! invalid), information requested and answered, Enterprise refused without UPS, approved,
+//! rejected, withdrawn, and the provider's first token.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use gpunex_api::{AppState, router};
+use gpunex_domain::credentials::Role;
+use gpunex_tests::{TestDb, conformance};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+conformance!(apply_review_and_approve, reject_withdraw_and_who_sees_what);
+
+async fn call(
+    app: &axum::Router,
+    method: &str,
+    uri: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    use tower::ServiceExt;
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {token}"));
+    let request = match body {
+        Some(body) => request
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string())),
+        None => request.body(Body::empty()),
+    }
+    .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn person(app: &axum::Router, email: &str) -> String {
+    use tower::ServiceExt;
+    let credentials = json!({"email": email, "password": "correct horse battery staple"});
+    for uri in ["/v1/accounts", "/v1/sessions"] {
+        let request = Request::post(uri)
+            .header("content-type", "application/json")
+            .body(Body::from(credentials.to_string()))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        if uri == "/v1/sessions" {
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            let session: Value = serde_json::from_slice(&bytes).unwrap();
+            return session["token"].as_str().unwrap().to_owned();
+        }
+    }
+    unreachable!()
+}
+
+fn form(ups: bool) -> Value {
+    json!({
+        "full_legal_name": "Ada Lovelace",
+        "email": "ada@example.com",
+        "gpus": [{
+            "model": "NVIDIA H100 80GB", "quantity": 8, "system_ram_gb": 2048,
+            "upload_gbps": "10", "download_gbps": "10",
+            "availability": {"kind": "always_on"},
+            "location": {"city": "Frankfurt", "country": "DE", "region": "Hesse"}
+        }],
+        "ups_protected": ups,
+        "commitment_months": 12,
+        "maintenance_notes": "2-hour window the first Sunday of each month"
+    })
+}
+
+async fn setup(db: &TestDb) -> (axum::Router, String, String) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let (admin, _) = gpunex_api::tokens::issue_token(
+        &state.store,
+        Some(&state.credentials),
+        gpunex_api::tokens::TokenRequest::new(Role::Admin, "reviewer", "cli"),
+    )
+    .await
+    .unwrap();
+    let app = router(state);
+    let applicant = person(&app, "ada@example.com").await;
+    (app, admin.token, applicant)
+}
+
+async fn apply_review_and_approve(db: &TestDb) {
+    let (app, admin, ada) = setup(db).await;
+
+    // Invalid: field-level problem+json, nothing stored.
+    let mut bad = form(true);
+    bad["gpus"][0]["quantity"] = json!(0);
+    bad["gpus"][0]["location"]["country"] = json!("ZZ");
+    let (status, problem) = call(&app, "POST", "/v1/applications", &ada, Some(bad)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    let fields: Vec<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["/gpus/0/quantity", "/gpus/0/location/country"]);
+    assert_eq!(
+        call(&app, "GET", "/v1/applications", &admin, None).await.1["applications"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+
+    // Without UPS: submitted, but Enterprise is refused with the rule it breaks.
+    let (status, application) =
+        call(&app, "POST", "/v1/applications", &ada, Some(form(false))).await;
+    assert_eq!(status, StatusCode::CREATED, "{application}");
+    assert_eq!(application["status"], "under_review");
+    assert_eq!(
+        application["form"]["gpus"][0]["model"]["catalog"],
+        "h100-80gb"
+    );
+    let id = application["application_id"].as_str().unwrap().to_owned();
+    let (status, problem) = call(
+        &app,
+        "POST",
+        &format!("/v1/applications/{id}/approve"),
+        &admin,
+        Some(json!({"tier": "enterprise"})),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (StatusCode::CONFLICT, Some("tier_rules_broken"))
+    );
+    assert!(
+        problem["detail"].as_str().unwrap().contains("UpsRequired"),
+        "{problem}"
+    );
+
+    // Information requested, answered, back in review.
+    let (status, waiting) = call(
+        &app,
+        "POST",
+        &format!("/v1/applications/{id}/request-information"),
+        &admin,
+        Some(json!({"text": "Is a UPS planned?"})),
+    )
+    .await;
+    assert_eq!(
+        (status, waiting["status"].as_str()),
+        (StatusCode::OK, Some("information_requested"))
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/applications/{id}/request-information"),
+            &admin,
+            Some(json!({"text": "again?"}))
+        )
+        .await
+        .0,
+        StatusCode::CONFLICT
+    );
+    let (status, answered) = call(
+        &app,
+        "POST",
+        &format!("/v1/applications/{id}/answer"),
+        &ada,
+        Some(json!({"text": "Not yet: Community is fine."})),
+    )
+    .await;
+    assert_eq!(
+        (status, answered["status"].as_str()),
+        (StatusCode::OK, Some("under_review"))
+    );
+
+    // Approved as Community; deciding twice is refused.
+    let (status, approved) = call(
+        &app,
+        "POST",
+        &format!("/v1/applications/{id}/approve"),
+        &admin,
+        Some(json!({"tier": "community"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{approved}");
+    assert_eq!(
+        (approved["status"].as_str(), approved["tier"].as_str()),
+        (Some("approved"), Some("community"))
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/applications/{id}/reject"),
+            &admin,
+            Some(json!({"text": "no"}))
+        )
+        .await
+        .0,
+        StatusCode::CONFLICT
+    );
+
+    // An Enterprise application with UPS is approved as Enterprise.
+    let (_, second) = call(&app, "POST", "/v1/applications", &ada, Some(form(true))).await;
+    let second_id = second["application_id"].as_str().unwrap();
+    let (status, enterprise) = call(
+        &app,
+        "POST",
+        &format!("/v1/applications/{second_id}/approve"),
+        &admin,
+        Some(json!({"tier": "enterprise"})),
+    )
+    .await;
+    assert_eq!(
+        (status, enterprise["tier"].as_str()),
+        (StatusCode::OK, Some("enterprise"))
+    );
+
+    // The applicant takes the provider's first token, once; it is a provider credential.
+    let (status, first) = call(
+        &app,
+        "POST",
+        &format!("/v1/applications/{id}/provider-token"),
+        &ada,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!(first["role"]["kind"], "provider");
+    assert_eq!(first["role"]["provider_id"], approved["provider_id"]);
+    let provider_token = first["token"].as_str().unwrap();
+    assert_eq!(
+        call(&app, "GET", "/v1/tokens", provider_token, None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/applications/{id}/provider-token"),
+            &ada,
+            None
+        )
+        .await
+        .0,
+        StatusCode::CONFLICT
+    );
+}
+
+async fn reject_withdraw_and_who_sees_what(db: &TestDb) {
+    let (app, admin, ada) = setup(db).await;
+    let bob = person(&app, "bob@example.com").await;
+    let (_, first) = call(&app, "POST", "/v1/applications", &ada, Some(form(true))).await;
+    let (_, second) = call(&app, "POST", "/v1/applications", &ada, Some(form(true))).await;
+    let (first_id, second_id) = (
+        first["application_id"].as_str().unwrap(),
+        second["application_id"].as_str().unwrap(),
+    );
+
+    // Others' applications do not exist for a person; reviewers see all, oldest first.
+    assert_eq!(
+        call(
+            &app,
+            "GET",
+            &format!("/v1/applications/{first_id}"),
+            &bob,
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/applications/{first_id}/withdraw"),
+            &bob,
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        call(&app, "GET", "/v1/applications", &bob, None).await.1["applications"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    // A person cannot review; a reviewer cannot answer for the applicant.
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/applications/{first_id}/approve"),
+            &ada,
+            Some(json!({"tier": "community"}))
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/applications/{first_id}/answer"),
+            &admin,
+            Some(json!({"text": "x"}))
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+
+    let (status, rejected) = call(
+        &app,
+        "POST",
+        &format!("/v1/applications/{first_id}/reject"),
+        &admin,
+        Some(json!({"text": "Residential power only."})),
+    )
+    .await;
+    assert_eq!(
+        (status, rejected["status"].as_str()),
+        (StatusCode::OK, Some("rejected"))
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/applications/{first_id}/approve"),
+            &admin,
+            Some(json!({"tier": "community"}))
+        )
+        .await
+        .0,
+        StatusCode::CONFLICT
+    );
+    let (status, withdrawn) = call(
+        &app,
+        "POST",
+        &format!("/v1/applications/{second_id}/withdraw"),
+        &ada,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, withdrawn["status"].as_str()),
+        (StatusCode::OK, Some("withdrawn"))
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            &format!("/v1/applications/{second_id}/approve"),
+            &admin,
+            Some(json!({"tier": "community"}))
+        )
+        .await
+        .0,
+        StatusCode::CONFLICT
+    );
+
+    let (_, listed) = call(
+        &app,
+        "GET",
+        "/v1/applications?status=rejected",
+        &admin,
+        None,
+    )
+    .await;
+    let ids: Vec<&str> = listed["applications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["application_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [first_id]);
+    let (_, page) = call(&app, "GET", "/v1/applications?limit=1", &admin, None).await;
+    assert_eq!(
+        page["applications"][0]["application_id"].as_str(),
+        Some(first_id)
+    );
+    let cursor = page["next_after"].as_str().unwrap();
+    let (_, next) = call(
+        &app,
+        "GET",
+        &format!("/v1/applications?limit=1&after={cursor}"),
+        &admin,
+        None,
+    )
+    .await;
+    assert_eq!(
+        next["applications"][0]["application_id"].as_str(),
+        Some(second_id)
+    );
+    assert_eq!(
+        call(&app, "GET", "/v1/applications?status=lost", &admin, None)
+            .await
+            .0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        call(&app, "GET", "/v1/applications?overdue=true", &admin, None)
+            .await
+            .1["applications"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+}
