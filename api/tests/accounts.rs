@@ -1,10 +1,8 @@
-//! Sign-up, sign-in, sessions and their limits, through the router, on both databases.
+//! Sign-up, sign-in, sessions and their limits, over real HTTP, on both databases.
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use gpunex_api::{AppState, router};
+use axum::http::StatusCode;
+use gpunex_api::AppState;
 use gpunex_tests::{TestDb, conformance};
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
 conformance!(
@@ -13,39 +11,22 @@ conformance!(
     one_address_one_account_across_processes
 );
 
+mod common;
+
 async fn call(
-    app: &axum::Router,
+    base: &str,
     method: &str,
     uri: &str,
     token: Option<&str>,
     body: Option<Value>,
 ) -> (StatusCode, axum::http::HeaderMap, Value) {
-    use tower::ServiceExt;
-    let mut request = Request::builder().method(method).uri(uri);
-    if let Some(token) = token {
-        request = request.header("authorization", format!("Bearer {token}"));
-    }
-    let request = match body {
-        Some(body) => request
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_string())),
-        None => request.body(Body::empty()),
-    }
-    .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let (status, headers) = (response.status(), response.headers().clone());
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        headers,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    common::request(base, method, uri, token, body).await
 }
 
 const PASSWORD: &str = "correct horse battery staple";
 
 async fn sign_up_sign_in_and_out(db: &TestDb) {
-    let app = router(AppState::load(db.open().await).await.unwrap());
+    let app = common::serve(AppState::load(db.open().await).await.unwrap()).await;
     let signup = json!({"email": "Ada@Example.com", "password": PASSWORD});
     let (status, _, account) = call(&app, "POST", "/v1/accounts", None, Some(signup)).await;
     assert_eq!(status, StatusCode::CREATED, "{account}");
@@ -132,7 +113,7 @@ async fn sign_up_sign_in_and_out(db: &TestDb) {
 }
 
 async fn failed_sign_ins_are_rate_limited(db: &TestDb) {
-    let app = router(AppState::load(db.open().await).await.unwrap());
+    let app = common::serve(AppState::load(db.open().await).await.unwrap()).await;
     let signup = json!({"email": "eve@example.com", "password": PASSWORD});
     assert_eq!(
         call(&app, "POST", "/v1/accounts", None, Some(signup))
@@ -167,8 +148,8 @@ async fn failed_sign_ins_are_rate_limited(db: &TestDb) {
 
 /// Two server processes racing to register one address: exactly one account.
 async fn one_address_one_account_across_processes(db: &TestDb) {
-    let a = router(AppState::load(db.open().await).await.unwrap());
-    let b = router(AppState::load(db.open().await).await.unwrap());
+    let a = common::serve(AppState::load(db.open().await).await.unwrap()).await;
+    let b = common::serve(AppState::load(db.open().await).await.unwrap()).await;
     let body = json!({"email": "race@example.com", "password": PASSWORD});
     let (ra, rb) = tokio::join!(
         call(&a, "POST", "/v1/accounts", None, Some(body.clone())),

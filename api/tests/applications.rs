@@ -1,62 +1,43 @@
-//! The provider application flow through the router, on SQLite and PostgreSQL: apply (valid and
+//! The provider application flow over real HTTP, on SQLite and PostgreSQL: apply (valid and
 //! invalid), information requested and answered, Enterprise refused without UPS, approved,
 //! rejected, withdrawn, and the provider's first token.
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use gpunex_api::{AppState, router};
+use axum::http::StatusCode;
+use gpunex_api::AppState;
 use gpunex_domain::credentials::Role;
 use gpunex_tests::{TestDb, conformance};
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
 conformance!(apply_review_and_approve, reject_withdraw_and_who_sees_what);
 
+mod common;
+
 async fn call(
-    app: &axum::Router,
+    base: &str,
     method: &str,
     uri: &str,
     token: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    use tower::ServiceExt;
-    let request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("authorization", format!("Bearer {token}"));
-    let request = match body {
-        Some(body) => request
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_string())),
-        None => request.body(Body::empty()),
-    }
-    .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    let (status, _, body) = common::request(base, method, uri, Some(token), body).await;
+    (status, body)
 }
 
-async fn person(app: &axum::Router, email: &str) -> String {
-    use tower::ServiceExt;
+async fn person(base: &str, email: &str) -> String {
     let credentials = json!({"email": email, "password": "correct horse battery staple"});
-    for uri in ["/v1/accounts", "/v1/sessions"] {
-        let request = Request::post(uri)
-            .header("content-type", "application/json")
-            .body(Body::from(credentials.to_string()))
-            .unwrap();
-        let response = app.clone().oneshot(request).await.unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED);
-        if uri == "/v1/sessions" {
-            let bytes = response.into_body().collect().await.unwrap().to_bytes();
-            let session: Value = serde_json::from_slice(&bytes).unwrap();
-            return session["token"].as_str().unwrap().to_owned();
-        }
-    }
-    unreachable!()
+    let (status, _, _) = common::request(
+        base,
+        "POST",
+        "/v1/accounts",
+        None,
+        Some(credentials.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _, session) =
+        common::request(base, "POST", "/v1/sessions", None, Some(credentials)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    session["token"].as_str().unwrap().to_owned()
 }
 
 fn form(ups: bool) -> Value {
@@ -75,7 +56,7 @@ fn form(ups: bool) -> Value {
     })
 }
 
-async fn setup(db: &TestDb) -> (axum::Router, String, String) {
+async fn setup(db: &TestDb) -> (String, String, String) {
     let state = AppState::load(db.open().await).await.unwrap();
     let (admin, _) = gpunex_api::tokens::issue_token(
         &state.store,
@@ -84,7 +65,7 @@ async fn setup(db: &TestDb) -> (axum::Router, String, String) {
     )
     .await
     .unwrap();
-    let app = router(state);
+    let app = common::serve(state).await;
     let applicant = person(&app, "ada@example.com").await;
     (app, admin.token, applicant)
 }

@@ -1,12 +1,10 @@
-//! The authorization matrix, through the router, on SQLite and PostgreSQL: who may call what,
+//! The authorization matrix, over real HTTP, on SQLite and PostgreSQL: who may call what,
 //! and revocation and rotation taking effect at once.
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use gpunex_api::{AppState, router};
+use axum::http::StatusCode;
+use gpunex_api::AppState;
 use gpunex_domain::credentials::Role;
 use gpunex_tests::{TestDb, conformance};
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -16,41 +14,20 @@ conformance!(
     a_revoked_caller_cannot_write_where_the_revocation_is_not_yet_known,
 );
 
+mod common;
+
 async fn call(
-    app: &axum::Router,
+    base: &str,
     method: &str,
     uri: &str,
     token: Option<&str>,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    use tower::ServiceExt;
-    let mut request = Request::builder().method(method).uri(uri);
-    if let Some(token) = token {
-        // A value with a space is a whole header (to try other schemes and spellings).
-        let header = if token.contains(' ') {
-            token.to_owned()
-        } else {
-            format!("Bearer {token}")
-        };
-        request = request.header("authorization", header);
-    }
-    let request = match body {
-        Some(body) => request
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_string())),
-        None => request.body(Body::empty()),
-    }
-    .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
+    let (status, headers, body) = common::request(base, method, uri, token, body).await;
     if status == StatusCode::UNAUTHORIZED {
-        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        assert_eq!(headers["www-authenticate"], "Bearer");
     }
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    (status, body)
 }
 
 async fn token(state: &AppState, role: Role) -> (Uuid, String) {
@@ -83,7 +60,7 @@ async fn authorization_matrix(db: &TestDb) {
         },
     )
     .await;
-    let app = router(state.clone());
+    let app = common::serve(state.clone()).await;
 
     // Who may read what.
     let matrix: [(&str, Option<&str>, StatusCode); 12] = [
@@ -125,23 +102,19 @@ async fn authorization_matrix(db: &TestDb) {
             .0,
         StatusCode::UNAUTHORIZED
     );
-    {
-        use tower::ServiceExt;
-        let request = Request::post("/v1/tokens")
-            .header("authorization", format!("Bearer {admin}"))
-            .header("content-type", "application/json")
-            .body(Body::from(
-                json!({"role": {"kind": "finance"}, "label": "books"}).to_string(),
-            ))
-            .unwrap();
-        let response = app.clone().oneshot(request).await.unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED);
-        assert_eq!(
-            response.headers()["cache-control"],
-            "no-store",
-            "a token must not be cached"
-        );
-    }
+    let (status, headers, _) = common::request(
+        &app,
+        "POST",
+        "/v1/tokens",
+        Some(&admin),
+        Some(json!({"role": {"kind": "finance"}, "label": "books"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        headers["cache-control"], "no-store",
+        "a token must not be cached"
+    );
 
     // Finance writes nothing.
     let agent_of = |provider: Uuid| json!({"role": {"kind": "agent", "provider_id": provider, "machine_id": Uuid::now_v7()}, "label": "node 1"});
@@ -331,14 +304,14 @@ async fn revocation_reaches_other_processes(db: &TestDb) {
     let here = AppState::load(db.open().await).await.unwrap();
     let (_, admin) = token(&here, Role::Admin).await;
     let (finance_id, finance) = token(&here, Role::Finance).await;
-    let there = router(AppState::load(db.open().await).await.unwrap());
+    let there = common::serve(AppState::load(db.open().await).await.unwrap()).await;
     assert_eq!(
         call(&there, "GET", "/v1/projections", Some(&finance), None)
             .await
             .0,
         StatusCode::OK
     );
-    let here = router(here);
+    let here = common::serve(here).await;
     assert_eq!(
         call(
             &here,
@@ -378,8 +351,8 @@ async fn a_revoked_caller_cannot_write_where_the_revocation_is_not_yet_known(db:
         },
     )
     .await;
-    let there = router(AppState::load(db.open().await).await.unwrap());
-    let here = router(here);
+    let there = common::serve(AppState::load(db.open().await).await.unwrap()).await;
+    let here = common::serve(here).await;
     assert_eq!(
         call(
             &here,

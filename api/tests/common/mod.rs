@@ -1,0 +1,49 @@
+//! Real HTTP for the API tests: the router served on a loopback port, and a client call.
+
+use axum::http::{HeaderMap, StatusCode};
+use gpunex_api::{AppState, router};
+use serde_json::Value;
+
+/// Serves `state` on 127.0.0.1 with an OS-chosen port for the rest of the test; returns the
+/// base URL.
+pub async fn serve(state: AppState) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, router(state)).await.unwrap();
+    });
+    format!("http://{address}")
+}
+
+/// One request over the network. `token` is sent as `Bearer <token>`, or as the whole
+/// `Authorization` value when it contains a space.
+pub async fn request(
+    base: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, HeaderMap, Value) {
+    let client = reqwest::Client::new();
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = client.request(method, format!("{base}{path}"));
+    if let Some(token) = token {
+        let header = if token.contains(' ') {
+            token.to_owned()
+        } else {
+            format!("Bearer {token}")
+        };
+        request = request.header("authorization", header);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    let bytes = response.bytes().await.unwrap();
+    (
+        status,
+        headers,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
