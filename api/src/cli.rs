@@ -44,6 +44,16 @@ pub enum Command {
         /// Address to listen on.
         #[arg(long, env = "GPUNEX_LISTEN", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// Where notifications are delivered: a Maildir-style directory (`new/<id>.eml`).
+        #[arg(long, env = "GPUNEX_MAILBOX_DIR", default_value = "./data/mailbox")]
+        mailbox_dir: std::path::PathBuf,
+        /// The sender of notifications.
+        #[arg(
+            long,
+            env = "GPUNEX_MAIL_FROM",
+            default_value = "GPUnex <no-reply@gpunex.local>"
+        )]
+        mail_from: String,
     },
     /// Apply database migrations and exit.
     Migrate,

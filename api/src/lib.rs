@@ -14,6 +14,7 @@ pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod error;
+pub mod outbox;
 pub mod runner;
 pub mod server;
 pub mod tokens;

@@ -42,9 +42,14 @@ fn init_logging(format: LogFormat) {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { listen } => {
+        Command::Serve {
+            listen,
+            mailbox_dir,
+            mail_from,
+        } => {
             let store = cli::open_store(&cli.database_url).await?;
-            gpunex_api::server::serve(store, listen).await?;
+            let mailbox = gpunex_api::outbox::Mailbox::open(&mailbox_dir, &mail_from)?;
+            gpunex_api::server::serve(store, listen, mailbox).await?;
         }
         Command::Migrate => {
             let store = cli::open_store(&cli.database_url).await?;

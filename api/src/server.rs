@@ -310,7 +310,11 @@ async fn account_lines(
 
 /// Serves the API until SIGTERM or Ctrl-C, with the projection runner in the background.
 /// In-flight requests finish before the process exits.
-pub async fn serve(store: Store, listen: std::net::SocketAddr) -> anyhow::Result<()> {
+pub async fn serve(
+    store: Store,
+    listen: std::net::SocketAddr,
+    mailbox: crate::outbox::Mailbox,
+) -> anyhow::Result<()> {
     let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -318,11 +322,17 @@ pub async fn serve(store: Store, listen: std::net::SocketAddr) -> anyhow::Result
     let local = listener.local_addr()?;
     tracing::info!(address = %local, database = ?store.backend(), "gpunex listening");
     let state = AppState::load(store).await?;
+    let outbox = tokio::spawn(crate::outbox::run(
+        state.store.clone(),
+        state.credentials.clone(),
+        mailbox,
+    ));
     let app = router(state).layer(axum::middleware::from_fn(log_request));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     runner.abort();
+    outbox.abort();
     tracing::info!("gpunex stopped");
     Ok(())
 }

@@ -119,6 +119,33 @@ impl PgBackend {
         to_u64(position.unwrap_or(0), 0, "checkpoint")
     }
 
+    /// Moves consumer `name`'s checkpoint from `from` to `to`, only if it is still at `from`.
+    pub async fn advance_checkpoint(
+        &self,
+        name: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<(), StoreError> {
+        let moved = sqlx::query(
+            "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES ($1, $2, $3) \
+             ON CONFLICT (projection) DO UPDATE SET position = excluded.position, updated_at_us = excluded.updated_at_us \
+             WHERE projection_checkpoints.position = $4",
+        )
+        .bind(name)
+        .bind(to_i64(to))
+        .bind(now_us())
+        .bind(to_i64(from))
+        .execute(&self.pool)
+        .await?;
+        if moved.rows_affected() != 1 {
+            return Err(StoreError::CheckpointMoved {
+                projection: name.to_owned(),
+                expected: from,
+            });
+        }
+        Ok(())
+    }
+
     pub async fn commit_ledger(
         &self,
         batch: &LedgerBatch,

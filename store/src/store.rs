@@ -269,6 +269,21 @@ impl Store {
         Ok(statuses)
     }
 
+    /// The checkpoint of a log consumer (a projection, the notification outbox): the last
+    /// position it has fully handled; 0 before it started.
+    pub async fn consumer_checkpoint(&self, name: &str) -> Result<u64, StoreError> {
+        self.checkpoint_of(name).await
+    }
+
+    /// Moves a consumer's checkpoint from `from` to `to` if no one moved it meanwhile
+    /// (otherwise `CheckpointMoved`: another instance is running).
+    pub async fn advance_consumer(&self, name: &str, from: u64, to: u64) -> Result<(), StoreError> {
+        match &self.inner.db {
+            Db::Sqlite(db) => db.advance_checkpoint(name, from, to).await,
+            Db::Postgres(db) => db.advance_checkpoint(name, from, to).await,
+        }
+    }
+
     async fn checkpoint_of(&self, projection: &str) -> Result<u64, StoreError> {
         match &self.inner.db {
             Db::Sqlite(db) => db.checkpoint(projection).await,

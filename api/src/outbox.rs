@@ -1,0 +1,243 @@
+//! Notifications through an outbox. The log is the outbox: a consumer with its own checkpoint
+//! reads it, and for every information request, approval and rejection emails the applicant.
+//!
+//! Delivery here writes each message into a Maildir-style mailbox directory (`tmp/`, then an
+//! atomic rename into `new/<event id>.eml`), so the default installation works without a mail
+//! server. A message's file name is its event id: after a crash anywhere (between delivery and
+//! checkpoint, or mid-write), the consumer starts again from its checkpoint, finds the messages
+//! already in `new/`, and skips them: every notification is delivered exactly once. A failed
+//! delivery does not move the checkpoint, so it is retried, with backoff, until it succeeds.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpunex_domain::DomainEvent;
+use gpunex_domain::onboarding::{Application, ApplicationEvent, Tier};
+use gpunex_store::Store;
+use uuid::Uuid;
+
+use crate::auth::CredentialCache;
+
+/// The outbox's checkpoint name.
+pub const OUTBOX: &str = "outbox";
+/// Events read per pass.
+const BATCH_EVENTS_MAX: usize = 500;
+const RETRY_DELAY_MAX: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    #[error(transparent)]
+    Store(#[from] gpunex_store::StoreError),
+    #[error("mailbox {path}: {source}")]
+    Mailbox {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("event at position {position} cannot be read: {reason}")]
+    Undecodable { position: u64, reason: String },
+    #[error("the registry did not reach position {0}")]
+    RegistryBehind(u64),
+}
+
+/// A message to one person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Email {
+    /// The event that caused it: the idempotency key of its delivery.
+    pub message_id: Uuid,
+    pub to: String,
+    pub subject: String,
+    pub body: String,
+}
+
+impl Email {
+    /// RFC 5322 text with CRLF line ends.
+    pub fn render(&self, from: &str) -> String {
+        let body = self.body.replace("\r\n", "\n").replace('\n', "\r\n");
+        format!(
+            "From: {from}\r\nTo: {}\r\nSubject: {}\r\nMessage-ID: <{}@gpunex>\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{body}\r\n",
+            self.to, self.subject, self.message_id
+        )
+    }
+}
+
+/// The notification an application event sends, if any.
+pub fn notification(
+    event_id: Uuid,
+    event: &ApplicationEvent,
+    application: &Application,
+) -> Option<Email> {
+    let (subject, body) = match event {
+        ApplicationEvent::InformationRequested(requested) => (
+            "GPUnex: more information needed for your provider application".to_owned(),
+            format!(
+                "The GPUnex team needs more information to review your application {}:\n\n{}\n\nAnswer from your application page; the review continues as soon as you do.",
+                application.application_id, requested.message
+            ),
+        ),
+        ApplicationEvent::Approved(approved) => (
+            format!(
+                "GPUnex: your provider application is approved ({} tier)",
+                match approved.tier {
+                    Tier::Enterprise => "Enterprise",
+                    Tier::Community => "Community",
+                }
+            ),
+            format!(
+                "Welcome to GPUnex. Your provider id is {}.\n\nTake your first provider API token from your application page (it is shown once), then install the GPUnex agent on your machines.",
+                approved.provider_id
+            ),
+        ),
+        ApplicationEvent::Rejected(rejected) => (
+            "GPUnex: your provider application was not approved".to_owned(),
+            format!(
+                "We could not approve application {}:\n\n{}",
+                application.application_id, rejected.reason
+            ),
+        ),
+        ApplicationEvent::Submitted(_)
+        | ApplicationEvent::InformationProvided(_)
+        | ApplicationEvent::Withdrawn(_) => {
+            return None;
+        }
+    };
+    Some(Email {
+        message_id: event_id,
+        to: application.form.email.clone(),
+        subject,
+        body,
+    })
+}
+
+/// A Maildir-style directory: `tmp/` for writes in progress, `new/` for delivered messages.
+#[derive(Debug, Clone)]
+pub struct Mailbox {
+    root: PathBuf,
+    from: String,
+}
+
+impl Mailbox {
+    pub fn open(root: &Path, from: &str) -> Result<Mailbox, OutboxError> {
+        for dir in ["tmp", "new"] {
+            let path = root.join(dir);
+            std::fs::create_dir_all(&path)
+                .map_err(|source| OutboxError::Mailbox { path, source })?;
+        }
+        Ok(Mailbox {
+            root: root.to_path_buf(),
+            from: from.to_owned(),
+        })
+    }
+
+    pub fn delivered_path(&self, message_id: Uuid) -> PathBuf {
+        self.root.join("new").join(format!("{message_id}.eml"))
+    }
+
+    /// Delivers `email` unless it already was; returns whether it was delivered now.
+    fn deliver(&self, email: &Email) -> Result<bool, OutboxError> {
+        let target = self.delivered_path(email.message_id);
+        if target.exists() {
+            return Ok(false);
+        }
+        let temporary = self
+            .root
+            .join("tmp")
+            .join(format!("{}.eml", email.message_id));
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| OutboxError::Mailbox { path, source }
+        };
+        let mut file = std::fs::File::create(&temporary).map_err(io(&temporary))?;
+        file.write_all(email.render(&self.from).as_bytes())
+            .map_err(io(&temporary))?;
+        file.sync_all().map_err(io(&temporary))?;
+        std::fs::rename(&temporary, &target).map_err(io(&target))?;
+        Ok(true)
+    }
+}
+
+/// Delivers every notification after the outbox checkpoint and moves the checkpoint after
+/// each batch. Returns how many messages were delivered now.
+pub async fn deliver_pending(
+    store: &Store,
+    registry: &CredentialCache,
+    mailbox: &Mailbox,
+) -> Result<u64, OutboxError> {
+    let mut position = store.consumer_checkpoint(OUTBOX).await?;
+    let mut delivered = 0;
+    loop {
+        let events = store.read_all(position, BATCH_EVENTS_MAX).await?;
+        let Some(last) = events.last().map(|e| e.position) else {
+            return Ok(delivered);
+        };
+        for event in events
+            .iter()
+            .filter(|e| e.event_type.starts_with("provider.application_"))
+        {
+            let decoded = event.decode().map_err(|e| OutboxError::Undecodable {
+                position: event.position,
+                reason: e.to_string(),
+            })?;
+            let DomainEvent::Application(application_event) = decoded else {
+                continue;
+            };
+            // The registry folds the application up to this event before we read the address.
+            registry
+                .wait_for(event.position)
+                .await
+                .map_err(|_| OutboxError::RegistryBehind(event.position))?;
+            let id = application_id(&application_event);
+            let Some(application) = registry.application(&id) else {
+                continue;
+            };
+            let Some(email) = notification(event.event_id, &application_event, &application) else {
+                continue;
+            };
+            let mailbox = mailbox.clone();
+            let sent = tokio::task::spawn_blocking(move || mailbox.deliver(&email))
+                .await
+                .map_err(|e| OutboxError::Undecodable {
+                    position: event.position,
+                    reason: e.to_string(),
+                })??;
+            delivered += u64::from(sent);
+        }
+        store.advance_consumer(OUTBOX, position, last).await?;
+        position = last;
+    }
+}
+
+fn application_id(event: &ApplicationEvent) -> Uuid {
+    match event {
+        ApplicationEvent::Submitted(e) => e.application_id,
+        ApplicationEvent::InformationRequested(e) => e.application_id,
+        ApplicationEvent::InformationProvided(e) => e.application_id,
+        ApplicationEvent::Approved(e) => e.application_id,
+        ApplicationEvent::Rejected(e) => e.application_id,
+        ApplicationEvent::Withdrawn(e) => e.application_id,
+    }
+}
+
+/// The server's outbox loop: deliver, wait for new events (or a poll interval), repeat;
+/// failures are retried with backoff.
+pub async fn run(store: Store, registry: CredentialCache, mailbox: Mailbox) {
+    let mut head = store.head_watch().await;
+    let mut retry_delay = Duration::from_millis(200);
+    loop {
+        head.borrow_and_update();
+        match deliver_pending(&store, &registry, &mailbox).await {
+            Ok(delivered) => {
+                if delivered > 0 {
+                    tracing::info!(delivered, "notifications delivered");
+                }
+                retry_delay = Duration::from_millis(200);
+                let _ = tokio::time::timeout(Duration::from_secs(1), head.changed()).await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, retry_in_ms = retry_delay.as_millis() as u64, "notification delivery failed");
+                tokio::time::sleep(retry_delay).await;
+                retry_delay = (retry_delay * 2).min(RETRY_DELAY_MAX);
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Notifications: decisions and information requests reach the applicant's mailbox exactly
+//! once, even when delivery restarts from an old checkpoint (a crash between delivering and
+//! recording it) with a half-written message left behind.
+
+use axum::http::StatusCode;
+use gpunex_api::AppState;
+use gpunex_api::outbox::{Mailbox, OUTBOX, deliver_pending};
+use gpunex_domain::credentials::Role;
+use gpunex_tests::{TestDb, conformance};
+use serde_json::{Value, json};
+
+mod common;
+
+conformance!(each_notification_is_delivered_exactly_once_across_restarts);
+
+fn form() -> Value {
+    json!({
+        "full_legal_name": "Ada Lovelace", "email": "ada@example.com",
+        "gpus": [{"model": "l40s", "quantity": 2, "system_ram_gb": 256, "upload_gbps": "1", "download_gbps": "1",
+                  "availability": {"kind": "always_on"},
+                  "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}}],
+        "ups_protected": true, "commitment_months": 6, "maintenance_notes": ""
+    })
+}
+
+async fn post(base: &str, path: &str, token: &str, body: Value) -> Value {
+    let (status, _, answer) = common::request(base, "POST", path, Some(token), Some(body)).await;
+    assert!(status.is_success(), "{path}: {status} {answer}");
+    answer
+}
+
+fn delivered(dir: &std::path::Path) -> Vec<String> {
+    let mut messages: Vec<String> = std::fs::read_dir(dir.join("new"))
+        .unwrap()
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+        .collect();
+    messages.sort();
+    messages
+}
+
+async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let (admin, _) = gpunex_api::tokens::issue_token(
+        &state.store,
+        Some(&state.credentials),
+        gpunex_api::tokens::TokenRequest::new(Role::Admin, "reviewer", "cli"),
+    )
+    .await
+    .unwrap();
+    let admin = admin.token;
+    let base = common::serve(state.clone()).await;
+    let person = json!({"email": "ada@example.com", "password": "correct horse battery staple"});
+    common::request(&base, "POST", "/v1/accounts", None, Some(person.clone())).await;
+    let (_, _, session) = common::request(&base, "POST", "/v1/sessions", None, Some(person)).await;
+    let ada = session["token"].as_str().unwrap();
+
+    let first = post(&base, "/v1/applications", ada, form()).await;
+    let first = first["application_id"].as_str().unwrap();
+    post(
+        &base,
+        &format!("/v1/applications/{first}/request-information"),
+        &admin,
+        json!({"text": "Photo of the rack?"}),
+    )
+    .await;
+    post(
+        &base,
+        &format!("/v1/applications/{first}/answer"),
+        ada,
+        json!({"text": "Sent."}),
+    )
+    .await;
+    post(
+        &base,
+        &format!("/v1/applications/{first}/approve"),
+        &admin,
+        json!({"tier": "enterprise"}),
+    )
+    .await;
+    let second = post(&base, "/v1/applications", ada, form()).await;
+    let second = second["application_id"].as_str().unwrap();
+    post(
+        &base,
+        &format!("/v1/applications/{second}/reject"),
+        &admin,
+        json!({"text": "Duplicate of the first."}),
+    )
+    .await;
+    let third = post(&base, "/v1/applications", ada, form()).await;
+    let third = third["application_id"].as_str().unwrap();
+    post(
+        &base,
+        &format!("/v1/applications/{third}/withdraw"),
+        ada,
+        json!({}),
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mailbox = Mailbox::open(dir.path(), "GPUnex <no-reply@gpunex.local>").unwrap();
+    assert_eq!(
+        deliver_pending(&state.store, &state.credentials, &mailbox)
+            .await
+            .unwrap(),
+        3
+    );
+    let messages = delivered(dir.path());
+    assert_eq!(
+        messages.len(),
+        3,
+        "information requested, approved, rejected; not submitted, answered or withdrawn"
+    );
+    assert!(
+        messages
+            .iter()
+            .all(|m| m.contains("To: ada@example.com\r\n"))
+    );
+    assert!(messages.iter().any(|m| m.contains("Photo of the rack?")));
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("approved (Enterprise tier)"))
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("Duplicate of the first."))
+    );
+    let head = state.store.head_position().await.unwrap();
+    assert_eq!(state.store.consumer_checkpoint(OUTBOX).await.unwrap(), head);
+
+    // A restart as after a crash: the checkpoint never moved, and a message was half-written.
+    db.execute_raw(
+        &["UPDATE projection_checkpoints SET position = 0 WHERE projection = 'outbox'"],
+        &["UPDATE projection_checkpoints SET position = 0 WHERE projection = 'outbox'"],
+    )
+    .await;
+    std::fs::write(dir.path().join("tmp").join("torn.eml"), "From: half").unwrap();
+    let restarted = AppState::load(db.open().await).await.unwrap();
+    let mailbox = Mailbox::open(dir.path(), "GPUnex <no-reply@gpunex.local>").unwrap();
+    assert_eq!(
+        deliver_pending(&restarted.store, &restarted.credentials, &mailbox)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        delivered(dir.path()),
+        messages,
+        "exactly once: nothing sent twice, nothing lost"
+    );
+    assert_eq!(
+        restarted.store.consumer_checkpoint(OUTBOX).await.unwrap(),
+        head
+    );
+
+    // A new decision after the restart is delivered, once.
+    let fourth = post(&base, "/v1/applications", ada, form()).await;
+    let fourth = fourth["application_id"].as_str().unwrap();
+    let (status, _, _) = common::request(
+        &base,
+        "POST",
+        &format!("/v1/applications/{fourth}/reject"),
+        Some(&admin),
+        Some(json!({"text": "No."})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        deliver_pending(&restarted.store, &restarted.credentials, &mailbox)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(delivered(dir.path()).len(), 4);
+}
