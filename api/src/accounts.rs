@@ -40,46 +40,66 @@ pub struct LoginLimiter {
 }
 
 impl LoginLimiter {
-    /// Seconds until the address may try again, if it is locked out now.
-    fn locked_for(&self, address: &str, now: Instant) -> Option<u64> {
-        let mut failures = self.failures.lock().ok()?;
-        let recent = failures.get_mut(address)?;
+    /// Counts a sign-in attempt for `address` before the password is checked, so concurrent
+    /// attempts count too; refuses it (with the seconds to wait) when the address is locked out.
+    /// A successful sign-in clears the count.
+    fn begin_attempt(&self, address: &str, now: Instant) -> Result<(), u64> {
+        let Ok(mut attempts) = self.failures.lock() else {
+            return Ok(());
+        };
+        if !attempts.contains_key(address) && attempts.len() >= LIMITER_ADDRESSES_MAX {
+            attempts.retain(|_, times| {
+                times
+                    .back()
+                    .is_some_and(|t| now.duration_since(*t) < LOGIN_WINDOW)
+            });
+            if attempts.len() >= LIMITER_ADDRESSES_MAX {
+                // Full of recent attempts: forget the address whose last attempt is oldest,
+                // rather than stop limiting new ones.
+                let oldest = attempts
+                    .iter()
+                    .min_by_key(|(_, times)| times.back().copied())
+                    .map(|(address, _)| address.clone());
+                if let Some(oldest) = oldest {
+                    attempts.remove(&oldest);
+                }
+            }
+        }
+        let recent = attempts.entry(address.to_owned()).or_default();
         while recent
             .front()
             .is_some_and(|t| now.duration_since(*t) >= LOGIN_WINDOW)
         {
             recent.pop_front();
         }
-        (recent.len() >= LOGIN_FAILURES_MAX).then(|| {
-            recent.front().map_or(1, |first| {
+        if recent.len() >= LOGIN_FAILURES_MAX {
+            let wait = recent.front().map_or(1, |first| {
                 (LOGIN_WINDOW - now.duration_since(*first)).as_secs().max(1)
-            })
-        })
-    }
-
-    fn record_failure(&self, address: &str, now: Instant) {
-        if let Ok(mut failures) = self.failures.lock() {
-            if failures.len() >= LIMITER_ADDRESSES_MAX && !failures.contains_key(address) {
-                failures.retain(|_, times| {
-                    times
-                        .back()
-                        .is_some_and(|t| now.duration_since(*t) < LOGIN_WINDOW)
-                });
-                if failures.len() >= LIMITER_ADDRESSES_MAX {
-                    return;
-                }
-            }
-            failures
-                .entry(address.to_owned())
-                .or_default()
-                .push_back(now);
+            });
+            return Err(wait);
         }
+        recent.push_back(now);
+        Ok(())
     }
 
     fn clear(&self, address: &str) {
         if let Ok(mut failures) = self.failures.lock() {
             failures.remove(address);
         }
+    }
+}
+
+/// Password hashes computed at once: each takes 19 MiB and a core for tens of milliseconds, and
+/// sign-up and sign-in are public.
+static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(HASHING_CONCURRENCY_MAX);
+const HASHING_CONCURRENCY_MAX: usize = 4;
+/// Longest a request waits for a hashing slot before it is told to retry.
+const HASHING_WAIT_MAX: Duration = Duration::from_secs(10);
+
+async fn hashing_slot() -> Result<tokio::sync::SemaphorePermit<'static>, ApiError> {
+    match tokio::time::timeout(HASHING_WAIT_MAX, HASHING.acquire()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(ApiError::CredentialsUnavailable),
     }
 }
 
@@ -97,6 +117,7 @@ fn stream(name: String) -> gpunex_domain::StreamId {
 }
 
 async fn hash_password(password: String) -> Result<String, ApiError> {
+    let _slot = hashing_slot().await?;
     tokio::task::spawn_blocking(move || {
         let salt = SaltString::encode_b64(Uuid::new_v4().as_bytes()).map_err(|e| e.to_string())?;
         Argon2::default()
@@ -115,6 +136,9 @@ const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$
 /// Verifies `password` against `hash`, or against a fixed dummy hash when there is no such
 /// user, so the answer takes the same time either way.
 async fn verify_password(password: String, hash: Option<String>) -> bool {
+    let Ok(_slot) = hashing_slot().await else {
+        return false;
+    };
     let known = hash.is_some();
     let hash = hash.unwrap_or_else(|| DUMMY_HASH.to_owned());
     let verified = tokio::task::spawn_blocking(move || {
@@ -212,12 +236,19 @@ pub async fn sign_in(
     ),
     ApiError,
 > {
-    let address = request.email.trim().to_lowercase();
+    // Normalized first: the limiter and the lookup key on the same address, and junk never
+    // reaches the limiter.
+    let address = accounts::normalize_email(&request.email)
+        .map_err(|_| ApiError::Unauthorized)?
+        .to_lowercase();
     let started = Instant::now();
-    if let Some(retry_after) = state.login_limiter.locked_for(&address, started) {
+    if let Err(retry_after) = state.login_limiter.begin_attempt(&address, started) {
         return Err(ApiError::TooManyRequests {
             retry_after_seconds: retry_after,
         });
+    }
+    if request.password.chars().count() > accounts::PASSWORD_CHARS_MAX {
+        return Err(ApiError::Unauthorized);
     }
     let user = state.credentials.user_by_email(&address);
     let verified = verify_password(
@@ -226,7 +257,6 @@ pub async fn sign_in(
     )
     .await;
     let Some(user) = user.filter(|_| verified) else {
-        state.login_limiter.record_failure(&address, started);
         return Err(ApiError::Unauthorized);
     };
     state.login_limiter.clear(&address);
@@ -341,21 +371,23 @@ mod tests {
     }
 
     #[test]
-    fn the_limiter_locks_after_repeated_failures_and_forgets_them() {
+    fn the_limiter_counts_attempts_and_forgets_them() {
         let limiter = LoginLimiter::default();
         let start = Instant::now();
         for _ in 0..LOGIN_FAILURES_MAX {
-            assert_eq!(limiter.locked_for("a@b.co", start), None);
-            limiter.record_failure("a@b.co", start);
+            assert_eq!(limiter.begin_attempt("a@b.co", start), Ok(()));
         }
-        assert!(limiter.locked_for("a@b.co", start).is_some());
-        assert_eq!(limiter.locked_for("other@b.co", start), None);
+        assert!(
+            limiter.begin_attempt("a@b.co", start).is_err(),
+            "the sixth attempt in the window is refused"
+        );
+        assert_eq!(limiter.begin_attempt("other@b.co", start), Ok(()));
         assert_eq!(
-            limiter.locked_for("a@b.co", start + LOGIN_WINDOW),
-            None,
-            "failures age out"
+            limiter.begin_attempt("a@b.co", start + LOGIN_WINDOW),
+            Ok(()),
+            "attempts age out"
         );
         limiter.clear("a@b.co");
-        assert_eq!(limiter.locked_for("a@b.co", start), None);
+        assert_eq!(limiter.begin_attempt("a@b.co", start), Ok(()));
     }
 }

@@ -79,18 +79,18 @@ fn user_of(caller: &Caller) -> Result<Uuid, ApiError> {
     }
 }
 
-/// Decides `command` against the application's current state and appends what it produces,
-/// expecting the stream at the version that state was folded from; then waits until the
-/// registry shows the result.
+/// Decides `command` against the application's state and appends what it produces, expecting
+/// the stream at the version that state was folded from; returns the state after the new
+/// events (folded here, so the answer never waits on the registry).
 async fn execute(
     state: &AppState,
     caller: &Caller,
     application_id: Uuid,
-    current: Option<&Application>,
+    current: Option<Application>,
     version: u64,
     command: ApplicationCommand,
 ) -> Result<Application, ApiError> {
-    let events = onboarding::decide(current, command).map_err(rejection)?;
+    let events = onboarding::decide(current.as_ref(), command).map_err(rejection)?;
     let metadata = Metadata {
         actor: caller.actor(),
         correlation_id: None,
@@ -126,28 +126,46 @@ async fn execute(
                 detail: other.to_string(),
             },
         })?;
-    state
-        .credentials
-        .wait_for(committed.last_position())
-        .await?;
-    state
-        .credentials
-        .application(&application_id)
+    // Read-your-writes for this process's registry (lists, reads); the answer itself comes
+    // from the fold below, so a slow registry delays but never fails a committed step.
+    let _ = state.credentials.wait_for(committed.last_position()).await;
+    events
+        .iter()
+        .fold(current, onboarding::evolve)
         .ok_or(ApiError::NotFound("application"))
 }
 
-/// The application and the version of its stream (events folded so far).
+/// The application folded from its own stream, and the stream's version: state and version
+/// from one read, so a decision is checked against exactly what it will be appended after.
 async fn load(state: &AppState, id: Uuid) -> Result<(Application, u64), ApiError> {
-    let application = state
-        .credentials
-        .application(&id)
-        .ok_or(ApiError::NotFound("application"))?;
-    let version = state
-        .store
-        .read_stream(&stream_of(id), 0, gpunex_store::READ_BATCH_EVENTS_MAX)
-        .await?
-        .len() as u64;
-    Ok((application, version))
+    let stream = stream_of(id);
+    let mut application = None;
+    let mut version = 0;
+    loop {
+        let page = state
+            .store
+            .read_stream(&stream, version, gpunex_store::READ_BATCH_EVENTS_MAX)
+            .await?;
+        let Some(last) = page.last().map(|e| e.stream_version) else {
+            break;
+        };
+        for recorded in &page {
+            let event = recorded.decode().map_err(|e| {
+                ApiError::Internal(gpunex_store::StoreError::CorruptRow {
+                    position: recorded.position,
+                    reason: e.to_string(),
+                })
+            })?;
+            if let DomainEvent::Application(event) = event {
+                application = onboarding::evolve(application, &event);
+            }
+        }
+        version = last;
+    }
+    Ok((
+        application.ok_or(ApiError::NotFound("application"))?,
+        version,
+    ))
 }
 
 /// An applicant reads only their own; admins read all. Others' applications do not exist.
@@ -188,6 +206,7 @@ pub async fn submit(
         at: now(),
     };
     let application = execute(&state, &caller, application_id, None, 0, command).await?;
+    // The registry shows it soon; the response does not wait for that.
     Ok((StatusCode::CREATED, Json(view(&application))))
 }
 
@@ -240,45 +259,39 @@ pub async fn list(
             })?,
         None => APPLICATIONS_PAGE_MAX,
     };
+    // The cursor is the log position of the last application of the previous page.
     let after = match query.get("after") {
-        Some(cursor) => Some(Uuid::try_parse(cursor).map_err(|_| {
+        Some(cursor) => Some(cursor.parse::<u64>().map_err(|_| {
             ApiError::invalid("after", "invalid_cursor", "a cursor from next_after")
         })?),
         None => None,
     };
     let at = now();
-    let mut matching = state
+    let mut page: Vec<(u64, Application)> = state
         .credentials
         .applications()
         .into_iter()
-        .filter(|a| match caller.role {
-            Role::User { user_id } => a.applicant_user_id == user_id,
-            _ => true,
-        });
-    // Oldest first; the cursor is the last application id of the previous page.
-    let mut page: Vec<Application> = Vec::new();
-    let mut skipping = after.is_some();
-    for application in matching.by_ref() {
-        if skipping {
-            skipping = Some(application.application_id) != after;
-            continue;
-        }
-        if status.is_some_and(|s| s != application.status)
-            || (overdue_only && !application.is_overdue(at))
-        {
-            continue;
-        }
-        page.push(application);
-        if page.len() == limit {
-            break;
-        }
-    }
-    let more = page.len() == limit;
+        .filter(|(position, a)| {
+            after.is_none_or(|after| *position > after)
+                && match caller.role {
+                    Role::User { user_id } => a.applicant_user_id == user_id,
+                    _ => true,
+                }
+                && status.is_none_or(|s| s == a.status)
+                && (!overdue_only || a.is_overdue(at))
+        })
+        .take(limit + 1)
+        .collect();
+    // One more than asked says whether another page exists.
+    let more = page.len() > limit;
+    page.truncate(limit);
     Ok(Json(wire::ApplicationList {
-        next_after: more
-            .then(|| page.last().map(|a| a.application_id.to_string()))
-            .flatten(),
-        applications: page.iter().map(view).collect(),
+        next_after: if more {
+            page.last().map(|(position, _)| position.to_string())
+        } else {
+            None
+        },
+        applications: page.iter().map(|(_, a)| view(a)).collect(),
     }))
 }
 
@@ -293,7 +306,7 @@ async fn step(
     let (application, version) = load(&state, id).await?;
     visible(&caller, &application)?;
     let command = make(&caller)?;
-    let application = execute(&state, &caller, id, Some(&application), version, command).await?;
+    let application = execute(&state, &caller, id, Some(application), version, command).await?;
     Ok(Json(view(&application)))
 }
 
@@ -420,6 +433,8 @@ pub async fn claim_provider_token(
         Some(&state.credentials),
         TokenRequest {
             caller: Some(caller.token_id),
+            // Exclusive in the store, not just checked here: two racing claims cannot both land.
+            first_for_provider: Some((provider_id, id)),
             ..TokenRequest::new(
                 Role::Provider { provider_id },
                 "first provider token",

@@ -136,7 +136,7 @@ impl CredentialCache {
                 Ok(decoded) => {
                     self.apply(&decoded);
                     if let Ok(mut applications) = self.applications.write() {
-                        applications.apply(&decoded);
+                        applications.apply(event.position, &decoded);
                     }
                 }
                 Err(error) => {
@@ -162,10 +162,11 @@ impl CredentialCache {
         self.applications.read().ok()?.get(id).cloned()
     }
 
-    pub fn applications(&self) -> Vec<gpunex_domain::onboarding::Application> {
+    /// Every application with the log position of its submission, in that order.
+    pub fn applications(&self) -> Vec<(u64, gpunex_domain::onboarding::Application)> {
         self.applications
             .read()
-            .map(|a| a.all().into_iter().cloned().collect())
+            .map(|a| a.all().into_iter().map(|(p, a)| (p, a.clone())).collect())
             .unwrap_or_default()
     }
 

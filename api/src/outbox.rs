@@ -1,6 +1,9 @@
 //! Notifications through an outbox. The log is the outbox: a consumer with its own checkpoint
 //! reads it, and for every information request, approval and rejection emails the applicant.
 //!
+//! Run one outbox per mailbox directory: every server process runs one, so processes that
+//! serve one deployment must share the directory (delivery is safe to share: see `deliver`).
+//!
 //! Delivery here writes each message into a Maildir-style mailbox directory (`tmp/`, then an
 //! atomic rename into `new/<event id>.eml`), so the default installation works without a mail
 //! server. A message's file name is its event id: after a crash anywhere (between delivery and
@@ -133,16 +136,37 @@ impl Mailbox {
         self.root.join("new").join(format!("{message_id}.eml"))
     }
 
-    /// Delivers `email` unless it already was; returns whether it was delivered now.
+    /// Whether message `id` is in the mailbox: in `new/`, or already moved to `cur/` by a mail
+    /// client (which may add flags after the name: `<id>.eml:2,S`).
+    fn contains(&self, message_id: Uuid) -> Result<bool, OutboxError> {
+        if self.delivered_path(message_id).exists() {
+            return Ok(true);
+        }
+        let cur = self.root.join("cur");
+        let prefix = format!("{message_id}.eml");
+        match std::fs::read_dir(&cur) {
+            Ok(entries) => Ok(entries
+                .filter_map(Result::ok)
+                .any(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(OutboxError::Mailbox { path: cur, source }),
+        }
+    }
+
+    /// Delivers `email` unless it already was; returns whether it was delivered now. The file is
+    /// written under a unique temporary name, synced, and published with a hard link, which
+    /// fails if the message exists: two deliverers sharing the directory cannot tear or double
+    /// a message. The directory is synced before the caller moves its checkpoint.
     fn deliver(&self, email: &Email) -> Result<bool, OutboxError> {
-        let target = self.delivered_path(email.message_id);
-        if target.exists() {
+        if self.contains(email.message_id)? {
             return Ok(false);
         }
-        let temporary = self
-            .root
-            .join("tmp")
-            .join(format!("{}.eml", email.message_id));
+        let target = self.delivered_path(email.message_id);
+        let temporary = self.root.join("tmp").join(format!(
+            "{}.{}.tmp",
+            email.message_id,
+            Uuid::new_v4().simple()
+        ));
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| OutboxError::Mailbox { path, source }
@@ -151,8 +175,23 @@ impl Mailbox {
         file.write_all(email.render(&self.from).as_bytes())
             .map_err(io(&temporary))?;
         file.sync_all().map_err(io(&temporary))?;
-        std::fs::rename(&temporary, &target).map_err(io(&target))?;
-        Ok(true)
+        let published = match std::fs::hard_link(&temporary, &target) {
+            Ok(()) => true,
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(source) => {
+                let _ = std::fs::remove_file(&temporary);
+                return Err(OutboxError::Mailbox {
+                    path: target,
+                    source,
+                });
+            }
+        };
+        let _ = std::fs::remove_file(&temporary);
+        let new = self.root.join("new");
+        std::fs::File::open(&new)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io(&new))?;
+        Ok(published)
     }
 }
 
@@ -187,9 +226,11 @@ pub async fn deliver_pending(
                 .await
                 .map_err(|_| OutboxError::RegistryBehind(event.position))?;
             let id = application_id(&application_event);
-            let Some(application) = registry.application(&id) else {
-                continue;
-            };
+            // Folded before this event (waited for above): missing means the registry is broken;
+            // retry rather than lose the notification.
+            let application = registry
+                .application(&id)
+                .ok_or(OutboxError::RegistryBehind(event.position))?;
             let Some(email) = notification(event.event_id, &application_event, &application) else {
                 continue;
             };

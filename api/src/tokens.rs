@@ -52,6 +52,15 @@ fn rejection(error: CredentialRejection) -> ApiError {
 fn append_error(error: AppendError) -> ApiError {
     match error {
         AppendError::Store(error) => error.into(),
+        AppendError::WrongExpectedVersion { stream_id, .. }
+            if stream_id.starts_with("provider_token_claim-") =>
+        {
+            ApiError::Conflict {
+                code: "already_issued",
+                detail: "the provider's first token was already issued; manage tokens with it"
+                    .to_owned(),
+            }
+        }
         AppendError::WrongExpectedVersion { .. } => ApiError::Conflict {
             code: "concurrent_change",
             detail: "the token changed while this request ran; read it again".to_owned(),
@@ -94,6 +103,8 @@ pub struct TokenRequest<'a> {
     pub caller: Option<Uuid>,
     /// Sessions expire; API tokens do not.
     pub expires_at: Option<Timestamp>,
+    /// `(provider_id, application_id)`: this is the provider's first token, claimable once.
+    pub first_for_provider: Option<(Uuid, Uuid)>,
 }
 
 impl<'a> TokenRequest<'a> {
@@ -106,6 +117,7 @@ impl<'a> TokenRequest<'a> {
             replaces: None,
             caller: None,
             expires_at: None,
+            first_for_provider: None,
         }
     }
 }
@@ -122,6 +134,7 @@ pub async fn issue_token(
         replaces,
         caller,
         expires_at,
+        first_for_provider,
     } = request;
     let at = now();
     let new = NewToken::generate();
@@ -169,6 +182,28 @@ pub async fn issue_token(
             )],
         });
         events.push(event);
+    }
+    if let Some((provider_id, application_id)) = first_for_provider {
+        let claimed = DomainEvent::Credential(CredentialEvent::ProviderTokenClaimed(
+            credentials::ProviderTokenClaimed {
+                provider_id,
+                application_id,
+                token_id: new.token_id,
+                claimed_at: at,
+            },
+        ));
+        streams.push(StreamAppend {
+            stream_id: gpunex_domain::StreamId::parse(format!(
+                "provider_token_claim-{provider_id}"
+            ))
+            .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id")),
+            expected: ExpectedVersion::NoStream,
+            events: vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &claimed,
+                metadata(issued_by),
+            )],
+        });
     }
     if let Some(caller) = caller.filter(|caller| Some(*caller) != replaces.map(|r| r.token_id)) {
         streams.push(caller_still_active(caller));

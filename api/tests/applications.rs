@@ -233,6 +233,16 @@ async fn apply_review_and_approve(db: &TestDb) {
         .0,
         StatusCode::CONFLICT
     );
+
+    // Two racing claims for the Enterprise provider's first token: exactly one wins.
+    let claim = format!("/v1/applications/{second_id}/provider-token");
+    let (a, b) = tokio::join!(
+        call(&app, "POST", &claim, &ada, None),
+        call(&app, "POST", &claim, &ada, None)
+    );
+    let mut statuses = [a.0, b.0];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::CREATED, StatusCode::CONFLICT]);
 }
 
 async fn reject_withdraw_and_who_sees_what(db: &TestDb) {
@@ -387,6 +397,16 @@ async fn reject_withdraw_and_who_sees_what(db: &TestDb) {
     );
     assert_eq!(
         call(&app, "GET", "/v1/applications?status=lost", &admin, None)
+            .await
+            .0,
+        StatusCode::BAD_REQUEST
+    );
+    assert!(
+        next["next_after"].is_null(),
+        "the second of two is the last page: {next}"
+    );
+    assert_eq!(
+        call(&app, "GET", "/v1/applications?after=abc", &admin, None)
             .await
             .0,
         StatusCode::BAD_REQUEST

@@ -82,10 +82,23 @@ pub struct TokenRevoked {
     pub reason: String,
 }
 
+/// `credential.provider_token_claimed`: the approved applicant took the provider's first
+/// token. The only event of stream `provider_token_claim-<provider_id>`, appended with the token
+/// and expecting no stream: a provider's first token can be claimed once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderTokenClaimed {
+    pub provider_id: Uuid,
+    pub application_id: Uuid,
+    pub token_id: Uuid,
+    pub claimed_at: Timestamp,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CredentialEvent {
     Issued(TokenIssued),
     Revoked(TokenRevoked),
+    ProviderTokenClaimed(ProviderTokenClaimed),
 }
 
 /// Why a credential command is refused.

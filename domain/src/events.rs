@@ -11,7 +11,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::accounts::{AccountEvent, EmailClaimed, UserRegistered};
-use crate::credentials::{CredentialEvent, TokenIssued, TokenRevoked};
+use crate::credentials::{CredentialEvent, ProviderTokenClaimed, TokenIssued, TokenRevoked};
 use crate::ledger::{Account, JournalEntry, Posting};
 use crate::money::Usdc;
 use crate::onboarding::{
@@ -46,7 +46,10 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(TOKEN_REVOKED),
     v1(USER_REGISTERED),
     v1(EMAIL_CLAIMED),
+    v1(PROVIDER_TOKEN_CLAIMED),
 ];
+
+pub const PROVIDER_TOKEN_CLAIMED: &str = "credential.provider_token_claimed";
 
 pub const USER_REGISTERED: &str = "account.user_registered";
 pub const EMAIL_CLAIMED: &str = "account.email_claimed";
@@ -143,6 +146,9 @@ impl DomainEvent {
             },
             DomainEvent::Credential(CredentialEvent::Issued(_)) => TOKEN_ISSUED,
             DomainEvent::Credential(CredentialEvent::Revoked(_)) => TOKEN_REVOKED,
+            DomainEvent::Credential(CredentialEvent::ProviderTokenClaimed(_)) => {
+                PROVIDER_TOKEN_CLAIMED
+            }
             DomainEvent::Account(AccountEvent::UserRegistered(_)) => USER_REGISTERED,
             DomainEvent::Account(AccountEvent::EmailClaimed(_)) => EMAIL_CLAIMED,
         }
@@ -166,6 +172,9 @@ impl DomainEvent {
             },
             DomainEvent::Credential(CredentialEvent::Issued(e)) => serde_json::to_value(e),
             DomainEvent::Credential(CredentialEvent::Revoked(e)) => serde_json::to_value(e),
+            DomainEvent::Credential(CredentialEvent::ProviderTokenClaimed(e)) => {
+                serde_json::to_value(e)
+            }
             DomainEvent::Account(AccountEvent::UserRegistered(e)) => serde_json::to_value(e),
             DomainEvent::Account(AccountEvent::EmailClaimed(e)) => serde_json::to_value(e),
         };
@@ -293,6 +302,11 @@ fn decode_with(
         (EMAIL_CLAIMED, _) => DomainEvent::Account(AccountEvent::EmailClaimed(
             source.parse::<EmailClaimed>().map_err(json)?,
         )),
+        (PROVIDER_TOKEN_CLAIMED, _) => {
+            DomainEvent::Credential(CredentialEvent::ProviderTokenClaimed(
+                source.parse::<ProviderTokenClaimed>().map_err(json)?,
+            ))
+        }
         (TOKEN_REVOKED, _) => DomainEvent::Credential(CredentialEvent::Revoked(
             source.parse::<TokenRevoked>().map_err(json)?,
         )),

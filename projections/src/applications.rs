@@ -10,6 +10,9 @@ use uuid::Uuid;
 #[derive(Debug, Clone, Default)]
 pub struct Applications {
     by_id: HashMap<Uuid, Application>,
+    /// Log position of each application's submission: the order reviewers page in (commit
+    /// order, so a later submission can never sort before a page already read).
+    submitted_position: HashMap<Uuid, u64>,
 }
 
 fn application_id(event: &ApplicationEvent) -> Uuid {
@@ -24,11 +27,14 @@ fn application_id(event: &ApplicationEvent) -> Uuid {
 }
 
 impl Applications {
-    pub fn apply(&mut self, event: &DomainEvent) {
+    pub fn apply(&mut self, position: u64, event: &DomainEvent) {
         let DomainEvent::Application(event) = event else {
             return;
         };
         let id = application_id(event);
+        if matches!(event, ApplicationEvent::Submitted(_)) {
+            self.submitted_position.entry(id).or_insert(position);
+        }
         let current = self.by_id.remove(&id);
         if let Some(next) = evolve(current, event) {
             self.by_id.insert(id, next);
@@ -39,10 +45,22 @@ impl Applications {
         self.by_id.get(application_id)
     }
 
-    /// Every application, oldest submission first.
-    pub fn all(&self) -> Vec<&Application> {
-        let mut all: Vec<&Application> = self.by_id.values().collect();
-        all.sort_by_key(|a| (a.submitted_at, a.application_id));
+    /// Every application with the log position of its submission, in that order.
+    pub fn all(&self) -> Vec<(u64, &Application)> {
+        let mut all: Vec<(u64, &Application)> = self
+            .by_id
+            .values()
+            .map(|a| {
+                (
+                    self.submitted_position
+                        .get(&a.application_id)
+                        .copied()
+                        .unwrap_or(0),
+                    a,
+                )
+            })
+            .collect();
+        all.sort_by_key(|(position, _)| *position);
         all
     }
 }

@@ -50,6 +50,7 @@ impl Credentials {
                         revoked_at: None,
                     });
             }
+            CredentialEvent::ProviderTokenClaimed(_) => {}
             CredentialEvent::Revoked(revoked) => {
                 if let Some(record) = self.tokens.get_mut(&revoked.token_id) {
                     record.revoked_at.get_or_insert(revoked.revoked_at);
