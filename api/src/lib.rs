@@ -15,6 +15,7 @@ pub mod bench;
 pub mod cli;
 pub mod error;
 pub mod outbox;
+pub mod routes;
 pub mod runner;
 pub mod server;
 pub mod tokens;

@@ -4,7 +4,6 @@ use std::collections::HashMap;
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Json, Router};
 use gpunex_domain::{Account, Side};
 use gpunex_store::{RecordedEvent, Store};
@@ -36,68 +35,151 @@ impl AppState {
     }
 }
 
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/v1/events", get(list_events))
-        .route("/v1/projections", get(projections))
-        .route("/v1/ledger/accounts", get(balances))
-        .route("/v1/ledger/accounts/{account}/lines", get(account_lines))
-        .route(
+/// Every route, with what it does and who may call it: the router and `/v1/openapi.json` are
+/// both built from this one list, so no route can exist undocumented.
+pub fn endpoints() -> crate::routes::Routes {
+    use crate::routes::{ADMIN, ADMIN_FINANCE, ADMIN_PROVIDER, ADMIN_USER, PUBLIC, USER};
+    use crate::{accounts as acc, applications as app, tokens as tok};
+    crate::routes::Routes::default()
+        .get("/healthz", "the process is up", PUBLIC, healthz)
+        .get(
+            "/readyz",
+            "the database answers; projection lag",
+            PUBLIC,
+            readyz,
+        )
+        .get(
+            "/v1/openapi.json",
+            "this document",
+            PUBLIC,
+            crate::routes::openapi,
+        )
+        .get(
+            "/v1/events",
+            "the event log, in position order, paged",
+            ADMIN,
+            list_events,
+        )
+        .get(
+            "/v1/projections",
+            "each read model's checkpoint and lag",
+            ADMIN_FINANCE,
+            projections,
+        )
+        .get(
+            "/v1/ledger/accounts",
+            "every account's balance, as of one position",
+            ADMIN_FINANCE,
+            balances,
+        )
+        .get(
+            "/v1/ledger/accounts/{account}/lines",
+            "an account's journal lines, each with its event",
+            ADMIN_FINANCE,
+            account_lines,
+        )
+        .post(
             "/v1/accounts",
-            axum::routing::post(crate::accounts::sign_up),
+            "sign up with email and password",
+            PUBLIC,
+            acc::sign_up,
         )
-        .route(
+        .post(
             "/v1/sessions",
-            axum::routing::post(crate::accounts::sign_in),
+            "sign in: an expiring session token",
+            PUBLIC,
+            acc::sign_in,
         )
-        .route(
+        .post(
             "/v1/sessions/current/revoke",
-            axum::routing::post(crate::accounts::sign_out),
+            "sign out",
+            USER,
+            acc::sign_out,
         )
-        .route("/v1/me", get(crate::accounts::me))
-        .route(
+        .get(
+            "/v1/me",
+            "the Roles page: who you are and what you may do",
+            USER,
+            acc::me,
+        )
+        .post("/v1/applications", "apply as a provider", USER, app::submit)
+        .get(
             "/v1/applications",
-            get(crate::applications::list).post(crate::applications::submit),
+            "applications: all for reviewers, your own for people",
+            ADMIN_USER,
+            app::list,
         )
-        .route("/v1/applications/{id}", get(crate::applications::read))
-        .route(
+        .get(
+            "/v1/applications/{id}",
+            "one application",
+            ADMIN_USER,
+            app::read,
+        )
+        .post(
             "/v1/applications/{id}/withdraw",
-            axum::routing::post(crate::applications::withdraw),
+            "withdraw your application",
+            USER,
+            app::withdraw,
         )
-        .route(
+        .post(
             "/v1/applications/{id}/answer",
-            axum::routing::post(crate::applications::answer),
+            "answer an information request",
+            USER,
+            app::answer,
         )
-        .route(
+        .post(
             "/v1/applications/{id}/request-information",
-            axum::routing::post(crate::applications::request_information),
+            "ask the applicant for more",
+            ADMIN,
+            app::request_information,
         )
-        .route(
+        .post(
             "/v1/applications/{id}/approve",
-            axum::routing::post(crate::applications::approve),
+            "approve with a tier",
+            ADMIN,
+            app::approve,
         )
-        .route(
+        .post(
             "/v1/applications/{id}/reject",
-            axum::routing::post(crate::applications::reject),
+            "reject with a reason",
+            ADMIN,
+            app::reject,
         )
-        .route(
+        .post(
             "/v1/applications/{id}/provider-token",
-            axum::routing::post(crate::applications::claim_provider_token),
+            "take the approved provider's first token, once",
+            USER,
+            app::claim_provider_token,
         )
-        .route(
+        .get(
             "/v1/tokens",
-            get(crate::tokens::list).post(crate::tokens::issue),
+            "tokens, without secrets",
+            ADMIN_PROVIDER,
+            tok::list,
         )
-        .route(
+        .post(
+            "/v1/tokens",
+            "issue a token, shown once",
+            ADMIN_PROVIDER,
+            tok::issue,
+        )
+        .post(
             "/v1/tokens/{token_id}/rotate",
-            axum::routing::post(crate::tokens::rotate),
+            "replace a token with a new one",
+            ADMIN_PROVIDER,
+            tok::rotate,
         )
-        .route(
+        .post(
             "/v1/tokens/{token_id}/revoke",
-            axum::routing::post(crate::tokens::revoke),
+            "revoke a token at once",
+            ADMIN_PROVIDER,
+            tok::revoke,
         )
+}
+
+pub fn router(state: AppState) -> Router {
+    endpoints()
+        .into_router()
         .fallback(|| async { ApiError::NoRoute })
         .with_state(state)
 }
