@@ -20,6 +20,8 @@ pub enum ApiError {
     NotFound(&'static str),
     #[error("{detail}")]
     Conflict { code: &'static str, detail: String },
+    #[error("{detail}")]
+    Unprocessable { code: &'static str, detail: String },
     #[error("credentials cannot be checked right now; retry shortly")]
     CredentialsUnavailable,
     #[error("too many failed attempts; retry in {retry_after_seconds} seconds")]
@@ -46,6 +48,7 @@ impl ApiError {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
             ApiError::CredentialsUnavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "credentials_unavailable")

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod error;
+pub mod idempotency;
 pub mod outbox;
 pub mod routes;
 pub mod runner;

@@ -181,6 +181,10 @@ pub fn router(state: AppState) -> Router {
     endpoints()
         .into_router()
         .fallback(|| async { ApiError::NoRoute })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::idempotency::idempotency,
+        ))
         .with_state(state)
 }
 

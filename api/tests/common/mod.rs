@@ -1,4 +1,6 @@
 //! Real HTTP for the API tests: the router served on a loopback port, and a client call.
+// Each test binary uses some of these helpers.
+#![allow(dead_code)]
 
 use axum::http::{HeaderMap, StatusCode};
 use gpunex_api::{AppState, router};
@@ -37,6 +39,31 @@ pub async fn request(
     }
     if let Some(body) = body {
         request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    let bytes = response.bytes().await.unwrap();
+    (
+        status,
+        headers,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// A POST with an `Idempotency-Key`.
+pub async fn post_with_key(
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+    key: &str,
+    body: Value,
+) -> (StatusCode, HeaderMap, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .header("idempotency-key", key)
+        .json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
     }
     let response = request.send().await.unwrap();
     let (status, headers) = (response.status(), response.headers().clone());

@@ -1,0 +1,150 @@
+//! `Idempotency-Key` on every POST: the same key with the same request returns the original
+//! response; the same key with a different request is `422 idempotency_key_reused`; a retry
+//! while the first is still running is `409 request_in_progress`.
+//!
+//! Keys are scoped to the caller: the SHA-256 of the whole `Authorization` header (so no one can
+//! reach another caller's keys without their token), or anonymous for public endpoints. Only
+//! settled answers are kept: server errors and authentication refusals release the key so a
+//! retry runs again. Responses that carry a secret (`token`) are stored without it: a replay
+//! says what happened but cannot show the secret a second time.
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use gpunex_store::idempotency::KeyState;
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::server::AppState;
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Longest key accepted, in bytes.
+pub const KEY_BYTES_MAX: usize = 255;
+/// Largest request or response body buffered to fingerprint or store, in bytes.
+const BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+pub async fn idempotency(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let Some(key) = request.headers().get(IDEMPOTENCY_KEY).cloned() else {
+        return next.run(request).await;
+    };
+    let key = match key.to_str() {
+        Ok(key)
+            if !key.is_empty()
+                && key.len() <= KEY_BYTES_MAX
+                && key.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            key.to_owned()
+        }
+        _ => {
+            return ApiError::invalid(
+                "Idempotency-Key",
+                "invalid_idempotency_key",
+                "1 to 255 visible ASCII characters",
+            )
+            .into_response();
+        }
+    };
+    let caller = match request.headers().get(header::AUTHORIZATION) {
+        Some(value) => hex::encode(Sha256::digest(value.as_bytes())),
+        None => "anonymous".to_owned(),
+    };
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = to_bytes(body, BODY_BYTES_MAX).await else {
+        return ApiError::invalid("body", "too_large", "at most 2 MiB").into_response();
+    };
+    let mut fingerprint = Sha256::new();
+    fingerprint.update(parts.uri.path().as_bytes());
+    fingerprint.update([0]);
+    fingerprint.update(&bytes);
+    let fingerprint = hex::encode(fingerprint.finalize());
+    match state
+        .store
+        .reserve_idempotency_key(&caller, &key, &fingerprint)
+        .await
+    {
+        Err(error) => ApiError::from(error).into_response(),
+        Ok(KeyState::InProgress { request_sha256 }) | Ok(KeyState::Done { request_sha256, .. })
+            if request_sha256 != fingerprint =>
+        {
+            ApiError::Unprocessable {
+                code: "idempotency_key_reused",
+                detail: "this Idempotency-Key was used for a different request".to_owned(),
+            }
+            .into_response()
+        }
+        Ok(KeyState::InProgress { .. }) => ApiError::Conflict {
+            code: "request_in_progress",
+            detail: "a request with this Idempotency-Key is still being handled; retry shortly"
+                .to_owned(),
+        }
+        .into_response(),
+        Ok(KeyState::Done { status, body, .. }) => replay(status, body),
+        Ok(KeyState::Reserved) => {
+            let response = next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+            settle(&state, &caller, &key, response).await
+        }
+    }
+}
+
+fn replay(status: u16, body: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    let content_type = if status.is_success() {
+        "application/json"
+    } else {
+        "application/problem+json"
+    };
+    let mut response = (status, [(header::CONTENT_TYPE, content_type)], body).into_response();
+    response
+        .headers_mut()
+        .insert("idempotency-replayed", HeaderValue::from_static("true"));
+    response
+}
+
+/// Stores a settled response for later retries (and returns it), or releases the key.
+async fn settle(state: &AppState, caller: &str, key: &str, response: Response) -> Response {
+    let status = response.status();
+    let unsettled = status.is_server_error()
+        || status == StatusCode::UNAUTHORIZED
+        || status == StatusCode::FORBIDDEN
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::CONFLICT;
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = to_bytes(body, BODY_BYTES_MAX).await else {
+        let _ = state.store.release_idempotency_key(caller, key).await;
+        return ApiError::Conflict {
+            code: "response_too_large",
+            detail: "the response could not be kept for retries".to_owned(),
+        }
+        .into_response();
+    };
+    let outcome = if unsettled {
+        state.store.release_idempotency_key(caller, key).await
+    } else {
+        state
+            .store
+            .complete_idempotency_key(caller, key, status.as_u16(), &without_secret(&bytes))
+            .await
+    };
+    if let Err(error) = outcome {
+        tracing::warn!(%error, "cannot record an idempotent response");
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}
+
+/// The response body as stored: a top-level `token` (a secret shown once) becomes `null`.
+fn without_secret(bytes: &[u8]) -> String {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(serde_json::Value::Object(mut object)) if object.contains_key("token") => {
+            object.insert("token".to_owned(), serde_json::Value::Null);
+            serde_json::Value::Object(object).to_string()
+        }
+        _ => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
