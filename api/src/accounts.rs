@@ -103,14 +103,6 @@ async fn hashing_slot() -> Result<tokio::sync::SemaphorePermit<'static>, ApiErro
     }
 }
 
-fn metadata(actor: String) -> Metadata {
-    Metadata {
-        actor,
-        correlation_id: None,
-        causation_id: None,
-    }
-}
-
 fn stream(name: String) -> gpunex_domain::StreamId {
     gpunex_domain::StreamId::parse(name)
         .unwrap_or_else(|_| unreachable!("hex and hyphens make a valid stream id"))
@@ -194,7 +186,7 @@ pub async fn sign_up(
                 events: vec![NewEvent::from_domain(
                     Uuid::now_v7(),
                     &registered,
-                    metadata(actor.clone()),
+                    Metadata::actor(actor.clone()),
                 )],
             },
             // One stream per address: a second sign-up with it fails here, in any process.
@@ -204,7 +196,7 @@ pub async fn sign_up(
                 events: vec![NewEvent::from_domain(
                     Uuid::now_v7(),
                     &claimed,
-                    metadata(actor),
+                    Metadata::actor(actor),
                 )],
             },
         ])
@@ -316,7 +308,7 @@ pub async fn sign_out(
             vec![NewEvent::from_domain(
                 Uuid::now_v7(),
                 &event,
-                metadata(caller.actor()),
+                Metadata::actor(caller.actor()),
             )],
         )
         .await

@@ -91,11 +91,7 @@ async fn execute(
     command: ApplicationCommand,
 ) -> Result<Application, ApiError> {
     let events = onboarding::decide(current.as_ref(), command).map_err(rejection)?;
-    let metadata = Metadata {
-        actor: caller.actor(),
-        correlation_id: None,
-        causation_id: None,
-    };
+    let metadata = Metadata::actor(caller.actor());
     let new_events = events
         .iter()
         .map(|e| {

@@ -225,7 +225,7 @@ pub async fn deliver_pending(
                 .wait_for(event.position)
                 .await
                 .map_err(|_| OutboxError::RegistryBehind(event.position))?;
-            let id = application_id(&application_event);
+            let id = application_event.application_id();
             // Folded before this event (waited for above): missing means the registry is broken;
             // retry rather than lose the notification.
             let application = registry
@@ -245,17 +245,6 @@ pub async fn deliver_pending(
         }
         store.advance_consumer(OUTBOX, position, last).await?;
         position = last;
-    }
-}
-
-fn application_id(event: &ApplicationEvent) -> Uuid {
-    match event {
-        ApplicationEvent::Submitted(e) => e.application_id,
-        ApplicationEvent::InformationRequested(e) => e.application_id,
-        ApplicationEvent::InformationProvided(e) => e.application_id,
-        ApplicationEvent::Approved(e) => e.application_id,
-        ApplicationEvent::Rejected(e) => e.application_id,
-        ApplicationEvent::Withdrawn(e) => e.application_id,
     }
 }
 

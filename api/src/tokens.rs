@@ -26,14 +26,6 @@ fn stream_of(token_id: Uuid) -> gpunex_domain::StreamId {
         .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
 }
 
-fn metadata(actor: &str) -> Metadata {
-    Metadata {
-        actor: actor.to_owned(),
-        correlation_id: None,
-        causation_id: None,
-    }
-}
-
 fn rejection(error: CredentialRejection) -> ApiError {
     match error {
         CredentialRejection::InvalidLabel => {
@@ -158,7 +150,7 @@ pub async fn issue_token(
         events: vec![NewEvent::from_domain(
             Uuid::now_v7(),
             &events[0],
-            metadata(issued_by),
+            Metadata::actor(issued_by),
         )],
     }];
     if let Some(old) = replaces {
@@ -178,7 +170,7 @@ pub async fn issue_token(
             events: vec![NewEvent::from_domain(
                 Uuid::now_v7(),
                 &event,
-                metadata(issued_by),
+                Metadata::actor(issued_by),
             )],
         });
         events.push(event);
@@ -201,7 +193,7 @@ pub async fn issue_token(
             events: vec![NewEvent::from_domain(
                 Uuid::now_v7(),
                 &claimed,
-                metadata(issued_by),
+                Metadata::actor(issued_by),
             )],
         });
     }
@@ -393,7 +385,7 @@ pub async fn revoke(
         events: vec![NewEvent::from_domain(
             Uuid::now_v7(),
             &event,
-            metadata(&caller.actor()),
+            Metadata::actor(caller.actor()),
         )],
     }];
     if caller.token_id != token_id {

@@ -751,6 +751,20 @@ pub enum ApplicationEvent {
     Withdrawn(ApplicationWithdrawn),
 }
 
+impl ApplicationEvent {
+    /// The application this event belongs to.
+    pub fn application_id(&self) -> Uuid {
+        match self {
+            ApplicationEvent::Submitted(e) => e.application_id,
+            ApplicationEvent::InformationRequested(e) => e.application_id,
+            ApplicationEvent::InformationProvided(e) => e.application_id,
+            ApplicationEvent::Approved(e) => e.application_id,
+            ApplicationEvent::Rejected(e) => e.application_id,
+            ApplicationEvent::Withdrawn(e) => e.application_id,
+        }
+    }
+}
+
 fn checked_text(field: &'static str, value: &str) -> Result<String, ApplicationRejection> {
     let trimmed = value.trim();
     let chars = trimmed.chars().count();

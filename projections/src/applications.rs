@@ -15,23 +15,12 @@ pub struct Applications {
     submitted_position: HashMap<Uuid, u64>,
 }
 
-fn application_id(event: &ApplicationEvent) -> Uuid {
-    match event {
-        ApplicationEvent::Submitted(e) => e.application_id,
-        ApplicationEvent::InformationRequested(e) => e.application_id,
-        ApplicationEvent::InformationProvided(e) => e.application_id,
-        ApplicationEvent::Approved(e) => e.application_id,
-        ApplicationEvent::Rejected(e) => e.application_id,
-        ApplicationEvent::Withdrawn(e) => e.application_id,
-    }
-}
-
 impl Applications {
     pub fn apply(&mut self, position: u64, event: &DomainEvent) {
         let DomainEvent::Application(event) = event else {
             return;
         };
-        let id = application_id(event);
+        let id = event.application_id();
         if matches!(event, ApplicationEvent::Submitted(_)) {
             self.submitted_position.entry(id).or_insert(position);
         }

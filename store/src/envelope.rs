@@ -29,6 +29,15 @@ pub struct Metadata {
 }
 
 impl Metadata {
+    /// Metadata naming who acted, with no correlation or causation.
+    pub fn actor(actor: impl Into<String>) -> Metadata {
+        Metadata {
+            actor: actor.into(),
+            correlation_id: None,
+            causation_id: None,
+        }
+    }
+
     pub fn system(component: &str) -> Metadata {
         Metadata {
             actor: format!("system:{component}"),
