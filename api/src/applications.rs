@@ -182,7 +182,9 @@ pub async fn submit(
     let applicant_user_id = user_of(&caller)?;
     let input: ApplicationInput = serde_json::from_value(body)
         .map_err(|e| ApiError::invalid("/", "malformed_application", e.to_string()))?;
-    let form = onboarding::validate_application(&input).map_err(|errors| {
+    let added = state.credentials.added_models();
+    let catalog = gpunex_domain::gpu::Catalog { added: &added };
+    let form = onboarding::validate_application(&input, &catalog).map_err(|errors| {
         ApiError::InvalidRequest(
             errors
                 .into_iter()

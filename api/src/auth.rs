@@ -66,6 +66,8 @@ pub struct CredentialCache {
     position: Arc<tokio::sync::watch::Sender<u64>>,
     /// People who can sign in, folded from `account.*` events.
     users: Arc<RwLock<Users>>,
+    /// Models admins added to the catalog.
+    models: Arc<RwLock<Vec<gpunex_domain::gpu::ModelAdded>>>,
     /// Sticky: a credential event this binary cannot read.
     undecodable: Arc<AtomicBool>,
     /// Cleared while the follower cannot read the log.
@@ -79,6 +81,7 @@ impl Default for CredentialCache {
             applications: Arc::default(),
             position: Arc::new(tokio::sync::watch::channel(0).0),
             users: Arc::default(),
+            models: Arc::default(),
             undecodable: Arc::default(),
             behind: Arc::default(),
         }
@@ -130,6 +133,7 @@ impl CredentialCache {
             e.event_type.starts_with("credential.")
                 || e.event_type.starts_with("account.")
                 || e.event_type.starts_with("provider.application_")
+                || e.event_type.starts_with("catalog.")
         };
         for event in events.iter().filter(relevant) {
             match event.decode() {
@@ -183,6 +187,17 @@ impl CredentialCache {
         if let Ok(mut users) = self.users.write() {
             users.apply(event);
         }
+        if let DomainEvent::ModelAdded(added) = event
+            && let Ok(mut models) = self.models.write()
+            && !models.iter().any(|m| m.model_id == added.model_id)
+        {
+            models.push(added.clone());
+        }
+    }
+
+    /// Models admins added to the catalog, in the order they were added.
+    pub fn added_models(&self) -> Vec<gpunex_domain::gpu::ModelAdded> {
+        self.models.read().map(|m| m.clone()).unwrap_or_default()
     }
 
     pub fn user(&self, user_id: &Uuid) -> Option<UserRecord> {

@@ -78,6 +78,18 @@ pub fn endpoints() -> crate::routes::Routes {
             ADMIN_FINANCE,
             account_lines,
         )
+        .get(
+            "/v1/catalog/models",
+            "the GPU models applications may name",
+            PUBLIC,
+            crate::catalog::list,
+        )
+        .post(
+            "/v1/catalog/models",
+            "add a model evaluated case by case",
+            ADMIN,
+            crate::catalog::add,
+        )
         .post(
             "/v1/accounts",
             "sign up with email and password",

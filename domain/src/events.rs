@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::accounts::{AccountEvent, EmailClaimed, UserRegistered};
 use crate::credentials::{CredentialEvent, ProviderTokenClaimed, TokenIssued, TokenRevoked};
+use crate::gpu::ModelAdded;
 use crate::ledger::{Account, JournalEntry, Posting};
 use crate::money::Usdc;
 use crate::onboarding::{
@@ -47,7 +48,10 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(USER_REGISTERED),
     v1(EMAIL_CLAIMED),
     v1(PROVIDER_TOKEN_CLAIMED),
+    v1(MODEL_ADDED),
 ];
+
+pub const MODEL_ADDED: &str = "catalog.model_added";
 
 pub const PROVIDER_TOKEN_CLAIMED: &str = "credential.provider_token_claimed";
 
@@ -109,6 +113,7 @@ pub enum DomainEvent {
     Application(ApplicationEvent),
     Credential(CredentialEvent),
     Account(AccountEvent),
+    ModelAdded(ModelAdded),
 }
 
 /// Finance corrects the books by hand: a balanced journal entry with a reason.
@@ -151,6 +156,7 @@ impl DomainEvent {
             }
             DomainEvent::Account(AccountEvent::UserRegistered(_)) => USER_REGISTERED,
             DomainEvent::Account(AccountEvent::EmailClaimed(_)) => EMAIL_CLAIMED,
+            DomainEvent::ModelAdded(_) => MODEL_ADDED,
         }
     }
 
@@ -177,6 +183,7 @@ impl DomainEvent {
             }
             DomainEvent::Account(AccountEvent::UserRegistered(e)) => serde_json::to_value(e),
             DomainEvent::Account(AccountEvent::EmailClaimed(e)) => serde_json::to_value(e),
+            DomainEvent::ModelAdded(e) => serde_json::to_value(e),
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -191,9 +198,10 @@ impl DomainEvent {
     pub fn journal_entry(&self) -> Option<(Uuid, &JournalEntry)> {
         match self {
             DomainEvent::AdjustmentPosted(event) => Some((event.entry_id, &event.postings)),
-            DomainEvent::Application(_) | DomainEvent::Credential(_) | DomainEvent::Account(_) => {
-                None
-            }
+            DomainEvent::Application(_)
+            | DomainEvent::Credential(_)
+            | DomainEvent::Account(_)
+            | DomainEvent::ModelAdded(_) => None,
         }
     }
 
@@ -302,6 +310,7 @@ fn decode_with(
         (EMAIL_CLAIMED, _) => DomainEvent::Account(AccountEvent::EmailClaimed(
             source.parse::<EmailClaimed>().map_err(json)?,
         )),
+        (MODEL_ADDED, _) => DomainEvent::ModelAdded(source.parse::<ModelAdded>().map_err(json)?),
         (PROVIDER_TOKEN_CLAIMED, _) => {
             DomainEvent::Credential(CredentialEvent::ProviderTokenClaimed(
                 source.parse::<ProviderTokenClaimed>().map_err(json)?,

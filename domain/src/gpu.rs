@@ -219,10 +219,133 @@ mod tests {
         );
         assert_eq!(find_model("h100-80gb").map(|m| m.vram_gb), Some(80));
         assert!(find_model("h200").is_none());
+        let at = crate::time::Timestamp::from_unix_micros(0);
+        let h200 = Catalog::BUILT_IN
+            .add("h200-141gb", "NVIDIA H200 141GB", 141, "cli", at)
+            .unwrap();
+        let added = [h200];
+        let catalog = Catalog { added: &added };
+        assert_eq!(catalog.find_id("NVIDIA h200 141GB"), Some("h200-141gb"));
+        assert_eq!(catalog.find_id("h100-80gb"), Some("h100-80gb"));
+        assert_eq!(
+            catalog.add("h200-141gb", "Other", 1, "cli", at),
+            Err(CatalogRejection::AlreadyListed)
+        );
+        assert_eq!(
+            catalog.add("new-1", "NVIDIA H100 80GB", 80, "cli", at),
+            Err(CatalogRejection::AlreadyListed)
+        );
+        assert_eq!(
+            catalog.add("Bad Id", "x", 1, "cli", at),
+            Err(CatalogRejection::InvalidId)
+        );
+        assert_eq!(
+            catalog.add("ok-id", "x", 0, "cli", at),
+            Err(CatalogRejection::InvalidVram)
+        );
         assert_eq!(find_model("H100-80GB").map(|m| m.id), Some("h100-80gb"));
         assert_eq!(
             find_model("nvidia rtx a6000").map(|m| m.id),
             Some("rtx-a6000")
         );
+    }
+}
+
+/// `catalog.model_added`: an admin adds a model evaluated case by case to the catalog. Its
+/// reference figures arrive with the benchmark capability; the catalog entry gives the id,
+/// the name applicants may use, and the VRAM.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelAdded {
+    pub model_id: String,
+    pub name: String,
+    pub vram_gb: u32,
+    pub added_at: crate::time::Timestamp,
+    pub added_by: String,
+}
+
+/// Why a model cannot be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogRejection {
+    #[error("the id must be 2 to 32 characters of a-z, 0-9 and -")]
+    InvalidId,
+    #[error("the name must be 1 to 100 characters on one line")]
+    InvalidName,
+    #[error("VRAM must be 1 to 1024 GB")]
+    InvalidVram,
+    #[error("a model with this id or name is already in the catalog")]
+    AlreadyListed,
+}
+
+impl CatalogRejection {
+    pub fn code(&self) -> &'static str {
+        match self {
+            CatalogRejection::InvalidId => "invalid_model_id",
+            CatalogRejection::InvalidName => "invalid_model_name",
+            CatalogRejection::InvalidVram => "invalid_vram",
+            CatalogRejection::AlreadyListed => "already_listed",
+        }
+    }
+}
+
+/// The built-in models and those admins added: where applications look a model up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Catalog<'a> {
+    pub added: &'a [ModelAdded],
+}
+
+impl<'a> Catalog<'a> {
+    pub const BUILT_IN: Catalog<'static> = Catalog { added: &[] };
+
+    /// The catalog id of the model named by `id_or_name` (either, any case).
+    pub fn find_id(&self, id_or_name: &str) -> Option<&'a str>
+    where
+        'static: 'a,
+    {
+        if let Some(model) = find_model(id_or_name) {
+            return Some(model.id);
+        }
+        let wanted = id_or_name.trim();
+        self.added
+            .iter()
+            .find(|m| {
+                m.model_id.eq_ignore_ascii_case(wanted) || m.name.eq_ignore_ascii_case(wanted)
+            })
+            .map(|m| m.model_id.as_str())
+    }
+
+    /// Checks and builds a `model_added` event.
+    pub fn add(
+        &self,
+        model_id: &str,
+        name: &str,
+        vram_gb: u32,
+        added_by: &str,
+        at: crate::time::Timestamp,
+    ) -> Result<ModelAdded, CatalogRejection> {
+        let id_ok = (2..=32).contains(&model_id.len())
+            && model_id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !id_ok {
+            return Err(CatalogRejection::InvalidId);
+        }
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+            return Err(CatalogRejection::InvalidName);
+        }
+        if !(1..=1024).contains(&vram_gb) {
+            return Err(CatalogRejection::InvalidVram);
+        }
+        if self.find_id(model_id).is_some() || self.find_id(name).is_some() {
+            return Err(CatalogRejection::AlreadyListed);
+        }
+        Ok(ModelAdded {
+            model_id: model_id.to_owned(),
+            name: name.to_owned(),
+            vram_gb,
+            added_at: at,
+            added_by: added_by.to_owned(),
+        })
     }
 }

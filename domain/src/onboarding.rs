@@ -11,7 +11,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::gpu::find_model;
+use crate::gpu::Catalog;
 use crate::time::{Timestamp, Weekday};
 
 /// Most GPU entries (groups of identical GPUs) one application may list.
@@ -163,7 +163,11 @@ pub struct Location {
 }
 
 /// Validates a submitted form. Returns every problem at once, each with its field.
-pub fn validate_application(input: &ApplicationInput) -> Result<ApplicationForm, Vec<FieldError>> {
+/// `catalog` is where GPU models are looked up: the built-in models and those admins added.
+pub fn validate_application(
+    input: &ApplicationInput,
+    catalog: &Catalog<'_>,
+) -> Result<ApplicationForm, Vec<FieldError>> {
     let mut errors = Vec::new();
     let full_legal_name = name(&mut errors, "/full_legal_name", &input.full_legal_name);
     let email = validate_email(&input.email).unwrap_or_else(|message| {
@@ -191,7 +195,7 @@ pub fn validate_application(input: &ApplicationInput) -> Result<ApplicationForm,
         .iter()
         .take(GPU_ENTRIES_MAX)
         .enumerate()
-        .map(|(i, entry)| validate_entry(&mut errors, &format!("/gpus/{i}"), entry))
+        .map(|(i, entry)| validate_entry(&mut errors, &format!("/gpus/{i}"), entry, catalog))
         .collect();
     if !(1..=COMMITMENT_MONTHS_MAX).contains(&input.commitment_months) {
         errors.push(error(
@@ -277,10 +281,15 @@ fn bounded(
     trimmed.to_owned()
 }
 
-fn validate_entry(errors: &mut Vec<FieldError>, at: &str, entry: &GpuEntryInput) -> GpuEntry {
+fn validate_entry(
+    errors: &mut Vec<FieldError>,
+    at: &str,
+    entry: &GpuEntryInput,
+    catalog: &Catalog<'_>,
+) -> GpuEntry {
     let model_name = entry.model.trim();
-    let model = match find_model(model_name) {
-        Some(model) => GpuModelChoice::Catalog(model.id.to_owned()),
+    let model = match catalog.find_id(model_name) {
+        Some(id) => GpuModelChoice::Catalog(id.to_owned()),
         None => {
             if model_name.is_empty()
                 || model_name.chars().count() > MODEL_NAME_CHARS_MAX
@@ -1003,7 +1012,7 @@ mod tests {
     }
 
     fn form() -> ApplicationForm {
-        validate_application(&input()).unwrap()
+        validate_application(&input(), &Catalog::BUILT_IN).unwrap()
     }
 
     fn at(seconds: i64) -> Timestamp {
@@ -1026,7 +1035,10 @@ mod tests {
         let mut unlisted = input();
         unlisted.gpus[0].model = "H200 141GB".to_owned();
         assert_eq!(
-            validate_application(&unlisted).unwrap().gpus[0].model,
+            validate_application(&unlisted, &Catalog::BUILT_IN)
+                .unwrap()
+                .gpus[0]
+                .model,
             GpuModelChoice::Unlisted("H200 141GB".to_owned())
         );
     }
@@ -1062,7 +1074,7 @@ mod tests {
                 },
             ],
         };
-        let errors = validate_application(&bad).unwrap_err();
+        let errors = validate_application(&bad, &Catalog::BUILT_IN).unwrap_err();
         let fields: Vec<(&str, &str)> = errors.iter().map(|e| (e.field.as_str(), e.code)).collect();
         assert_eq!(
             fields,
@@ -1082,7 +1094,10 @@ mod tests {
         );
         let mut none = input();
         none.gpus.clear();
-        assert_eq!(validate_application(&none).unwrap_err()[0].field, "/gpus");
+        assert_eq!(
+            validate_application(&none, &Catalog::BUILT_IN).unwrap_err()[0].field,
+            "/gpus"
+        );
     }
 
     #[test]
@@ -1090,7 +1105,7 @@ mod tests {
         for bad in ["Ada\nLovelace", "Ada \u{202E}ecalevoL"] {
             let mut input = input();
             input.full_legal_name = bad.to_owned();
-            let errors = validate_application(&input).unwrap_err();
+            let errors = validate_application(&input, &Catalog::BUILT_IN).unwrap_err();
             assert_eq!(
                 (errors[0].field.as_str(), errors[0].code),
                 ("/full_legal_name", "invalid_characters")
@@ -1099,7 +1114,7 @@ mod tests {
         let mut notes = input();
         notes.maintenance_notes = "line one\nline two".to_owned();
         assert!(
-            validate_application(&notes).is_ok(),
+            validate_application(&notes, &Catalog::BUILT_IN).is_ok(),
             "free text may span lines"
         );
         let mut many = input();
@@ -1114,7 +1129,7 @@ mod tests {
                 10_000
             ],
         };
-        let errors = validate_application(&many).unwrap_err();
+        let errors = validate_application(&many, &Catalog::BUILT_IN).unwrap_err();
         assert_eq!(
             errors.len(),
             1,

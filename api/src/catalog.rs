@@ -1,0 +1,110 @@
+//! The GPU catalog over HTTP: everyone reads it; admins add a model evaluated case by case,
+//! after which applications naming it count as catalog models.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use gpunex_domain::DomainEvent;
+use gpunex_domain::gpu::{CatalogRejection, GPU_CATALOG};
+use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::auth::{Allow, Caller};
+use crate::error::ApiError;
+use crate::server::AppState;
+use crate::tokens::now;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogModel {
+    pub model_id: String,
+    pub name: String,
+    pub vram_gb: u32,
+    /// Part of the built-in catalog (with reference figures) rather than added by an admin.
+    pub built_in: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct NewModel {
+    pub model_id: String,
+    pub name: String,
+    pub vram_gb: u32,
+}
+
+pub async fn list(State(state): State<AppState>) -> Json<Vec<CatalogModel>> {
+    let built_in = GPU_CATALOG.iter().map(|m| CatalogModel {
+        model_id: m.id.to_owned(),
+        name: m.name.to_owned(),
+        vram_gb: m.vram_gb,
+        built_in: true,
+    });
+    let added = state
+        .credentials
+        .added_models()
+        .into_iter()
+        .map(|m| CatalogModel {
+            model_id: m.model_id,
+            name: m.name,
+            vram_gb: m.vram_gb,
+            built_in: false,
+        });
+    Json(built_in.chain(added).collect())
+}
+
+pub async fn add(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(request): Json<NewModel>,
+) -> Result<(StatusCode, Json<CatalogModel>), ApiError> {
+    caller.require(&[Allow::Admin])?;
+    let models = state.credentials.added_models();
+    let catalog = gpunex_domain::gpu::Catalog { added: &models };
+    let taken = |e: CatalogRejection| ApiError::Conflict {
+        code: e.code(),
+        detail: e.to_string(),
+    };
+    let added = catalog
+        .add(
+            &request.model_id,
+            &request.name,
+            request.vram_gb,
+            &caller.actor(),
+            now(),
+        )
+        .map_err(|e| match e {
+            CatalogRejection::AlreadyListed => taken(e),
+            CatalogRejection::InvalidId => ApiError::invalid("model_id", e.code(), e.to_string()),
+            CatalogRejection::InvalidName => ApiError::invalid("name", e.code(), e.to_string()),
+            CatalogRejection::InvalidVram => ApiError::invalid("vram_gb", e.code(), e.to_string()),
+        })?;
+    let event = DomainEvent::ModelAdded(added.clone());
+    let stream = gpunex_domain::StreamId::parse(format!("catalog_model-{}", added.model_id))
+        .map_err(|e| ApiError::invalid("model_id", "invalid_model_id", e.to_string()))?;
+    // One stream per id, expected empty: two admins adding one id cannot both succeed.
+    state
+        .store
+        .append(
+            stream,
+            ExpectedVersion::NoStream,
+            vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &event,
+                Metadata::actor(caller.actor()),
+            )],
+        )
+        .await
+        .map_err(|error| match error {
+            AppendError::Store(error) => error.into(),
+            _ => taken(CatalogRejection::AlreadyListed),
+        })?;
+    state.credentials.apply(&event);
+    Ok((
+        StatusCode::CREATED,
+        Json(CatalogModel {
+            model_id: added.model_id,
+            name: added.name,
+            vram_gb: added.vram_gb,
+            built_in: false,
+        }),
+    ))
+}
