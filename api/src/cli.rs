@@ -20,7 +20,7 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/gpunex.sqlite";
 )]
 pub struct Cli {
     /// Database: `sqlite://PATH` (embedded default) or `postgres://USER@HOST:PORT/DB` (production).
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true)]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, default_value = DEFAULT_DATABASE_URL, global = true)]
     pub database_url: String,
 
     /// Log output: human-readable text or one JSON object per line.
@@ -54,6 +54,10 @@ pub enum Command {
             default_value = "GPUnex <no-reply@gpunex.local>"
         )]
         mail_from: String,
+        /// Send notifications by SMTP instead of the mailbox directory: `smtp://host:25`,
+        /// `smtp://host:587?tls=required`, `smtps://user:password@host:465`.
+        #[arg(long, env = "GPUNEX_SMTP_URL", hide_env_values = true)]
+        smtp_url: Option<String>,
     },
     /// Apply database migrations and exit.
     Migrate,

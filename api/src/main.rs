@@ -46,10 +46,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             mailbox_dir,
             mail_from,
+            smtp_url,
         } => {
             let store = cli::open_store(&cli.database_url).await?;
-            let mailbox = gpunex_api::outbox::Mailbox::open(&mailbox_dir, &mail_from)?;
-            gpunex_api::server::serve(store, listen, mailbox).await?;
+            let notifications = match smtp_url {
+                Some(url) => gpunex_api::outbox::Transport::Smtp(
+                    gpunex_api::outbox::Smtp::from_url(&url, &mail_from)?,
+                ),
+                None => gpunex_api::outbox::Transport::Mailbox(gpunex_api::outbox::Mailbox::open(
+                    &mailbox_dir,
+                    &mail_from,
+                )?),
+            };
+            gpunex_api::server::serve(store, listen, notifications).await?;
         }
         Command::Migrate => {
             let store = cli::open_store(&cli.database_url).await?;

@@ -41,6 +41,10 @@ pub enum OutboxError {
     Undecodable { position: u64, reason: String },
     #[error("the registry did not reach position {0}")]
     RegistryBehind(u64),
+    #[error("notification setup: {reason}")]
+    Config { reason: String },
+    #[error("SMTP: {reason}")]
+    Smtp { reason: String },
 }
 
 /// A message to one person.
@@ -195,12 +199,87 @@ impl Mailbox {
     }
 }
 
+/// How notifications leave: SMTP when configured, otherwise the mailbox directory.
+#[derive(Clone)]
+pub enum Transport {
+    Mailbox(Mailbox),
+    Smtp(Smtp),
+}
+
+/// SMTP through `lettre`. The URL picks the security: `smtp://host:25` (plain, e.g. a local
+/// relay), `smtp://host:587?tls=required` (STARTTLS), `smtps://user:password@host:465`.
+#[derive(Clone)]
+pub struct Smtp {
+    transport: lettre::AsyncSmtpTransport<lettre::Tokio1Executor>,
+    from: lettre::message::Mailbox,
+}
+
+impl Smtp {
+    pub fn from_url(url: &str, from: &str) -> Result<Smtp, OutboxError> {
+        let invalid = |reason: String| OutboxError::Config { reason };
+        let transport = lettre::AsyncSmtpTransport::<lettre::Tokio1Executor>::from_url(url)
+            .map_err(|e| invalid(format!("SMTP URL: {e}")))?
+            .build();
+        let from = from
+            .parse()
+            .map_err(|e| invalid(format!("sender `{from}`: {e}")))?;
+        Ok(Smtp { transport, from })
+    }
+
+    /// Sends unless the store records it as sent; records it after the server accepts it.
+    /// A crash between the two sends it again on restart: at least once, and the stable
+    /// `Message-ID` lets mail clients drop the copy.
+    async fn deliver(&self, store: &Store, email: &Email) -> Result<bool, OutboxError> {
+        use lettre::AsyncTransport;
+        if store.notification_delivered(email.message_id).await? {
+            return Ok(false);
+        }
+        let invalid = |reason: String| OutboxError::Config { reason };
+        let to = email
+            .to
+            .parse()
+            .map_err(|e| invalid(format!("recipient `{}`: {e}", email.to)))?;
+        let message = lettre::Message::builder()
+            .from(self.from.clone())
+            .to(to)
+            .subject(&email.subject)
+            .message_id(Some(format!("<{}@gpunex>", email.message_id)))
+            .header(lettre::message::header::ContentType::TEXT_PLAIN)
+            .body(email.body.clone())
+            .map_err(|e| invalid(e.to_string()))?;
+        self.transport
+            .send(message)
+            .await
+            .map_err(|e| OutboxError::Smtp {
+                reason: e.to_string(),
+            })?;
+        store.record_notification(email.message_id).await?;
+        Ok(true)
+    }
+}
+
+impl Transport {
+    async fn deliver(&self, store: &Store, email: Email) -> Result<bool, OutboxError> {
+        match self {
+            Transport::Mailbox(mailbox) => {
+                let mailbox = mailbox.clone();
+                tokio::task::spawn_blocking(move || mailbox.deliver(&email))
+                    .await
+                    .map_err(|e| OutboxError::Config {
+                        reason: e.to_string(),
+                    })?
+            }
+            Transport::Smtp(smtp) => smtp.deliver(store, &email).await,
+        }
+    }
+}
+
 /// Delivers every notification after the outbox checkpoint and moves the checkpoint after
 /// each batch. Returns how many messages were delivered now.
 pub async fn deliver_pending(
     store: &Store,
     registry: &CredentialCache,
-    mailbox: &Mailbox,
+    transport: &Transport,
 ) -> Result<u64, OutboxError> {
     let mut position = store.consumer_checkpoint(OUTBOX).await?;
     let mut delivered = 0;
@@ -234,13 +313,7 @@ pub async fn deliver_pending(
             let Some(email) = notification(event.event_id, &application_event, &application) else {
                 continue;
             };
-            let mailbox = mailbox.clone();
-            let sent = tokio::task::spawn_blocking(move || mailbox.deliver(&email))
-                .await
-                .map_err(|e| OutboxError::Undecodable {
-                    position: event.position,
-                    reason: e.to_string(),
-                })??;
+            let sent = transport.deliver(store, email).await?;
             delivered += u64::from(sent);
         }
         store.advance_consumer(OUTBOX, position, last).await?;
@@ -250,12 +323,12 @@ pub async fn deliver_pending(
 
 /// The server's outbox loop: deliver, wait for new events (or a poll interval), repeat;
 /// failures are retried with backoff.
-pub async fn run(store: Store, registry: CredentialCache, mailbox: Mailbox) {
+pub async fn run(store: Store, registry: CredentialCache, transport: Transport) {
     let mut head = store.head_watch().await;
     let mut retry_delay = Duration::from_millis(200);
     loop {
         head.borrow_and_update();
-        match deliver_pending(&store, &registry, &mailbox).await {
+        match deliver_pending(&store, &registry, &transport).await {
             Ok(delivered) => {
                 if delivered > 0 {
                     tracing::info!(delivered, "notifications delivered");

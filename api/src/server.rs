@@ -411,7 +411,7 @@ async fn account_lines(
 pub async fn serve(
     store: Store,
     listen: std::net::SocketAddr,
-    mailbox: crate::outbox::Mailbox,
+    notifications: crate::outbox::Transport,
 ) -> anyhow::Result<()> {
     let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
@@ -423,7 +423,7 @@ pub async fn serve(
     let outbox = tokio::spawn(crate::outbox::run(
         state.store.clone(),
         state.credentials.clone(),
-        mailbox,
+        notifications,
     ));
     let app = router(state).layer(axum::middleware::from_fn(log_request));
     axum::serve(listener, app)

@@ -4,7 +4,7 @@
 
 use axum::http::StatusCode;
 use gpunex_api::AppState;
-use gpunex_api::outbox::{Mailbox, OUTBOX, deliver_pending};
+use gpunex_api::outbox::{Mailbox, OUTBOX, Transport, deliver_pending};
 use gpunex_domain::credentials::Role;
 use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
@@ -97,7 +97,8 @@ async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb
     .await;
 
     let dir = tempfile::tempdir().unwrap();
-    let mailbox = Mailbox::open(dir.path(), "GPUnex <no-reply@gpunex.local>").unwrap();
+    let mailbox =
+        Transport::Mailbox(Mailbox::open(dir.path(), "GPUnex <no-reply@gpunex.local>").unwrap());
     assert_eq!(
         deliver_pending(&state.store, &state.credentials, &mailbox)
             .await
@@ -137,7 +138,8 @@ async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb
     .await;
     std::fs::write(dir.path().join("tmp").join("torn.eml"), "From: half").unwrap();
     let restarted = AppState::load(db.open().await).await.unwrap();
-    let mailbox = Mailbox::open(dir.path(), "GPUnex <no-reply@gpunex.local>").unwrap();
+    let mailbox =
+        Transport::Mailbox(Mailbox::open(dir.path(), "GPUnex <no-reply@gpunex.local>").unwrap());
     assert_eq!(
         deliver_pending(&restarted.store, &restarted.credentials, &mailbox)
             .await
@@ -173,4 +175,113 @@ async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb
         1
     );
     assert_eq!(delivered(dir.path()).len(), 4);
+}
+
+/// SMTP delivery against a real SMTP server (Python's standard-library `smtpd`, which prints
+/// every message it receives): each notification sent once, even after a restart from an old
+/// checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtp_delivery_sends_each_notification_once() {
+    use tokio::io::AsyncBufReadExt;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = tokio::process::Command::new("python3")
+        .args([
+            "-u",
+            "-W",
+            "ignore",
+            "-m",
+            "smtpd",
+            "-n",
+            "-c",
+            "DebuggingServer",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs the SMTP server");
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    // Wait until it accepts connections.
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "SMTP server did not start"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    let db = TestDb::sqlite();
+    let state = AppState::load(db.open().await).await.unwrap();
+    let (admin, _) = gpunex_api::tokens::issue_token(
+        &state.store,
+        Some(&state.credentials),
+        gpunex_api::tokens::TokenRequest::new(Role::Admin, "reviewer", "cli"),
+    )
+    .await
+    .unwrap();
+    let base = common::serve(state.clone()).await;
+    let person = json!({"email": "ada@example.com", "password": "correct horse battery staple"});
+    common::request(&base, "POST", "/v1/accounts", None, Some(person.clone())).await;
+    let (_, _, session) = common::request(&base, "POST", "/v1/sessions", None, Some(person)).await;
+    let ada = session["token"].as_str().unwrap();
+    let application = post(&base, "/v1/applications", ada, form()).await;
+    let id = application["application_id"].as_str().unwrap();
+    post(
+        &base,
+        &format!("/v1/applications/{id}/reject"),
+        &admin.token,
+        json!({"text": "Not this time."}),
+    )
+    .await;
+
+    let smtp = Transport::Smtp(
+        gpunex_api::outbox::Smtp::from_url(
+            &format!("smtp://127.0.0.1:{port}"),
+            "GPUnex <no-reply@gpunex.local>",
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        deliver_pending(&state.store, &state.credentials, &smtp)
+            .await
+            .unwrap(),
+        1
+    );
+    let mut received = String::new();
+    while !received.contains("END MESSAGE") {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("the SMTP server printed the message")
+            .unwrap()
+            .unwrap();
+        received.push_str(&line);
+        received.push('\n');
+    }
+    assert!(received.contains("To: ada@example.com"), "{received}");
+    assert!(
+        received.contains("Subject: GPUnex: your provider application was not approved"),
+        "{received}"
+    );
+    assert!(received.contains("Not this time."), "{received}");
+
+    // Restart from an old checkpoint: nothing is sent again.
+    db.execute_raw(
+        &["UPDATE projection_checkpoints SET position = 0 WHERE projection = 'outbox'"],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        deliver_pending(&state.store, &state.credentials, &smtp)
+            .await
+            .unwrap(),
+        0
+    );
+    let extra =
+        tokio::time::timeout(std::time::Duration::from_millis(500), lines.next_line()).await;
+    assert!(extra.is_err(), "no second message: {extra:?}");
 }

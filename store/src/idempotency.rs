@@ -1,4 +1,5 @@
-//! The `Idempotency-Key` table: a reservation before a POST is handled, its response after.
+//! The `Idempotency-Key` table (a reservation before a POST is handled, its response after) and
+//! the record of notifications sent by SMTP.
 //! The SQL uses `$N` placeholders on both databases (SQLite reads them as numbered parameters).
 
 use crate::store::{Db, now_us};
@@ -158,6 +159,51 @@ impl Store {
                 sqlx::query(sql)
                     .bind(caller)
                     .bind(key)
+                    .execute(&db.pool)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Whether notification `message_id` was already sent.
+    pub async fn notification_delivered(&self, message_id: uuid::Uuid) -> Result<bool, StoreError> {
+        let sql = "SELECT count(*) FROM notification_deliveries WHERE message_id = $1";
+        let count: i64 = match &self.inner.db {
+            Db::Sqlite(db) => {
+                sqlx::query_scalar(sql)
+                    .bind(message_id.to_string())
+                    .fetch_one(&db.read)
+                    .await?
+            }
+            Db::Postgres(db) => {
+                sqlx::query_scalar(sql)
+                    .bind(message_id.to_string())
+                    .fetch_one(&db.pool)
+                    .await?
+            }
+        };
+        Ok(count > 0)
+    }
+
+    /// Records that notification `message_id` was sent.
+    pub async fn record_notification(&self, message_id: uuid::Uuid) -> Result<(), StoreError> {
+        let sql = "INSERT INTO notification_deliveries (message_id, delivered_at_us) VALUES ($1, $2) \
+                   ON CONFLICT (message_id) DO NOTHING";
+        match &self.inner.db {
+            Db::Sqlite(db) => {
+                sqlx::query(sql)
+                    .bind(message_id.to_string())
+                    .bind(now_us())
+                    .execute(&db.write)
+                    .await?;
+            }
+            Db::Postgres(db) => {
+                sqlx::query(sql)
+                    .bind(message_id.to_string())
+                    .bind(now_us())
                     .execute(&db.pool)
                     .await?;
             }
