@@ -333,11 +333,28 @@ pub async fn me(State(state): State<AppState>, caller: Caller) -> Result<Json<wi
         .credentials
         .user(&user_id)
         .ok_or(ApiError::NotFound("account"))?;
+    // Every signed-in person may rent; an open application makes them an applicant; each
+    // approved application makes them the holder of that provider.
+    let mut roles = vec!["renter".to_owned()];
+    let own: Vec<_> = state
+        .credentials
+        .applications()
+        .into_iter()
+        .map(|(_, a)| a)
+        .filter(|a| a.applicant_user_id == user_id)
+        .collect();
+    if own.iter().any(|a| !a.status.is_decided()) {
+        roles.push("applicant".to_owned());
+    }
+    roles.extend(
+        own.iter()
+            .filter_map(|a| a.provider_id)
+            .map(|id| format!("provider:{id}")),
+    );
     Ok(Json(wire::Me {
         user_id,
         email: user.email,
-        // Every signed-in person may rent; provider roles follow from approved applications.
-        roles: vec!["renter".to_owned()],
+        roles,
         apply_as_provider: "/v1/applications".to_owned(),
     }))
 }

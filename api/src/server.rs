@@ -338,11 +338,36 @@ pub fn timestamp(us: i64) -> String {
 async fn balances(
     State(state): State<AppState>,
     caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<wire::AccountBalances>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
+    let limit = match query.get("limit") {
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (1..=PAGE_ITEMS_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid("limit", "out_of_range", format!("1 to {PAGE_ITEMS_MAX}"))
+            })?,
+        None => PAGE_ITEMS_DEFAULT,
+    } as usize;
+    let after: Option<Account> = match query.get("after") {
+        Some(text) => Some(text.parse().map_err(
+            |e: gpunex_domain::ledger::AccountParseError| {
+                ApiError::invalid("after", "invalid_cursor", e.to_string())
+            },
+        )?),
+        None => None,
+    };
     let (as_of_position, balances) = state.store.balances_as_of().await?;
-    let mut accounts = Vec::with_capacity(balances.len());
-    for (account, totals) in &balances {
+    let page: Vec<_> = balances
+        .iter()
+        .filter(|(account, _)| after.is_none_or(|after| **account > after))
+        .take(limit + 1)
+        .collect();
+    let next_after = (page.len() > limit).then(|| page[limit - 1].0.to_string());
+    let mut accounts = Vec::with_capacity(page.len().min(limit));
+    for (account, totals) in page.into_iter().take(limit) {
         let balance = totals.balance(*account).map_err(|e| {
             ApiError::Internal(gpunex_store::StoreError::CorruptRow {
                 position: totals.last_position,
@@ -361,6 +386,7 @@ async fn balances(
     Ok(Json(wire::AccountBalances {
         accounts,
         as_of_position,
+        next_after,
     }))
 }
 

@@ -312,17 +312,49 @@ pub async fn issue(
     ))
 }
 
+/// Largest page of tokens.
+pub const TOKENS_PAGE_MAX: usize = 100;
+
+/// `GET /v1/tokens?after=<token id>&limit=`: oldest first, without secrets.
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Result<Json<wire::TokenList>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Provider])?;
     let provider = match caller.role {
         Role::Admin => None,
         role => Some(role.provider_id().ok_or(ApiError::Forbidden)?),
     };
-    let tokens = state.credentials.list(provider).iter().map(info).collect();
-    Ok(Json(wire::TokenList { tokens }))
+    let limit = match query.get("limit") {
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=TOKENS_PAGE_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid("limit", "out_of_range", format!("1 to {TOKENS_PAGE_MAX}"))
+            })?,
+        None => TOKENS_PAGE_MAX,
+    };
+    let all = state.credentials.list(provider);
+    let start = match query.get("after") {
+        Some(cursor) => {
+            let after = Uuid::try_parse(cursor).map_err(|_| {
+                ApiError::invalid("after", "invalid_cursor", "a cursor from next_after")
+            })?;
+            all.iter()
+                .position(|record| record.token_id == after)
+                .map(|index| index + 1)
+                .ok_or_else(|| {
+                    ApiError::invalid("after", "invalid_cursor", "a cursor from next_after")
+                })?
+        }
+        None => 0,
+    };
+    let page: Vec<_> = all.iter().skip(start).take(limit + 1).collect();
+    let next_after = (page.len() > limit).then(|| page[limit - 1].token_id);
+    let tokens = page.into_iter().take(limit).map(info).collect();
+    Ok(Json(wire::TokenList { tokens, next_after }))
 }
 
 pub async fn rotate(

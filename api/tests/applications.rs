@@ -186,6 +186,18 @@ async fn apply_review_and_approve(db: &TestDb) {
         StatusCode::CONFLICT
     );
 
+    // The Roles page now lists the provider the person holds.
+    let (_, me) = call(&app, "GET", "/v1/me", &ada, None).await;
+    let provider_role = format!("provider:{}", approved["provider_id"].as_str().unwrap());
+    assert!(
+        me["roles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str() == Some(provider_role.as_str())),
+        "{me}"
+    );
+
     // An Enterprise application with UPS is approved as Enterprise.
     let (_, second) = call(&app, "POST", "/v1/applications", &ada, Some(form(true))).await;
     let second_id = second["application_id"].as_str().unwrap();

@@ -372,3 +372,79 @@ async fn a_revoked_caller_cannot_write_where_the_revocation_is_not_yet_known(db:
         "a revoked token must not mint tokens: {status} {answer}"
     );
 }
+
+/// Token lists and balances are paged with cursors and bounded pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_are_paged_with_cursors() {
+    let db = TestDb::sqlite();
+    let state = AppState::load(db.open().await).await.unwrap();
+    let (_, admin) = token(&state, Role::Admin).await;
+    for _ in 0..4 {
+        token(&state, Role::Finance).await;
+    }
+    gpunex_tests::seed_credits(&state.store, 10, 3).await;
+    state.store.run_projections().await.unwrap();
+    let app = common::serve(state).await;
+    let mut seen = Vec::new();
+    let mut path = "/v1/tokens?limit=2".to_owned();
+    loop {
+        let (status, page) = call(&app, "GET", &path, Some(&admin), None).await;
+        assert_eq!(status, StatusCode::OK);
+        seen.extend(
+            page["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["token_id"].as_str().unwrap().to_owned()),
+        );
+        match page["next_after"].as_str() {
+            Some(cursor) => path = format!("/v1/tokens?limit=2&after={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 5);
+    seen.dedup();
+    assert_eq!(seen.len(), 5, "no token twice");
+    let (_, first) = call(
+        &app,
+        "GET",
+        "/v1/ledger/accounts?limit=2",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(first["accounts"].as_array().unwrap().len(), 2);
+    let cursor = first["next_after"].as_str().unwrap();
+    let (_, rest) = call(
+        &app,
+        "GET",
+        &format!("/v1/ledger/accounts?limit=2&after={cursor}"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(
+        rest["accounts"].as_array().unwrap().len(),
+        2,
+        "3 providers and the adjustments account"
+    );
+    assert!(rest["next_after"].is_null());
+    assert_eq!(
+        call(&app, "GET", "/v1/tokens?after=nope", Some(&admin), None)
+            .await
+            .0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        call(
+            &app,
+            "GET",
+            "/v1/ledger/accounts?limit=0",
+            Some(&admin),
+            None
+        )
+        .await
+        .0,
+        StatusCode::BAD_REQUEST
+    );
+}

@@ -72,6 +72,8 @@ pub struct AccountBalances {
     pub accounts: Vec<AccountBalance>,
     /// The log position the ledger read model reflects.
     pub as_of_position: u64,
+    /// Pass as `after` for the next page (accounts are in account order); absent on the last.
+    pub next_after: Option<String>,
 }
 
 /// One posting, with the event it came from: the audit trail of a balance.
@@ -148,6 +150,8 @@ pub struct IssuedToken {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenList {
     pub tokens: Vec<TokenInfo>,
+    /// Pass as `after` for the next page; absent on the last page.
+    pub next_after: Option<Uuid>,
 }
 
 /// `POST /v1/tokens/{id}/revoke`
