@@ -58,6 +58,10 @@ pub enum Command {
         /// `smtp://host:587?tls=required`, `smtps://user:password@host:465`.
         #[arg(long, env = "GPUNEX_SMTP_URL", hide_env_values = true)]
         smtp_url: Option<String>,
+        /// Do not deliver notifications from this process (another one does: the outbox has one
+        /// checkpoint per deployment).
+        #[arg(long, env = "GPUNEX_NO_OUTBOX")]
+        no_outbox: bool,
     },
     /// Apply database migrations and exit.
     Migrate,

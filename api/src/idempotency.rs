@@ -83,14 +83,38 @@ pub async fn idempotency(State(state): State<AppState>, request: Request, next: 
                 .to_owned(),
         }
         .into_response(),
-        Ok(KeyState::Done { status, body, .. }) => replay(status, body),
+        Ok(KeyState::Done { status, body, .. }) => {
+            // A stored answer is replayed only to a caller who could still make the request.
+            if let Some(token) = bearer(&parts.headers)
+                && state
+                    .credentials
+                    .authenticate(token, crate::tokens::now())
+                    .is_none()
+            {
+                return ApiError::Unauthorized.into_response();
+            }
+            replay(status, body)
+        }
         Ok(KeyState::Reserved) => {
-            let response = next
-                .run(Request::from_parts(parts, Body::from(bytes)))
-                .await;
-            settle(&state, &caller, &key, response).await
+            // Detached: the handler and the record of its answer finish even if the client
+            // goes away, so a committed action is never left behind an open reservation.
+            let request = Request::from_parts(parts, Body::from(bytes));
+            let task = tokio::spawn(async move {
+                let response = next.run(request).await;
+                settle(&state, &caller, &key, &fingerprint, response).await
+            });
+            task.await
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
         }
     }
+}
+
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
 }
 
 fn replay(status: u16, body: String) -> Response {
@@ -108,9 +132,17 @@ fn replay(status: u16, body: String) -> Response {
 }
 
 /// Stores a settled response for later retries (and returns it), or releases the key.
-async fn settle(state: &AppState, caller: &str, key: &str, response: Response) -> Response {
+async fn settle(
+    state: &AppState,
+    caller: &str,
+    key: &str,
+    fingerprint: &str,
+    response: Response,
+) -> Response {
     let status = response.status();
     let unsettled = status.is_server_error()
+        || status == StatusCode::NOT_FOUND
+        || status == StatusCode::METHOD_NOT_ALLOWED
         || status == StatusCode::UNAUTHORIZED
         || status == StatusCode::FORBIDDEN
         || status == StatusCode::TOO_MANY_REQUESTS
@@ -129,7 +161,13 @@ async fn settle(state: &AppState, caller: &str, key: &str, response: Response) -
     } else {
         state
             .store
-            .complete_idempotency_key(caller, key, status.as_u16(), &without_secret(&bytes))
+            .complete_idempotency_key(
+                caller,
+                key,
+                fingerprint,
+                status.as_u16(),
+                &without_secret(&bytes),
+            )
             .await
     };
     if let Err(error) = outcome {

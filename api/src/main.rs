@@ -47,16 +47,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             mailbox_dir,
             mail_from,
             smtp_url,
+            no_outbox,
         } => {
             let store = cli::open_store(&cli.database_url).await?;
             let notifications = match smtp_url {
-                Some(url) => gpunex_api::outbox::Transport::Smtp(
+                _ if no_outbox => None,
+                Some(url) => Some(gpunex_api::outbox::Transport::Smtp(
                     gpunex_api::outbox::Smtp::from_url(&url, &mail_from)?,
-                ),
-                None => gpunex_api::outbox::Transport::Mailbox(gpunex_api::outbox::Mailbox::open(
-                    &mailbox_dir,
-                    &mail_from,
-                )?),
+                )),
+                None => Some(gpunex_api::outbox::Transport::Mailbox(
+                    gpunex_api::outbox::Mailbox::open(&mailbox_dir, &mail_from)?,
+                )),
             };
             gpunex_api::server::serve(store, listen, notifications).await?;
         }

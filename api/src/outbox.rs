@@ -1,8 +1,10 @@
 //! Notifications through an outbox. The log is the outbox: a consumer with its own checkpoint
 //! reads it, and for every information request, approval and rejection emails the applicant.
 //!
-//! Run one outbox per mailbox directory: every server process runs one, so processes that
-//! serve one deployment must share the directory (delivery is safe to share: see `deliver`).
+//! The outbox has one checkpoint per deployment: run it in one server process (the others start
+//! with `--no-outbox`), or in several that share the same transport. Sharing is safe with the
+//! mailbox directory (see `Mailbox::deliver`); with SMTP two processes could both send a message
+//! before either records it, so run SMTP delivery in one process.
 //!
 //! Delivery here writes each message into a Maildir-style mailbox directory (`tmp/`, then an
 //! atomic rename into `new/<event id>.eml`), so the default installation works without a mail
@@ -234,25 +236,40 @@ impl Smtp {
         if store.notification_delivered(email.message_id).await? {
             return Ok(false);
         }
-        let invalid = |reason: String| OutboxError::Config { reason };
-        let to = email
+        // A message that can never be sent (an address the mail library refuses, a permanent
+        // 5xx from the server) must not hold back every later notification: it is logged as a
+        // dead letter, recorded, and skipped. Anything else is retried.
+        let dead_letter = |reason: String| async move {
+            tracing::error!(message_id = %email.message_id, %reason, "notification cannot be delivered; skipped");
+            store.record_notification(email.message_id).await?;
+            Ok::<bool, OutboxError>(false)
+        };
+        let message = match email
             .to
             .parse()
-            .map_err(|e| invalid(format!("recipient `{}`: {e}", email.to)))?;
-        let message = lettre::Message::builder()
-            .from(self.from.clone())
-            .to(to)
-            .subject(&email.subject)
-            .message_id(Some(format!("<{}@gpunex>", email.message_id)))
-            .header(lettre::message::header::ContentType::TEXT_PLAIN)
-            .body(email.body.clone())
-            .map_err(|e| invalid(e.to_string()))?;
-        self.transport
-            .send(message)
-            .await
-            .map_err(|e| OutboxError::Smtp {
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| format!("recipient: {e}"))
+            .and_then(|to| {
+                lettre::Message::builder()
+                    .from(self.from.clone())
+                    .to(to)
+                    .subject(&email.subject)
+                    .message_id(Some(format!("<{}@gpunex>", email.message_id)))
+                    .header(lettre::message::header::ContentType::TEXT_PLAIN)
+                    .body(email.body.clone())
+                    .map_err(|e| e.to_string())
+            }) {
+            Ok(message) => message,
+            Err(reason) => return dead_letter(reason).await,
+        };
+        match self.transport.send(message).await {
+            Ok(_) => {}
+            Err(error) if error.is_permanent() => return dead_letter(error.to_string()).await,
+            Err(error) => {
+                return Err(OutboxError::Smtp {
+                    reason: error.to_string(),
+                });
+            }
+        }
         store.record_notification(email.message_id).await?;
         Ok(true)
     }

@@ -437,7 +437,7 @@ async fn account_lines(
 pub async fn serve(
     store: Store,
     listen: std::net::SocketAddr,
-    notifications: crate::outbox::Transport,
+    notifications: Option<crate::outbox::Transport>,
 ) -> anyhow::Result<()> {
     let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
@@ -446,17 +446,21 @@ pub async fn serve(
     let local = listener.local_addr()?;
     tracing::info!(address = %local, database = ?store.backend(), "gpunex listening");
     let state = AppState::load(store).await?;
-    let outbox = tokio::spawn(crate::outbox::run(
-        state.store.clone(),
-        state.credentials.clone(),
-        notifications,
-    ));
+    let outbox = notifications.map(|transport| {
+        tokio::spawn(crate::outbox::run(
+            state.store.clone(),
+            state.credentials.clone(),
+            transport,
+        ))
+    });
     let app = router(state).layer(axum::middleware::from_fn(log_request));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     runner.abort();
-    outbox.abort();
+    if let Some(outbox) = outbox {
+        outbox.abort();
+    }
     tracing::info!("gpunex stopped");
     Ok(())
 }

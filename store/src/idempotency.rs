@@ -8,7 +8,9 @@ use crate::{Store, StoreError};
 /// How long a stored response answers retries.
 pub const IDEMPOTENCY_RETENTION_US: i64 = 24 * 3_600 * 1_000_000;
 /// A reservation older than this is from a request that died mid-way: it may be taken over.
-pub const IDEMPOTENCY_PENDING_STALE_US: i64 = 60 * 1_000_000;
+/// Handlers finish even when the client goes away (the middleware runs them detached), so a
+/// reservation this old means the process died mid-request.
+pub const IDEMPOTENCY_PENDING_STALE_US: i64 = 10 * 60 * 1_000_000;
 
 /// What a key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +37,9 @@ impl Store {
     ) -> Result<KeyState, StoreError> {
         let now = now_us();
         // Expired records and stale reservations give way to this request.
-        let sql_delete = "DELETE FROM idempotency_keys WHERE caller = $1 AND key = $2 AND \
-                          (created_at_us < $3 OR (status = 0 AND created_at_us < $4))";
+        // Expired records of every caller go too, so the table holds at most a day of keys.
+        let sql_delete = "DELETE FROM idempotency_keys WHERE created_at_us < $3 OR \
+                          (caller = $1 AND key = $2 AND status = 0 AND created_at_us < $4)";
         let sql_insert = "INSERT INTO idempotency_keys (caller, key, request_sha256, status, body, created_at_us) \
                           VALUES ($1, $2, $3, 0, '', $4) ON CONFLICT (caller, key) DO NOTHING";
         let sql_select = "SELECT request_sha256, status, body FROM idempotency_keys WHERE caller = $1 AND key = $2";
@@ -116,11 +119,13 @@ impl Store {
         &self,
         caller: &str,
         key: &str,
+        request_sha256: &str,
         status: u16,
         body: &str,
     ) -> Result<(), StoreError> {
-        let sql =
-            "UPDATE idempotency_keys SET status = $1, body = $2 WHERE caller = $3 AND key = $4";
+        // Only the reservation this request holds: never overwrite a settled answer.
+        let sql = "UPDATE idempotency_keys SET status = $1, body = $2 \
+                   WHERE caller = $3 AND key = $4 AND request_sha256 = $5 AND status = 0";
         match &self.inner.db {
             Db::Sqlite(db) => {
                 sqlx::query(sql)
@@ -128,6 +133,7 @@ impl Store {
                     .bind(body)
                     .bind(caller)
                     .bind(key)
+                    .bind(request_sha256)
                     .execute(&db.write)
                     .await?;
             }
@@ -137,6 +143,7 @@ impl Store {
                     .bind(body)
                     .bind(caller)
                     .bind(key)
+                    .bind(request_sha256)
                     .execute(&db.pool)
                     .await?;
             }
