@@ -4,7 +4,6 @@
 
 use axum::http::StatusCode;
 use gpunex_api::AppState;
-use gpunex_domain::credentials::Role;
 use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
 
@@ -21,23 +20,6 @@ async fn call(
 ) -> (StatusCode, Value) {
     let (status, _, body) = common::request(base, method, uri, Some(token), body).await;
     (status, body)
-}
-
-async fn person(base: &str, email: &str) -> String {
-    let credentials = json!({"email": email, "password": "correct horse battery staple"});
-    let (status, _, _) = common::request(
-        base,
-        "POST",
-        "/v1/accounts",
-        None,
-        Some(credentials.clone()),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED);
-    let (status, _, session) =
-        common::request(base, "POST", "/v1/sessions", None, Some(credentials)).await;
-    assert_eq!(status, StatusCode::CREATED);
-    session["token"].as_str().unwrap().to_owned()
 }
 
 fn form(ups: bool) -> Value {
@@ -58,16 +40,10 @@ fn form(ups: bool) -> Value {
 
 async fn setup(db: &TestDb) -> (String, String, String) {
     let state = AppState::load(db.open().await).await.unwrap();
-    let (admin, _) = gpunex_api::tokens::issue_token(
-        &state.store,
-        Some(&state.credentials),
-        gpunex_api::tokens::TokenRequest::new(Role::Admin, "reviewer", "cli"),
-    )
-    .await
-    .unwrap();
+    let admin = common::admin_token(&state).await;
     let app = common::serve(state).await;
-    let applicant = person(&app, "ada@example.com").await;
-    (app, admin.token, applicant)
+    let applicant = common::person(&app, "ada@example.com").await;
+    (app, admin, applicant)
 }
 
 async fn apply_review_and_approve(db: &TestDb) {
@@ -259,7 +235,7 @@ async fn apply_review_and_approve(db: &TestDb) {
 
 async fn reject_withdraw_and_who_sees_what(db: &TestDb) {
     let (app, admin, ada) = setup(db).await;
-    let bob = person(&app, "bob@example.com").await;
+    let bob = common::person(&app, "bob@example.com").await;
     let (_, first) = call(&app, "POST", "/v1/applications", &ada, Some(form(true))).await;
     let (_, second) = call(&app, "POST", "/v1/applications", &ada, Some(form(true))).await;
     let (first_id, second_id) = (

@@ -2,7 +2,6 @@
 
 use axum::http::StatusCode;
 use gpunex_api::AppState;
-use gpunex_domain::credentials::Role;
 use gpunex_tests::{TestDb, conformance};
 use serde_json::json;
 
@@ -12,14 +11,7 @@ conformance!(an_added_model_is_a_catalog_model_for_applications);
 
 async fn an_added_model_is_a_catalog_model_for_applications(db: &TestDb) {
     let state = AppState::load(db.open().await).await.unwrap();
-    let (admin, _) = gpunex_api::tokens::issue_token(
-        &state.store,
-        Some(&state.credentials),
-        gpunex_api::tokens::TokenRequest::new(Role::Admin, "ops", "cli"),
-    )
-    .await
-    .unwrap();
-    let admin = admin.token;
+    let admin = common::admin_token(&state).await;
     let base = common::serve(state).await;
     let h200 = json!({"model_id": "h200-141gb", "name": "NVIDIA H200 141GB", "vram_gb": 141});
     assert_eq!(
@@ -72,10 +64,8 @@ async fn an_added_model_is_a_catalog_model_for_applications(db: &TestDb) {
     assert_eq!(ids.len(), 8);
     assert_eq!(ids.last(), Some(&"h200-141gb"));
 
-    let person = json!({"email": "ada@example.com", "password": "correct horse battery staple"});
-    common::request(&base, "POST", "/v1/accounts", None, Some(person.clone())).await;
-    let (_, _, session) = common::request(&base, "POST", "/v1/sessions", None, Some(person)).await;
-    let ada = session["token"].as_str().unwrap();
+    let ada = common::person(&base, "ada@example.com").await;
+    let ada = ada.as_str();
     assert_eq!(
         common::request(
             &base,

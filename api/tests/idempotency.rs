@@ -2,7 +2,6 @@
 
 use axum::http::StatusCode;
 use gpunex_api::AppState;
-use gpunex_domain::credentials::Role;
 use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
 
@@ -22,14 +21,7 @@ fn form() -> Value {
 
 async fn a_retried_post_returns_the_original_response_and_acts_once(db: &TestDb) {
     let state = AppState::load(db.open().await).await.unwrap();
-    let (admin, _) = gpunex_api::tokens::issue_token(
-        &state.store,
-        Some(&state.credentials),
-        gpunex_api::tokens::TokenRequest::new(Role::Admin, "ops", "cli"),
-    )
-    .await
-    .unwrap();
-    let admin = admin.token;
+    let admin = common::admin_token(&state).await;
     let base = common::serve(state).await;
     let person = json!({"email": "ada@example.com", "password": "correct horse battery staple"});
     let (status, _, _) =

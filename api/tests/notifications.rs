@@ -5,7 +5,6 @@
 use axum::http::StatusCode;
 use gpunex_api::AppState;
 use gpunex_api::outbox::{Mailbox, OUTBOX, Transport, deliver_pending};
-use gpunex_domain::credentials::Role;
 use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
 
@@ -40,19 +39,10 @@ fn delivered(dir: &std::path::Path) -> Vec<String> {
 
 async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb) {
     let state = AppState::load(db.open().await).await.unwrap();
-    let (admin, _) = gpunex_api::tokens::issue_token(
-        &state.store,
-        Some(&state.credentials),
-        gpunex_api::tokens::TokenRequest::new(Role::Admin, "reviewer", "cli"),
-    )
-    .await
-    .unwrap();
-    let admin = admin.token;
+    let admin = common::admin_token(&state).await;
     let base = common::serve(state.clone()).await;
-    let person = json!({"email": "ada@example.com", "password": "correct horse battery staple"});
-    common::request(&base, "POST", "/v1/accounts", None, Some(person.clone())).await;
-    let (_, _, session) = common::request(&base, "POST", "/v1/sessions", None, Some(person)).await;
-    let ada = session["token"].as_str().unwrap();
+    let ada = common::person(&base, "ada@example.com").await;
+    let ada = ada.as_str();
 
     let first = post(&base, "/v1/applications", ada, form()).await;
     let first = first["application_id"].as_str().unwrap();
@@ -217,24 +207,16 @@ async fn smtp_delivery_sends_each_notification_once() {
 
     let db = TestDb::sqlite();
     let state = AppState::load(db.open().await).await.unwrap();
-    let (admin, _) = gpunex_api::tokens::issue_token(
-        &state.store,
-        Some(&state.credentials),
-        gpunex_api::tokens::TokenRequest::new(Role::Admin, "reviewer", "cli"),
-    )
-    .await
-    .unwrap();
+    let admin = common::admin_token(&state).await;
     let base = common::serve(state.clone()).await;
-    let person = json!({"email": "ada@example.com", "password": "correct horse battery staple"});
-    common::request(&base, "POST", "/v1/accounts", None, Some(person.clone())).await;
-    let (_, _, session) = common::request(&base, "POST", "/v1/sessions", None, Some(person)).await;
-    let ada = session["token"].as_str().unwrap();
+    let ada = common::person(&base, "ada@example.com").await;
+    let ada = ada.as_str();
     let application = post(&base, "/v1/applications", ada, form()).await;
     let id = application["application_id"].as_str().unwrap();
     post(
         &base,
         &format!("/v1/applications/{id}/reject"),
-        &admin.token,
+        &admin,
         json!({"text": "Not this time."}),
     )
     .await;

@@ -74,3 +74,37 @@ pub async fn post_with_key(
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
 }
+
+/// An admin token issued as `gpunex admin create-token` would, for tests acting as operators.
+pub async fn admin_token(state: &AppState) -> String {
+    let (admin, _) = gpunex_api::tokens::issue_token(
+        &state.store,
+        Some(&state.credentials),
+        gpunex_api::tokens::TokenRequest::new(
+            gpunex_domain::credentials::Role::Admin,
+            "tests",
+            "cli",
+        ),
+    )
+    .await
+    .unwrap();
+    admin.token
+}
+
+/// Signs a person up and in; returns their session token.
+pub async fn person(base: &str, email: &str) -> String {
+    let credentials =
+        serde_json::json!({"email": email, "password": "correct horse battery staple"});
+    let (status, _, _) = request(
+        base,
+        "POST",
+        "/v1/accounts",
+        None,
+        Some(credentials.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _, session) = request(base, "POST", "/v1/sessions", None, Some(credentials)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    session["token"].as_str().unwrap().to_owned()
+}
