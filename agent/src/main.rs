@@ -1,40 +1,111 @@
 //! `gpunex-agent`: the host agent providers run next to their GPUs.
 //!
-//! This first version only checks that it can reach a GPUnex server; GPU detection,
-//! registration, presence and job execution arrive with the host-agent capability (see
-//! `docs/ARCHITECTURE.md`). It speaks to the server only through `gpunex-wire` types.
+//! It detects the GPUs (NVML, or a simulation for development), registers the machine with the
+//! platform, and sends heartbeats with telemetry. Everything it must not lose goes through a
+//! durable local queue first. It speaks to the server only through `gpunex-wire` types.
+#![deny(clippy::float_arithmetic)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
+mod client;
+mod config;
+mod detect;
+mod host;
+mod queue;
+mod service;
+mod simulate;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use gpunex_domain::fleet::{DetectedGpu, HostInfo, identify};
+use uuid::Uuid;
 
-/// How long the agent waits for the server before giving up on a request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::config::{Config, Overrides};
+use crate::detect::GpuSource;
 
 #[derive(Debug, Parser)]
-#[command(name = "gpunex-agent", version, about = "GPUnex host agent")]
+#[command(
+    name = "gpunex-agent",
+    version,
+    about = "GPUnex host agent: detects your NVIDIA GPUs, registers them with GPUnex and reports their presence and health.",
+    after_help = "Settings come from flags, then environment variables, then the config file \
+                  (TOML; keys server_url, token, state_dir, heartbeat_interval, simulate), then defaults."
+)]
 struct Cli {
+    /// Config file (TOML). Default: /etc/gpunex/agent.toml when it exists.
+    #[arg(long, env = "GPUNEX_AGENT_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Base URL of the GPUnex server [default: http://127.0.0.1:8080].
+    #[arg(long = "server", env = "GPUNEX_SERVER_URL", global = true)]
+    server_url: Option<String>,
+    /// The agent token for this machine (from the provider dashboard). Never printed.
+    #[arg(
+        long,
+        env = "GPUNEX_AGENT_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    token: Option<String>,
+    /// Where the agent keeps its durable queue and state [default: /var/lib/gpunex-agent].
+    #[arg(long, env = "GPUNEX_AGENT_STATE_DIR", global = true)]
+    state_dir: Option<PathBuf>,
+    /// Heartbeat period, e.g. `15s` [default: what the server asks for, 15s].
+    #[arg(long, env = "GPUNEX_HEARTBEAT_INTERVAL", global = true)]
+    heartbeat_interval: Option<String>,
+    /// SIMULATION for development and tests on machines without GPUs: e.g. `4xH100` or
+    /// `2xa100-80gb,1xl40s`. The platform records such machines as simulated and never lists
+    /// them to renters outside a development deployment.
+    #[arg(long, env = "GPUNEX_SIMULATE", global = true)]
+    simulate: Option<String>,
+    /// With --simulate: GPU 0 reports a hardware slowdown that starts and ends every N samples.
+    #[arg(
+        long,
+        env = "GPUNEX_SIMULATE_CONDITION_EVERY",
+        global = true,
+        requires = "simulate"
+    )]
+    simulate_condition_every: Option<u32>,
+    /// Log as one JSON object per line.
+    #[arg(long, env = "GPUNEX_LOG_JSON", global = true)]
+    log_json: bool,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Check that the GPUnex server answers, and print its version.
-    Ping {
-        /// Base URL of the GPUnex server.
-        #[arg(
-            long,
-            env = "GPUNEX_SERVER_URL",
-            default_value = "http://127.0.0.1:8080"
-        )]
-        server: String,
+    /// Print the GPUs and host this agent sees (no server needed).
+    Detect {
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
     },
+    /// Register this machine and its GPUs with the platform (through the durable queue), and
+    /// wait for the platform to record it.
+    Register {
+        /// Register again even if the hardware has not changed.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Run the agent service: register changes, deliver queued events, send heartbeats. Stops
+    /// on SIGTERM or Ctrl-C.
+    Run,
+    /// Show the queue, the last heartbeat and, when the server answers, the machine's status.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that the GPUnex server answers, and print its version.
+    Ping,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging(cli.log_json);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -54,29 +125,333 @@ fn main() -> ExitCode {
     }
 }
 
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// The simulated source for `machine_id` (the GPU UUIDs derive from it).
+pub(crate) fn simulated_source(config: &Config, machine_id: Uuid) -> anyhow::Result<GpuSource> {
+    let spec = config
+        .simulate
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("no --simulate given"))?;
+    Ok(GpuSource::Simulated(simulate::Simulated::new(
+        spec, machine_id,
+    )))
+}
+
+/// The GPU source for one-shot commands: NVML, or the simulation keyed by the machine id this
+/// agent registered as (the nil id before the first registration).
+fn source_for_command(config: &Config) -> anyhow::Result<(GpuSource, Option<Uuid>)> {
+    let known = queue::Queue::open(&config.state_dir)
+        .ok()
+        .and_then(|q| q.get_state("identity").ok().flatten())
+        .and_then(|text| serde_json::from_str::<gpunex_wire::fleet::AgentIdentity>(&text).ok())
+        .map(|identity| identity.machine_id);
+    match config.simulate {
+        Some(_) => Ok((
+            simulated_source(config, known.unwrap_or(Uuid::nil()))?,
+            known,
+        )),
+        None => Ok((GpuSource::nvml()?, known)),
+    }
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::load(Overrides {
+        config: cli.config,
+        server_url: cli.server_url,
+        token: cli.token,
+        state_dir: cli.state_dir,
+        heartbeat_interval: cli.heartbeat_interval,
+        simulate: cli.simulate,
+        simulate_condition_every: cli.simulate_condition_every,
+    })?;
     match cli.command {
-        Command::Ping { server } => {
-            let client = reqwest::Client::builder()
-                .timeout(REQUEST_TIMEOUT)
-                .build()?;
-            let url = format!("{}/healthz", server.trim_end_matches('/'));
-            let response = client
-                .get(&url)
-                .send()
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot reach {url}: {e}"))?;
-            anyhow::ensure!(
-                response.status().is_success(),
-                "{url} answered {}",
-                response.status()
-            );
-            let health: gpunex_wire::Health = response.json().await?;
+        Command::Detect { json } => detect_command(&config, json),
+        Command::Register { force } => register_command(&config, force).await,
+        Command::Run => service::run(&config).await,
+        Command::Status { json } => status_command(&config, json).await,
+        Command::Ping => ping(&config).await,
+    }
+}
+
+fn detect_command(config: &Config, json: bool) -> anyhow::Result<()> {
+    let (source, _) = source_for_command(config)?;
+    let gpus = source.inventory()?;
+    let host = host::detect(std::path::Path::new("/"));
+    if json {
+        let gpus: Vec<serde_json::Value> = gpus
+            .iter()
+            .map(|gpu| {
+                let found = identify(gpu, &[]);
+                let mut value = serde_json::to_value(gpu).unwrap_or_default();
+                value["model_id"] = serde_json::json!(found.model_id);
+                value["model_match"] = serde_json::json!(found.method);
+                value["power_limit_lowered"] = serde_json::json!(gpu.power_limit_lowered());
+                value
+            })
+            .collect();
+        let document = serde_json::json!({
+            "simulated": source.is_simulated(),
+            "host": host,
+            "gpus": gpus,
+        });
+        println!("{}", serde_json::to_string_pretty(&document)?);
+        return Ok(());
+    }
+    print_host(&host, source.is_simulated());
+    print_gpus(&gpus);
+    Ok(())
+}
+
+fn unknown<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "unknown".to_owned(), |v| v.to_string())
+}
+
+fn print_host(host: &HostInfo, simulated: bool) {
+    println!("host      {}", host.hostname);
+    println!(
+        "cpu       {} ({} cores)",
+        unknown(host.cpu_model.as_deref()),
+        unknown(host.cpu_cores)
+    );
+    println!("ram       {} MiB", unknown(host.ram_mib));
+    println!(
+        "disk      {} GiB free of {} GiB",
+        unknown(host.disk_free_gib),
+        unknown(host.disk_total_gib)
+    );
+    println!("os        {}", unknown(host.os.as_deref()));
+    println!("kernel    {}", unknown(host.kernel.as_deref()));
+    if simulated {
+        println!("gpus      SIMULATED (--simulate): not real hardware");
+    }
+}
+
+fn print_gpus(gpus: &[DetectedGpu]) {
+    println!();
+    println!(
+        "{:<3} {:<26} {:<11} {:>9} {:<10} {:<5} {:<11} {:<11} {:<9} {:<5} {:<5} UUID",
+        "#",
+        "NAME",
+        "MODEL",
+        "VRAM MiB",
+        "DRIVER",
+        "CUDA",
+        "PCIE NOW",
+        "PCIE MAX",
+        "POWER W",
+        "ECC",
+        "MIG"
+    );
+    for gpu in gpus {
+        let found = identify(gpu, &[]);
+        let link = |l: gpunex_domain::fleet::PcieLink| {
+            format!("gen{} x{}", unknown(l.generation), unknown(l.width))
+        };
+        let power = match (gpu.power_limit_w, gpu.default_power_limit_w) {
+            (Some(limit), Some(default)) if limit < default => format!("{limit}/{default}!"),
+            (Some(limit), _) => limit.to_string(),
+            (None, _) => "unknown".to_owned(),
+        };
+        let flag = |b: Option<bool>| match b {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "?",
+        };
+        println!(
+            "{:<3} {:<26} {:<11} {:>9} {:<10} {:<5} {:<11} {:<11} {:<9} {:<5} {:<5} {}",
+            gpu.index,
+            gpu.name.chars().take(26).collect::<String>(),
+            found.model_id.as_deref().unwrap_or("(unlisted)"),
+            gpu.vram_mib,
+            unknown(
+                gpu.driver_version
+                    .as_deref()
+                    .map(|d| d.split(' ').next().unwrap_or(d))
+            ),
+            unknown(gpu.cuda_driver_version.as_deref()),
+            link(gpu.pcie_current),
+            link(gpu.pcie_max),
+            power,
+            flag(gpu.ecc_enabled),
+            flag(gpu.mig_enabled),
+            gpu.gpu_uuid
+        );
+    }
+    if gpus.iter().any(|g| g.power_limit_lowered() == Some(true)) {
+        println!(
+            "\n! power limit lowered below the default: benchmarks and earnings will be lower"
+        );
+    }
+}
+
+async fn register_command(config: &Config, force: bool) -> anyhow::Result<()> {
+    let nvml = match config.simulate {
+        Some(_) => None,
+        None => Some(GpuSource::nvml()?),
+    };
+    let client = client::Client::new(&config.server_url, config.token()?)?;
+    let mut queue = queue::Queue::open(&config.state_dir)?;
+    let identity = service::identity(&queue, &client).await?;
+    let source = match nvml {
+        Some(nvml) => nvml,
+        None => simulated_source(config, identity.machine_id)?,
+    };
+    let gpus = source.inventory()?;
+    let host = host::detect(&config.state_dir);
+    let queued = service::queue_registration(
+        &mut queue,
+        identity.machine_id,
+        host,
+        gpus.clone(),
+        source.is_simulated(),
+        force,
+    )?;
+    let delivered = service::deliver(&mut queue, &client).await?;
+    if delivered.stalled {
+        anyhow::bail!(
+            "the registration is queued but the platform could not be reached; `gpunex-agent run` delivers it when it can"
+        );
+    }
+    if delivered.rejected > 0 {
+        let why = queue
+            .rejected(1)?
+            .into_iter()
+            .next()
+            .map(|r| r.error)
+            .unwrap_or_default();
+        anyhow::bail!("the platform refused the registration: {why}");
+    }
+    println!(
+        "machine {} of provider {}: {}",
+        identity.machine_id,
+        identity.provider_id,
+        if queued {
+            format!("registered with {} GPU(s)", gpus.len())
+        } else {
+            "already registered with this hardware (use --force to register again)".to_owned()
+        }
+    );
+    if let Ok(view) = client.machine().await {
+        for gpu in &view.gpus {
             println!(
-                "server {} is {} (version {})",
-                server, health.status, health.version
+                "  GPU {} {} -> {}",
+                gpu.index,
+                gpu.name,
+                gpu.model_id.as_deref().unwrap_or("not a catalog model")
             );
-            Ok(())
         }
     }
+    Ok(())
+}
+
+async fn status_command(config: &Config, json: bool) -> anyhow::Result<()> {
+    let queue = queue::Queue::open(&config.state_dir)?;
+    let counts = queue.counts()?;
+    let identity: Option<gpunex_wire::fleet::AgentIdentity> = queue
+        .get_state("identity")?
+        .map(|text| serde_json::from_str(&text))
+        .transpose()?;
+    let last = service::last_heartbeat(&queue)?;
+    let rejected = queue.rejected(5)?;
+    let remote = match config.token() {
+        Ok(token) => match client::Client::new(&config.server_url, token)?
+            .machine()
+            .await
+        {
+            Ok(view) => Ok(view),
+            Err(error) => Err(error.to_string()),
+        },
+        Err(error) => Err(error.to_string()),
+    };
+    if json {
+        let document = serde_json::json!({
+            "identity": identity,
+            "queue": {
+                "pending": counts.pending,
+                "delivered": counts.delivered,
+                "rejected": counts.rejected,
+                "oldest_pending": counts.oldest_pending,
+            },
+            "rejected": rejected.iter().map(|r| serde_json::json!({
+                "event_id": r.event_id, "kind": r.kind, "error": r.error,
+            })).collect::<Vec<_>>(),
+            "last_heartbeat": last,
+            "platform": match &remote {
+                Ok(view) => serde_json::to_value(view)?,
+                Err(error) => serde_json::json!({ "error": error }),
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&document)?);
+        return Ok(());
+    }
+    match &identity {
+        Some(id) => println!("machine   {} (provider {})", id.machine_id, id.provider_id),
+        None => println!("machine   not registered yet (run `gpunex-agent register`)"),
+    }
+    println!(
+        "queue     {} pending, {} delivered, {} rejected{}",
+        counts.pending,
+        counts.delivered,
+        counts.rejected,
+        counts
+            .oldest_pending
+            .map(|t| format!(" (oldest pending since {t})"))
+            .unwrap_or_default()
+    );
+    for r in &rejected {
+        println!("  rejected {} {}: {}", r.kind, r.event_id, r.error);
+    }
+    match &last {
+        Some(ack) => println!(
+            "heartbeat last acknowledged at {} ({})",
+            ack.received_at, ack.status
+        ),
+        None => println!("heartbeat none acknowledged yet"),
+    }
+    match &remote {
+        Ok(view) => println!(
+            "platform  {} since {}, {} GPU(s), last seen {}",
+            view.status,
+            view.since.as_deref().unwrap_or("-"),
+            view.gpus.len(),
+            view.last_seen.as_deref().unwrap_or("never")
+        ),
+        Err(error) => println!("platform  unknown: {error}"),
+    }
+    Ok(())
+}
+
+async fn ping(config: &Config) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .timeout(client::REQUEST_TIMEOUT)
+        .build()?;
+    let url = format!("{}/healthz", config.server_url.trim_end_matches('/'));
+    let response = http
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach {url}: {e}"))?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "{url} answered {}",
+        response.status()
+    );
+    let health: gpunex_wire::Health = response.json().await?;
+    println!(
+        "server {} is {} (version {})",
+        config.server_url, health.status, health.version
+    );
+    Ok(())
 }

@@ -16,6 +16,7 @@ use gpunex_domain::credentials::Role;
 use gpunex_projections::accounts::{UserRecord, Users};
 use gpunex_projections::applications::Applications;
 use gpunex_projections::credentials::{CredentialRecord, Credentials};
+use gpunex_projections::fleet::Fleet;
 use gpunex_store::{Store, StoreError};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -68,6 +69,8 @@ pub struct CredentialCache {
     users: Arc<RwLock<Users>>,
     /// Models admins added to the catalog.
     models: Arc<RwLock<Vec<gpunex_domain::gpu::ModelAdded>>>,
+    /// Machines, GPUs and presence (only from the subscription).
+    fleet: Arc<RwLock<Fleet>>,
     /// Sticky: a credential event this binary cannot read.
     undecodable: Arc<AtomicBool>,
     /// Cleared while the follower cannot read the log.
@@ -82,6 +85,7 @@ impl Default for CredentialCache {
             position: Arc::new(tokio::sync::watch::channel(0).0),
             users: Arc::default(),
             models: Arc::default(),
+            fleet: Arc::default(),
             undecodable: Arc::default(),
             behind: Arc::default(),
         }
@@ -134,6 +138,8 @@ impl CredentialCache {
                 || e.event_type.starts_with("account.")
                 || e.event_type.starts_with("provider.application_")
                 || e.event_type.starts_with("catalog.")
+                || e.event_type.starts_with("fleet.")
+                || e.event_type.starts_with("platform.")
         };
         for event in events.iter().filter(relevant) {
             match event.decode() {
@@ -141,6 +147,9 @@ impl CredentialCache {
                     self.apply(&decoded);
                     if let Ok(mut applications) = self.applications.write() {
                         applications.apply(event.position, &decoded);
+                    }
+                    if let Ok(mut fleet) = self.fleet.write() {
+                        fleet.apply(event.stream_version, event.recorded_at_us, &decoded);
                     }
                 }
                 Err(error) => {
@@ -172,6 +181,14 @@ impl CredentialCache {
             .read()
             .map(|a| a.all().into_iter().map(|(p, a)| (p, a.clone())).collect())
             .unwrap_or_default()
+    }
+
+    /// Reads the fleet (machines, GPUs, presence) as of the registry's position.
+    pub fn with_fleet<T>(&self, read: impl FnOnce(&Fleet) -> T) -> T {
+        match self.fleet.read() {
+            Ok(fleet) => read(&fleet),
+            Err(poisoned) => read(&poisoned.into_inner()),
+        }
     }
 
     /// Whether the registry can be trusted to authenticate.

@@ -62,6 +62,8 @@ pub enum Command {
         /// checkpoint per deployment).
         #[arg(long, env = "GPUNEX_NO_OUTBOX")]
         no_outbox: bool,
+        #[command(flatten)]
+        fleet: FleetArgs,
     },
     /// Apply database migrations and exit.
     Migrate,
@@ -90,6 +92,65 @@ pub enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
+}
+
+/// How agents' presence is judged and their telemetry kept.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    /// How often agents are told to send heartbeats (`15s`, `500ms`, `1m`).
+    #[arg(long, env = "GPUNEX_HEARTBEAT_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub heartbeat_interval: std::time::Duration,
+    /// A machine silent for longer than this is recorded offline, dated at its last heartbeat.
+    #[arg(long, env = "GPUNEX_OFFLINE_GRACE", default_value = "60s", value_parser = parse_duration)]
+    pub offline_grace: std::time::Duration,
+    /// Raw per-GPU telemetry older than this is deleted (the latest sample is always kept).
+    #[arg(long, env = "GPUNEX_TELEMETRY_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    pub telemetry_retention: std::time::Duration,
+    /// Development deployment: machines with simulated GPUs may be listed to renters. Never set
+    /// this in production.
+    #[arg(long, env = "GPUNEX_DEV_MODE")]
+    pub dev_mode: bool,
+}
+
+impl FleetArgs {
+    pub fn config(&self) -> anyhow::Result<crate::fleet::FleetConfig> {
+        if self.offline_grace < self.heartbeat_interval * 2 {
+            anyhow::bail!(
+                "--offline-grace ({:?}) must be at least twice --heartbeat-interval ({:?}): one late heartbeat must not make a machine offline",
+                self.offline_grace,
+                self.heartbeat_interval
+            );
+        }
+        Ok(crate::fleet::FleetConfig {
+            heartbeat_interval: self.heartbeat_interval,
+            offline_grace: self.offline_grace,
+            telemetry_retention: self.telemetry_retention,
+            dev_mode: self.dev_mode,
+        })
+    }
+}
+
+/// `500ms`, `15s`, `2m`, `24h`: a whole number and a unit.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` needs a unit: ms, s, m or h"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
+    let duration = match unit {
+        "ms" => std::time::Duration::from_millis(number),
+        "s" => std::time::Duration::from_secs(number),
+        "m" => std::time::Duration::from_secs(number.saturating_mul(60)),
+        "h" => std::time::Duration::from_secs(number.saturating_mul(3_600)),
+        _ => return Err(format!("`{unit}` is not a unit: use ms, s, m or h")),
+    };
+    if duration.is_zero() {
+        return Err("must be more than zero".to_owned());
+    }
+    Ok(duration)
 }
 
 #[derive(Debug, Subcommand)]

@@ -16,6 +16,8 @@ pub enum ApiError {
     Unauthorized,
     #[error("this role may not call this endpoint")]
     Forbidden,
+    #[error("{detail}")]
+    Denied { code: &'static str, detail: String },
     #[error("no such {0}")]
     NotFound(&'static str),
     #[error("{detail}")]
@@ -47,6 +49,7 @@ impl ApiError {
             ApiError::NoRoute | ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::Denied { code, .. } => (StatusCode::FORBIDDEN, code),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),

@@ -15,6 +15,7 @@ pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod error;
+pub mod fleet;
 pub mod idempotency;
 pub mod outbox;
 pub mod routes;

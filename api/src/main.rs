@@ -48,7 +48,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             mail_from,
             smtp_url,
             no_outbox,
+            fleet,
         } => {
+            let fleet = fleet.config()?;
             let store = cli::open_store(&cli.database_url).await?;
             let notifications = match smtp_url {
                 _ if no_outbox => None,
@@ -59,7 +61,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     gpunex_api::outbox::Mailbox::open(&mailbox_dir, &mail_from)?,
                 )),
             };
-            gpunex_api::server::serve(store, listen, notifications).await?;
+            gpunex_api::server::serve(store, listen, notifications, fleet).await?;
         }
         Command::Migrate => {
             let store = cli::open_store(&cli.database_url).await?;

@@ -16,6 +16,9 @@ pub const ADMIN_FINANCE: Roles = &["admin", "finance"];
 pub const ADMIN_PROVIDER: Roles = &["admin", "provider"];
 pub const ADMIN_USER: Roles = &["admin", "user"];
 pub const USER: Roles = &["user"];
+pub const AGENT: Roles = &["agent"];
+pub const FLEET_READERS: Roles = &["admin", "finance", "provider", "agent"];
+pub const PROVIDER_DASHBOARD: Roles = &["admin", "finance", "provider"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {

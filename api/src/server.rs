@@ -21,6 +21,7 @@ pub struct AppState {
     pub store: Store,
     pub credentials: crate::auth::CredentialCache,
     pub login_limiter: crate::accounts::LoginLimiter,
+    pub fleet: crate::fleet::FleetConfig,
 }
 
 impl AppState {
@@ -31,6 +32,7 @@ impl AppState {
             store,
             credentials,
             login_limiter: crate::accounts::LoginLimiter::default(),
+            fleet: crate::fleet::FleetConfig::default(),
         })
     }
 }
@@ -38,8 +40,11 @@ impl AppState {
 /// Every route, with what it does and who may call it: the router and `/v1/openapi.json` are
 /// both built from this one list, so no route can exist undocumented.
 pub fn endpoints() -> crate::routes::Routes {
-    use crate::routes::{ADMIN, ADMIN_FINANCE, ADMIN_PROVIDER, ADMIN_USER, PUBLIC, USER};
-    use crate::{accounts as acc, applications as app, tokens as tok};
+    use crate::routes::{
+        ADMIN, ADMIN_FINANCE, ADMIN_PROVIDER, ADMIN_USER, AGENT, FLEET_READERS, PROVIDER_DASHBOARD,
+        PUBLIC, USER,
+    };
+    use crate::{accounts as acc, applications as app, fleet, tokens as tok};
     crate::routes::Routes::default()
         .get("/healthz", "the process is up", PUBLIC, healthz)
         .get(
@@ -186,6 +191,54 @@ pub fn endpoints() -> crate::routes::Routes {
             "revoke a token at once",
             ADMIN_PROVIDER,
             tok::revoke,
+        )
+        .post(
+            "/v1/agent/events",
+            "deliver events from the agent's durable queue (registration, GPU conditions)",
+            AGENT,
+            fleet::agent_events,
+        )
+        .post(
+            "/v1/agent/heartbeat",
+            "presence and per-GPU telemetry",
+            AGENT,
+            fleet::heartbeat,
+        )
+        .get(
+            "/v1/agent/identity",
+            "the provider and machine this agent token is bound to",
+            AGENT,
+            fleet::agent_identity,
+        )
+        .get(
+            "/v1/agent/machine",
+            "the agent's machine as the platform sees it",
+            AGENT,
+            fleet::agent_machine,
+        )
+        .get(
+            "/v1/providers/{provider_id}/machines",
+            "the provider dashboard: machines, GPUs, status, telemetry, declared vs detected",
+            PROVIDER_DASHBOARD,
+            fleet::provider_machines,
+        )
+        .get(
+            "/v1/machines/{machine_id}",
+            "one machine with its GPUs and latest telemetry",
+            FLEET_READERS,
+            fleet::machine,
+        )
+        .get(
+            "/v1/machines/{machine_id}/gpus/{gpu_uuid}/telemetry",
+            "one GPU's telemetry samples in a time range",
+            FLEET_READERS,
+            fleet::telemetry,
+        )
+        .get(
+            "/v1/fleet",
+            "every machine, filtered by status, provider, model, simulated, condition",
+            ADMIN_FINANCE,
+            fleet::fleet_view,
         )
 }
 
@@ -438,6 +491,7 @@ pub async fn serve(
     store: Store,
     listen: std::net::SocketAddr,
     notifications: Option<crate::outbox::Transport>,
+    fleet: crate::fleet::FleetConfig,
 ) -> anyhow::Result<()> {
     let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
@@ -445,7 +499,13 @@ pub async fn serve(
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, database = ?store.backend(), "gpunex listening");
-    let state = AppState::load(store).await?;
+    let mut state = AppState::load(store).await?;
+    state.fleet = fleet;
+    let watchdog = tokio::spawn(crate::fleet::run_watchdog(
+        state.store.clone(),
+        state.credentials.clone(),
+        fleet,
+    ));
     let outbox = notifications.map(|transport| {
         tokio::spawn(crate::outbox::run(
             state.store.clone(),
@@ -458,6 +518,7 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     runner.abort();
+    watchdog.abort();
     if let Some(outbox) = outbox {
         outbox.abort();
     }

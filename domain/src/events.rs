@@ -12,6 +12,10 @@ use uuid::Uuid;
 
 use crate::accounts::{AccountEvent, EmailClaimed, UserRegistered};
 use crate::credentials::{CredentialEvent, ProviderTokenClaimed, TokenIssued, TokenRevoked};
+use crate::fleet::{
+    DeclarationCompared, FleetEvent, GpuConditionChanged, GpuDetected, MachineOffline,
+    MachineOnline, MachineRegistered, PlatformOutageRecorded,
+};
 use crate::gpu::ModelAdded;
 use crate::ledger::{Account, JournalEntry, Posting};
 use crate::money::Usdc;
@@ -49,7 +53,22 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(EMAIL_CLAIMED),
     v1(PROVIDER_TOKEN_CLAIMED),
     v1(MODEL_ADDED),
+    v1(MACHINE_REGISTERED),
+    v1(GPU_DETECTED),
+    v1(DECLARATION_COMPARED),
+    v1(MACHINE_ONLINE),
+    v1(MACHINE_OFFLINE),
+    v1(GPU_CONDITION_CHANGED),
+    v1(PLATFORM_OUTAGE_RECORDED),
 ];
+
+pub const MACHINE_REGISTERED: &str = "fleet.machine_registered";
+pub const GPU_DETECTED: &str = "fleet.gpu_detected";
+pub const DECLARATION_COMPARED: &str = "fleet.declaration_compared";
+pub const MACHINE_ONLINE: &str = "fleet.machine_online";
+pub const MACHINE_OFFLINE: &str = "fleet.machine_offline";
+pub const GPU_CONDITION_CHANGED: &str = "fleet.gpu_condition_changed";
+pub const PLATFORM_OUTAGE_RECORDED: &str = "platform.outage_recorded";
 
 pub const MODEL_ADDED: &str = "catalog.model_added";
 
@@ -114,6 +133,7 @@ pub enum DomainEvent {
     Credential(CredentialEvent),
     Account(AccountEvent),
     ModelAdded(ModelAdded),
+    Fleet(FleetEvent),
 }
 
 /// Finance corrects the books by hand: a balanced journal entry with a reason.
@@ -157,6 +177,15 @@ impl DomainEvent {
             DomainEvent::Account(AccountEvent::UserRegistered(_)) => USER_REGISTERED,
             DomainEvent::Account(AccountEvent::EmailClaimed(_)) => EMAIL_CLAIMED,
             DomainEvent::ModelAdded(_) => MODEL_ADDED,
+            DomainEvent::Fleet(event) => match event {
+                FleetEvent::MachineRegistered(_) => MACHINE_REGISTERED,
+                FleetEvent::GpuDetected(_) => GPU_DETECTED,
+                FleetEvent::DeclarationCompared(_) => DECLARATION_COMPARED,
+                FleetEvent::MachineOnline(_) => MACHINE_ONLINE,
+                FleetEvent::MachineOffline(_) => MACHINE_OFFLINE,
+                FleetEvent::GpuConditionChanged(_) => GPU_CONDITION_CHANGED,
+                FleetEvent::PlatformOutageRecorded(_) => PLATFORM_OUTAGE_RECORDED,
+            },
         }
     }
 
@@ -184,6 +213,15 @@ impl DomainEvent {
             DomainEvent::Account(AccountEvent::UserRegistered(e)) => serde_json::to_value(e),
             DomainEvent::Account(AccountEvent::EmailClaimed(e)) => serde_json::to_value(e),
             DomainEvent::ModelAdded(e) => serde_json::to_value(e),
+            DomainEvent::Fleet(event) => match event {
+                FleetEvent::MachineRegistered(e) => serde_json::to_value(e),
+                FleetEvent::GpuDetected(e) => serde_json::to_value(e),
+                FleetEvent::DeclarationCompared(e) => serde_json::to_value(e),
+                FleetEvent::MachineOnline(e) => serde_json::to_value(e),
+                FleetEvent::MachineOffline(e) => serde_json::to_value(e),
+                FleetEvent::GpuConditionChanged(e) => serde_json::to_value(e),
+                FleetEvent::PlatformOutageRecorded(e) => serde_json::to_value(e),
+            },
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -201,7 +239,8 @@ impl DomainEvent {
             DomainEvent::Application(_)
             | DomainEvent::Credential(_)
             | DomainEvent::Account(_)
-            | DomainEvent::ModelAdded(_) => None,
+            | DomainEvent::ModelAdded(_)
+            | DomainEvent::Fleet(_) => None,
         }
     }
 
@@ -268,6 +307,7 @@ fn decode_with(
     };
     let json = |e: serde_json::Error| malformed(e.to_string());
     let application = DomainEvent::Application;
+    let fleet = DomainEvent::Fleet;
     let event = match (spec.event_type, version) {
         (ADJUSTMENT_POSTED, 1) => {
             let event = upcast_adjustment_v1(source.parse().map_err(json)?).map_err(malformed)?;
@@ -316,6 +356,27 @@ fn decode_with(
                 source.parse::<ProviderTokenClaimed>().map_err(json)?,
             ))
         }
+        (MACHINE_REGISTERED, _) => fleet(FleetEvent::MachineRegistered(
+            source.parse::<MachineRegistered>().map_err(json)?,
+        )),
+        (GPU_DETECTED, _) => fleet(FleetEvent::GpuDetected(
+            source.parse::<GpuDetected>().map_err(json)?,
+        )),
+        (DECLARATION_COMPARED, _) => fleet(FleetEvent::DeclarationCompared(
+            source.parse::<DeclarationCompared>().map_err(json)?,
+        )),
+        (MACHINE_ONLINE, _) => fleet(FleetEvent::MachineOnline(
+            source.parse::<MachineOnline>().map_err(json)?,
+        )),
+        (MACHINE_OFFLINE, _) => fleet(FleetEvent::MachineOffline(
+            source.parse::<MachineOffline>().map_err(json)?,
+        )),
+        (GPU_CONDITION_CHANGED, _) => fleet(FleetEvent::GpuConditionChanged(
+            source.parse::<GpuConditionChanged>().map_err(json)?,
+        )),
+        (PLATFORM_OUTAGE_RECORDED, _) => fleet(FleetEvent::PlatformOutageRecorded(
+            source.parse::<PlatformOutageRecorded>().map_err(json)?,
+        )),
         (TOKEN_REVOKED, _) => DomainEvent::Credential(CredentialEvent::Revoked(
             source.parse::<TokenRevoked>().map_err(json)?,
         )),

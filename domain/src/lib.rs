@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod credentials;
 pub mod events;
+pub mod fleet;
 pub mod gpu;
 pub mod ledger;
 pub mod money;

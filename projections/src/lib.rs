@@ -13,6 +13,7 @@
 pub mod accounts;
 pub mod applications;
 pub mod credentials;
+pub mod fleet;
 pub mod ledger;
 pub mod runner;
 

@@ -20,6 +20,7 @@ macro_rules! sql {
 pub mod audit;
 pub mod bench;
 pub mod envelope;
+pub mod fleet;
 pub mod idempotency;
 mod plan;
 mod postgres;

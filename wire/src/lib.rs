@@ -230,3 +230,5 @@ pub struct Message {
 pub struct Approval {
     pub tier: String,
 }
+
+pub mod fleet;

@@ -108,3 +108,68 @@ pub async fn person(base: &str, email: &str) -> String {
     assert_eq!(status, StatusCode::CREATED);
     session["token"].as_str().unwrap().to_owned()
 }
+
+/// A provider approved from an application declaring `gpus` (the form's GPU entries), with its
+/// first token: `(provider_id, provider_token)`.
+pub async fn approved_provider(
+    base: &str,
+    admin: &str,
+    email: &str,
+    gpus: Value,
+) -> (uuid::Uuid, String) {
+    let person = person(base, email).await;
+    let form = serde_json::json!({
+        "full_legal_name": "Grace Hopper",
+        "email": email,
+        "gpus": gpus,
+        "ups_protected": true,
+        "commitment_months": 12,
+        "maintenance_notes": "none planned"
+    });
+    let (status, _, application) =
+        request(base, "POST", "/v1/applications", Some(&person), Some(form)).await;
+    assert_eq!(status, StatusCode::CREATED, "{application}");
+    let id = application["application_id"].as_str().unwrap().to_owned();
+    let (status, _, approved) = request(
+        base,
+        "POST",
+        &format!("/v1/applications/{id}/approve"),
+        Some(admin),
+        Some(serde_json::json!({"tier": "community"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{approved}");
+    let provider_id = approved["provider_id"].as_str().unwrap().parse().unwrap();
+    let (status, _, token) = request(
+        base,
+        "POST",
+        &format!("/v1/applications/{id}/provider-token"),
+        Some(&person),
+        None,
+    )
+    .await;
+    assert!(status.is_success(), "{token}");
+    (provider_id, token["token"].as_str().unwrap().to_owned())
+}
+
+/// An agent token the provider issues for one of its machines.
+pub async fn agent_token(
+    base: &str,
+    provider_token: &str,
+    provider_id: uuid::Uuid,
+    machine_id: uuid::Uuid,
+) -> String {
+    let (status, _, issued) = request(
+        base,
+        "POST",
+        "/v1/tokens",
+        Some(provider_token),
+        Some(serde_json::json!({
+            "role": {"kind": "agent", "provider_id": provider_id, "machine_id": machine_id},
+            "label": format!("machine {machine_id}"),
+        })),
+    )
+    .await;
+    assert!(status.is_success(), "{issued}");
+    issued["token"].as_str().unwrap().to_owned()
+}

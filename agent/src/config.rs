@@ -1,0 +1,173 @@
+//! Configuration: flags, then environment variables, then the config file, then defaults.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::simulate::SimSpec;
+
+/// Read when `--config` is not given and the file exists.
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/gpunex/agent.toml";
+pub const DEFAULT_SERVER_URL: &str = "http://127.0.0.1:8080";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/gpunex-agent";
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The config file (TOML). Every key is optional; unknown keys are an error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub server_url: Option<String>,
+    pub token: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    pub heartbeat_interval: Option<String>,
+    pub simulate: Option<String>,
+}
+
+/// What flags and the environment gave (clap fills these).
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub config: Option<PathBuf>,
+    pub server_url: Option<String>,
+    pub token: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    pub heartbeat_interval: Option<String>,
+    pub simulate: Option<String>,
+    pub simulate_condition_every: Option<u32>,
+}
+
+/// The agent's effective configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server_url: String,
+    pub token: Option<String>,
+    pub state_dir: PathBuf,
+    /// `None`: use what the server asks for (15 s until it says).
+    pub heartbeat_interval: Option<Duration>,
+    pub simulate: Option<SimSpec>,
+}
+
+impl Config {
+    pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
+        let file = match &overrides.config {
+            Some(path) => read_file(path)?,
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => {
+                read_file(Path::new(DEFAULT_CONFIG_FILE))?
+            }
+            None => FileConfig::default(),
+        };
+        let server_url = overrides
+            .server_url
+            .or(file.server_url)
+            .unwrap_or_else(|| DEFAULT_SERVER_URL.to_owned());
+        if !(server_url.starts_with("http://") || server_url.starts_with("https://")) {
+            anyhow::bail!("the server URL must start with http:// or https://, got `{server_url}`");
+        }
+        let heartbeat_interval = match overrides.heartbeat_interval.or(file.heartbeat_interval) {
+            Some(text) => Some(
+                parse_duration(&text).map_err(|e| anyhow::anyhow!("heartbeat interval: {e}"))?,
+            ),
+            None => None,
+        };
+        let simulate = match overrides.simulate.or(file.simulate) {
+            Some(text) => {
+                let mut spec =
+                    SimSpec::parse(&text).map_err(|e| anyhow::anyhow!("--simulate {e}"))?;
+                spec.condition_every = overrides.simulate_condition_every;
+                Some(spec)
+            }
+            None => None,
+        };
+        Ok(Config {
+            server_url,
+            token: overrides.token.or(file.token).map(|t| t.trim().to_owned()),
+            state_dir: overrides
+                .state_dir
+                .or(file.state_dir)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
+            heartbeat_interval,
+            simulate,
+        })
+    }
+
+    /// The token, or a clear error naming the three ways to give it.
+    pub fn token(&self) -> anyhow::Result<&str> {
+        self.token.as_deref().filter(|t| !t.is_empty()).ok_or_else(|| {
+            anyhow::anyhow!(
+                "no agent token: pass --token, set GPUNEX_AGENT_TOKEN, or put `token = \"...\"` in the config file"
+            )
+        })
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read the config file {}: {e}", path.display()))?;
+    toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("the config file {} is invalid: {e}", path.display()))
+}
+
+/// `500ms`, `15s`, `2m`: a whole number and a unit, at least 100 ms.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` needs a unit: ms, s or m"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(number),
+        "s" => Duration::from_secs(number),
+        "m" => Duration::from_secs(number.saturating_mul(60)),
+        _ => return Err(format!("`{unit}` is not a unit: use ms, s or m")),
+    };
+    if duration < Duration::from_millis(100) {
+        return Err("must be at least 100ms".to_owned());
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_the_file_and_the_file_beats_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(
+            &path,
+            "server_url = \"https://api.gpunex.example\"\ntoken = \"from-file\"\nheartbeat_interval = \"30s\"\n",
+        )
+        .unwrap();
+        let config = Config::load(Overrides {
+            config: Some(path.clone()),
+            token: Some("from-flag".to_owned()),
+            ..Overrides::default()
+        })
+        .unwrap();
+        assert_eq!(config.server_url, "https://api.gpunex.example");
+        assert_eq!(config.token().unwrap(), "from-flag");
+        assert_eq!(config.heartbeat_interval, Some(Duration::from_secs(30)));
+        assert_eq!(config.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
+
+        std::fs::write(&path, "sever_url = \"typo\"\n").unwrap();
+        let error = Config::load(Overrides {
+            config: Some(path),
+            ..Overrides::default()
+        })
+        .unwrap_err();
+        assert!(error.to_string().contains("sever_url"), "{error}");
+    }
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("15").is_err());
+        assert!(parse_duration("10ms").is_err());
+        assert!(parse_duration("1h").is_err());
+    }
+}

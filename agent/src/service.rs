@@ -1,0 +1,366 @@
+//! What the agent does: learn its identity, register its hardware through the durable queue,
+//! deliver queued events, and send heartbeats with telemetry, watching for GPU conditions.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use gpunex_domain::fleet::{DetectedGpu, GpuCondition, GpuSample, HostInfo};
+use gpunex_wire::fleet::{
+    AgentEvent, AgentEventBody, AgentIdentity, GpuConditionReport, Heartbeat, Registration,
+};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::client::{Client, SendError};
+use crate::config::{Config, DEFAULT_HEARTBEAT_INTERVAL};
+use crate::detect::{GpuSource, Reading};
+use crate::queue::{Queue, now_text};
+
+const IDENTITY_KEY: &str = "identity";
+const REGISTERED_KEY: &str = "registered_fingerprint";
+const CONDITIONS_KEY: &str = "active_conditions";
+const LAST_HEARTBEAT_KEY: &str = "last_heartbeat";
+
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The identity an agent token is bound to: from the state file, else asked of the server once
+/// and kept (so later starts work while the platform is down).
+pub async fn identity(queue: &Queue, client: &Client) -> anyhow::Result<AgentIdentity> {
+    if let Some(text) = queue.get_state(IDENTITY_KEY)? {
+        let known: AgentIdentity = serde_json::from_str(&text)?;
+        // Kept only while the same token is configured.
+        if Some(known.token_id) == client.token_id() {
+            return Ok(known);
+        }
+    }
+    let identity = client.identity().await.map_err(|error| match &error {
+        SendError::Refused { status: 401, .. } => anyhow::anyhow!(
+            "the server does not accept this token ({error}); check that it is an agent token and not revoked"
+        ),
+        SendError::Refused { status: 403, .. } => anyhow::anyhow!(
+            "this token is not an agent token ({error}); issue one for this machine from the provider dashboard"
+        ),
+        _ => anyhow::anyhow!("cannot confirm the agent token: {error}"),
+    })?;
+    queue.set_state(IDENTITY_KEY, &serde_json::to_string(&identity)?)?;
+    Ok(identity)
+}
+
+/// Like [`identity`], retrying while the server is unreachable (for `run`).
+pub async fn identity_patiently(queue: &Queue, client: &Client) -> anyhow::Result<AgentIdentity> {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match identity(queue, client).await {
+            Ok(identity) => return Ok(identity),
+            Err(error) if error.to_string().starts_with("cannot confirm") => {
+                tracing::warn!(%error, "waiting for the platform");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// What decides whether hardware changed: the GPUs without their idle-dependent link state, and
+/// the agent version. Host figures (free disk) change all the time and do not count.
+fn fingerprint(machine_id: Uuid, gpus: &[DetectedGpu], simulated: bool) -> String {
+    let stable: Vec<DetectedGpu> = gpus
+        .iter()
+        .map(|gpu| DetectedGpu {
+            pcie_current: Default::default(),
+            ..gpu.clone()
+        })
+        .collect();
+    let text = serde_json::json!([machine_id, stable, simulated, AGENT_VERSION]).to_string();
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// Queues a registration when the hardware differs from what was last registered (or `force`).
+/// Returns whether one was queued.
+pub fn queue_registration(
+    queue: &mut Queue,
+    machine_id: Uuid,
+    host: HostInfo,
+    gpus: Vec<DetectedGpu>,
+    simulated: bool,
+    force: bool,
+) -> anyhow::Result<bool> {
+    let print = fingerprint(machine_id, &gpus, simulated);
+    if !force && queue.get_state(REGISTERED_KEY)?.as_deref() == Some(print.as_str()) {
+        return Ok(false);
+    }
+    let event = AgentEvent {
+        event_id: Uuid::now_v7(),
+        occurred_at: now_text(),
+        body: AgentEventBody::Registration(Registration {
+            machine_id,
+            agent_version: AGENT_VERSION.to_owned(),
+            simulated,
+            host,
+            gpus,
+        }),
+    };
+    queue.enqueue_with_state(&event, REGISTERED_KEY, &print)?;
+    Ok(true)
+}
+
+/// How one delivery pass ended.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Delivered {
+    pub recorded: usize,
+    pub duplicates: usize,
+    pub rejected: usize,
+    /// Pending events left because the platform could not be reached.
+    pub stalled: bool,
+}
+
+/// Sends pending events in queue order, in batches. A batch the platform refuses is resent one
+/// event at a time so the bad event is set aside (marked rejected) and the rest flow.
+pub async fn deliver(queue: &mut Queue, client: &Client) -> anyhow::Result<Delivered> {
+    let mut outcome = Delivered::default();
+    loop {
+        let batch = queue.pending(gpunex_wire::fleet::AGENT_EVENTS_PER_REQUEST_MAX)?;
+        if batch.is_empty() {
+            return Ok(outcome);
+        }
+        let ids: Vec<Uuid> = batch.iter().map(|e| e.event_id).collect();
+        queue.count_attempt(&ids)?;
+        match client.deliver(&batch).await {
+            Ok(response) => settle(queue, &response, &mut outcome)?,
+            Err(error) if error.is_transient() => {
+                tracing::warn!(%error, pending = batch.len(), "delivery failed; will retry");
+                outcome.stalled = true;
+                return Ok(outcome);
+            }
+            Err(
+                error @ SendError::Refused {
+                    status: 401 | 403, ..
+                },
+            ) => {
+                // A revoked or foreign token: nothing can be delivered; keep everything queued.
+                anyhow::bail!("the platform refuses this agent's token: {error}");
+            }
+            Err(_) => {
+                for event in batch {
+                    match client.deliver(std::slice::from_ref(&event)).await {
+                        Ok(response) => settle(queue, &response, &mut outcome)?,
+                        Err(error) if error.is_transient() => {
+                            outcome.stalled = true;
+                            return Ok(outcome);
+                        }
+                        Err(
+                            error @ SendError::Refused {
+                                status: 401 | 403, ..
+                            },
+                        ) => {
+                            anyhow::bail!("the platform refuses this agent's token: {error}");
+                        }
+                        Err(error) => {
+                            tracing::error!(event_id = %event.event_id, %error, "event rejected by the platform; set aside");
+                            queue.mark_rejected(event.event_id, &error.to_string())?;
+                            outcome.rejected += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn settle(
+    queue: &mut Queue,
+    response: &gpunex_wire::fleet::AgentEventsResponse,
+    outcome: &mut Delivered,
+) -> anyhow::Result<()> {
+    let mut done = Vec::new();
+    for result in &response.results {
+        match result.status.as_str() {
+            "recorded" => outcome.recorded += 1,
+            "duplicate" => outcome.duplicates += 1,
+            _ => {
+                queue.mark_rejected(result.event_id, &format!("{:?}", result.error))?;
+                outcome.rejected += 1;
+                continue;
+            }
+        }
+        done.push((result.event_id, result.position, result.status.clone()));
+    }
+    queue.mark_delivered(&done)
+}
+
+/// The long-running service: detect, register, then each interval sample the GPUs, queue
+/// condition changes, deliver the queue and send a heartbeat. Stops on SIGTERM or Ctrl-C.
+pub async fn run(config: &Config) -> anyhow::Result<()> {
+    // Without a driver, fail at once with one sentence, before waiting on anything.
+    let nvml = match config.simulate {
+        Some(_) => None,
+        None => Some(GpuSource::nvml()?),
+    };
+    let client = Client::new(&config.server_url, config.token()?)?;
+    let mut queue = Queue::open(&config.state_dir)?;
+    let forgotten = queue.forget_settled()?;
+    if forgotten > 0 {
+        tracing::debug!(forgotten, "old settled events deleted from the queue");
+    }
+    let identity = identity_patiently(&queue, &client).await?;
+    let mut source = match nvml {
+        Some(nvml) => nvml,
+        None => crate::simulated_source(config, identity.machine_id)?,
+    };
+    let gpus = source.inventory()?;
+    let host = crate::host::detect(&config.state_dir);
+    if queue_registration(
+        &mut queue,
+        identity.machine_id,
+        host,
+        gpus.clone(),
+        source.is_simulated(),
+        false,
+    )? {
+        tracing::info!(
+            gpus = gpus.len(),
+            "hardware changed or first start: registration queued"
+        );
+    }
+    let mut active: BTreeSet<(String, GpuCondition)> = queue
+        .get_state(CONDITIONS_KEY)?
+        .map(|text| serde_json::from_str(&text))
+        .transpose()?
+        .unwrap_or_default();
+    let mut interval = config
+        .heartbeat_interval
+        .unwrap_or(DEFAULT_HEARTBEAT_INTERVAL);
+    let mut previous: Vec<GpuSample> = Vec::new();
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+    tracing::info!(machine_id = %identity.machine_id, server = client.base(), "agent running");
+    loop {
+        let readings = source.sample(&gpus);
+        let samples = conditions(
+            &mut queue,
+            identity.machine_id,
+            &readings,
+            &previous,
+            &mut active,
+        )?;
+        let delivered = deliver(&mut queue, &client).await?;
+        let registration_pending = queue
+            .pending(1)?
+            .iter()
+            .any(|e| matches!(e.body, AgentEventBody::Registration(_)));
+        if !delivered.stalled && !registration_pending {
+            let beat = Heartbeat {
+                machine_id: identity.machine_id,
+                gpus: samples.clone(),
+            };
+            match client.heartbeat(&beat).await {
+                Ok(ack) => {
+                    queue.set_state(LAST_HEARTBEAT_KEY, &serde_json::to_string(&ack)?)?;
+                    if config.heartbeat_interval.is_none() {
+                        interval =
+                            Duration::from_secs(u64::from(ack.heartbeat_interval_seconds.max(1)));
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "heartbeat failed"),
+            }
+        }
+        previous = samples;
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = &mut shutdown => {
+                // One last attempt to hand over what is queued; what is left stays on disk.
+                let _ = tokio::time::timeout(Duration::from_secs(5), deliver(&mut queue, &client)).await;
+                tracing::info!("agent stopped");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Turns readings into samples, queueing an event for each condition that started or ended
+/// (the set of active conditions is saved with each event, so a restart neither repeats nor
+/// forgets one).
+fn conditions(
+    queue: &mut Queue,
+    machine_id: Uuid,
+    readings: &[Reading],
+    previous: &[GpuSample],
+    active: &mut BTreeSet<(String, GpuCondition)>,
+) -> anyhow::Result<Vec<GpuSample>> {
+    let mut samples = Vec::new();
+    for reading in readings {
+        let (gpu_uuid, now_active, evidence) = match reading {
+            Reading::Sample(sample) => {
+                let before = previous.iter().find(|p| p.gpu_uuid == sample.gpu_uuid);
+                samples.push(sample.clone());
+                (
+                    sample.gpu_uuid.clone(),
+                    GpuCondition::in_sample(sample, before),
+                    Some(sample.clone()),
+                )
+            }
+            Reading::Lost { gpu_uuid, reason } => {
+                tracing::error!(%gpu_uuid, %reason, "GPU lost");
+                (gpu_uuid.clone(), vec![GpuCondition::Lost], None)
+            }
+        };
+        let all = [
+            GpuCondition::HwSlowdown,
+            GpuCondition::Thermal,
+            GpuCondition::PowerBrake,
+            GpuCondition::EccUncorrected,
+            GpuCondition::Lost,
+        ];
+        for condition in all {
+            let key = (gpu_uuid.clone(), condition);
+            let is_active = now_active.contains(&condition);
+            if is_active == active.contains(&key) {
+                continue;
+            }
+            if is_active {
+                active.insert(key);
+            } else {
+                active.remove(&key);
+            }
+            let event = AgentEvent {
+                event_id: Uuid::now_v7(),
+                occurred_at: now_text(),
+                body: AgentEventBody::GpuCondition(GpuConditionReport {
+                    machine_id,
+                    gpu_uuid: gpu_uuid.clone(),
+                    condition,
+                    active: is_active,
+                    evidence: evidence.clone(),
+                }),
+            };
+            queue.enqueue_with_state(&event, CONDITIONS_KEY, &serde_json::to_string(active)?)?;
+        }
+    }
+    Ok(samples)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}
+
+/// The last heartbeat answer, for `status`.
+pub fn last_heartbeat(queue: &Queue) -> anyhow::Result<Option<gpunex_wire::fleet::HeartbeatAck>> {
+    Ok(queue
+        .get_state(LAST_HEARTBEAT_KEY)?
+        .map(|text| serde_json::from_str(&text))
+        .transpose()?)
+}

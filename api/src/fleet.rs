@@ -1,0 +1,1064 @@
+//! Agents and the fleet over HTTP: registration and GPU conditions delivered from an agent's
+//! durable queue, heartbeats with telemetry, the presence watchdog, and the provider and
+//! operator views.
+//!
+//! An agent's token is bound to one provider and one machine; every report names the machine
+//! and is refused unless it is the token's own.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use gpunex_domain::credentials::Role;
+use gpunex_domain::fleet::{
+    self, DeclarationCompared, FleetEvent, GpuConditionChanged, GpuDetected, MachineOffline,
+    MachineOnline, MachineRegistered, PlatformOutageRecorded, ReportError, Span,
+};
+use gpunex_domain::onboarding::ApplicationStatus;
+use gpunex_domain::time::{MICROS_PER_DAY, MICROS_PER_SECOND, Timestamp};
+use gpunex_domain::{DomainEvent, StreamId};
+use gpunex_projections::fleet::MachineState;
+use gpunex_store::fleet::{Presence, TelemetryRow};
+use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
+use gpunex_wire as wire;
+use gpunex_wire::fleet as wf;
+use uuid::Uuid;
+
+use crate::auth::{Allow, Caller, CredentialCache};
+use crate::error::ApiError;
+use crate::server::{AppState, timestamp};
+use crate::tokens::now;
+
+/// How presence is judged and telemetry kept. Defaults suit production; tests shorten them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// How often agents are told to send heartbeats.
+    pub heartbeat_interval: Duration,
+    /// A machine silent for longer than this is offline (dated at its last heartbeat).
+    pub offline_grace: Duration,
+    /// Raw telemetry samples older than this are deleted.
+    pub telemetry_retention: Duration,
+    /// Simulated machines may be listed to renters (development deployments only).
+    pub dev_mode: bool,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            heartbeat_interval: Duration::from_secs(15),
+            offline_grace: Duration::from_secs(60),
+            telemetry_retention: Duration::from_secs(24 * 3_600),
+            dev_mode: false,
+        }
+    }
+}
+
+impl FleetConfig {
+    /// How often the watchdog looks: a quarter of the grace period, at most 5 seconds.
+    pub fn watchdog_interval(&self) -> Duration {
+        (self.offline_grace / 4).clamp(Duration::from_millis(50), Duration::from_secs(5))
+    }
+
+    /// A gap in the platform's liveness ticks longer than this is a platform outage.
+    pub fn outage_threshold(&self) -> Duration {
+        self.watchdog_interval() * 3 + Duration::from_secs(1)
+    }
+
+    fn grace_micros(&self) -> i64 {
+        i64::try_from(self.offline_grace.as_micros()).unwrap_or(i64::MAX)
+    }
+}
+
+fn seconds(duration: Duration) -> u32 {
+    u32::try_from(duration.as_secs()).unwrap_or(u32::MAX)
+}
+
+fn machine_stream(machine_id: Uuid) -> StreamId {
+    StreamId::parse(format!("machine-{machine_id}"))
+        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
+}
+
+fn provider_fleet_stream(provider_id: Uuid) -> StreamId {
+    StreamId::parse(format!("provider_fleet-{provider_id}"))
+        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
+}
+
+const OUTAGE_STREAM: &str = "platform-outages";
+
+/// The provider and machine an agent token is bound to.
+fn agent_of(caller: &Caller) -> Result<(Uuid, Uuid), ApiError> {
+    caller.require(&[Allow::Agent])?;
+    match caller.role {
+        Role::Agent {
+            provider_id,
+            machine_id,
+        } => Ok((provider_id, machine_id)),
+        _ => Err(ApiError::Forbidden),
+    }
+}
+
+fn not_owned(named: Uuid) -> ApiError {
+    ApiError::Denied {
+        code: "machine_not_owned",
+        detail: format!(
+            "this agent token belongs to another machine than {named}; use the token issued for this machine"
+        ),
+    }
+}
+
+fn report_invalid(prefix: &str, error: ReportError) -> ApiError {
+    ApiError::invalid(
+        &format!("{prefix}{}", error.field),
+        error.code,
+        error.message,
+    )
+}
+
+fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| Timestamp::from_unix_micros(t.timestamp_micros()))
+        .map_err(|e| {
+            ApiError::invalid(
+                field,
+                "invalid_timestamp",
+                format!("RFC 3339 expected: {e}"),
+            )
+        })
+}
+
+fn agent_metadata(machine_id: Uuid, delivered: Uuid) -> Metadata {
+    Metadata {
+        actor: format!("agent:{machine_id}"),
+        correlation_id: Some(delivered),
+        causation_id: None,
+    }
+}
+
+/// `POST /v1/agent/events`: events from the agent's durable queue, in order. The whole request
+/// is checked first and refused as one (nothing written) if any event is invalid; the agent
+/// then sends events one by one to set the bad one aside. Events already recorded answer
+/// `duplicate` with their original position.
+pub async fn agent_events(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(body): Json<serde_json::Value>,
+) -> Result<Json<wf::AgentEventsResponse>, ApiError> {
+    let (provider_id, machine_id) = agent_of(&caller)?;
+    let request: wf::AgentEventsRequest = serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?;
+    if request.events.is_empty() || request.events.len() > wf::AGENT_EVENTS_PER_REQUEST_MAX {
+        return Err(ApiError::invalid(
+            "/events",
+            "out_of_range",
+            format!(
+                "1 to {} events per request",
+                wf::AGENT_EVENTS_PER_REQUEST_MAX
+            ),
+        ));
+    }
+    let received = now();
+    let mut checked = Vec::with_capacity(request.events.len());
+    // GPUs this batch registers, so a condition may follow its registration in one request.
+    let mut batch_gpus: Vec<String> = Vec::new();
+    for (i, event) in request.events.iter().enumerate() {
+        let at = |name: &str| format!("/events/{i}/{name}");
+        if event.event_id.get_version_num() != 7 {
+            return Err(ApiError::invalid(
+                &at("event_id"),
+                "invalid_event_id",
+                "a UUIDv7 is required",
+            ));
+        }
+        if request.events[..i]
+            .iter()
+            .any(|e| e.event_id == event.event_id)
+        {
+            return Err(ApiError::invalid(
+                &at("event_id"),
+                "duplicate_event_id",
+                "sent twice in one request",
+            ));
+        }
+        let occurred = parse_time(&at("occurred_at"), &event.occurred_at)?;
+        if occurred.unix_micros() > received.unix_micros() + fleet::AGENT_CLOCK_SKEW_MAX_MICROS {
+            return Err(ApiError::invalid(
+                &at("occurred_at"),
+                "clock_skew",
+                "more than 5 minutes ahead of the platform's clock; fix the host's time (NTP)",
+            ));
+        }
+        match &event.body {
+            wf::AgentEventBody::Registration(registration) => {
+                if registration.machine_id != machine_id {
+                    return Err(not_owned(registration.machine_id));
+                }
+                fleet::validate_inventory(&registration.host, &registration.gpus)
+                    .map_err(|e| report_invalid(&at("body"), e))?;
+                check_text(&at("body/agent_version"), &registration.agent_version)?;
+                for (g, gpu) in registration.gpus.iter().enumerate() {
+                    let owner = state
+                        .credentials
+                        .with_fleet(|f| f.machine_of_gpu(&gpu.gpu_uuid).map(|m| m.provider_id));
+                    if owner.is_some_and(|owner| owner != provider_id) {
+                        return Err(ApiError::Conflict {
+                            code: "gpu_registered_elsewhere",
+                            detail: format!(
+                                "GPU {} (/events/{i}/body/gpus/{g}) is registered to another provider's machine",
+                                gpu.gpu_uuid
+                            ),
+                        });
+                    }
+                }
+                batch_gpus.extend(registration.gpus.iter().map(|g| g.gpu_uuid.clone()));
+            }
+            wf::AgentEventBody::GpuCondition(report) => {
+                if report.machine_id != machine_id {
+                    return Err(not_owned(report.machine_id));
+                }
+                let registered = state.credentials.with_fleet(|f| {
+                    f.machine(&machine_id)
+                        .map(|m| m.gpus.iter().any(|g| g.gpu.gpu_uuid == report.gpu_uuid))
+                });
+                let known = registered == Some(true) || batch_gpus.contains(&report.gpu_uuid);
+                if registered.is_none() && !batch_gpus.contains(&report.gpu_uuid) {
+                    return Err(ApiError::Conflict {
+                        code: "machine_not_registered",
+                        detail: "register the machine before reporting on its GPUs".to_owned(),
+                    });
+                }
+                if !known {
+                    return Err(ApiError::invalid(
+                        &at("body/gpu_uuid"),
+                        "unknown_gpu",
+                        "not a GPU registered on this machine",
+                    ));
+                }
+                if let Some(sample) = &report.evidence {
+                    let gpus = state
+                        .credentials
+                        .with_fleet(|f| f.machine(&machine_id).map(|m| m.gpus.clone()))
+                        .unwrap_or_default();
+                    let detected: Vec<_> = gpus.into_iter().map(|g| g.gpu).collect();
+                    if !detected.is_empty() {
+                        fleet::validate_samples(std::slice::from_ref(sample), &detected)
+                            .map_err(|e| report_invalid(&at("body/evidence"), e))?;
+                    }
+                }
+            }
+        }
+        checked.push((event, occurred));
+    }
+    let mut results = Vec::with_capacity(checked.len());
+    for (event, occurred) in checked {
+        let position = state
+            .store
+            .event_position(event.event_id)
+            .await?
+            .map(|position| (position, "duplicate"));
+        let (position, status) = match position {
+            Some(found) => found,
+            None => match &event.body {
+                wf::AgentEventBody::Registration(registration) => {
+                    register(&state, provider_id, event.event_id, occurred, registration).await?
+                }
+                wf::AgentEventBody::GpuCondition(report) => {
+                    condition(&state, provider_id, event.event_id, occurred, report).await?
+                }
+            },
+        };
+        results.push(wf::AgentEventResult {
+            event_id: event.event_id,
+            status: status.to_owned(),
+            position: Some(position),
+            error: None,
+        });
+    }
+    Ok(Json(wf::AgentEventsResponse { results }))
+}
+
+fn check_text(field: &str, text: &str) -> Result<(), ApiError> {
+    if text.trim().is_empty()
+        || text.chars().count() > fleet::AGENT_TEXT_CHARS_MAX
+        || text.chars().any(char::is_control)
+    {
+        return Err(ApiError::invalid(
+            field,
+            "invalid_text",
+            format!(
+                "1 to {} characters on one line",
+                fleet::AGENT_TEXT_CHARS_MAX
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Appends an agent-delivered expansion; a delivery already stored (a retry racing this one)
+/// answers `duplicate` with its position.
+async fn append_delivered(
+    store: &Store,
+    delivered: Uuid,
+    streams: Vec<StreamAppend>,
+) -> Result<Result<(u64, &'static str), AppendError>, ApiError> {
+    match store.append_streams(streams).await {
+        Ok(committed) => {
+            let position = committed
+                .events
+                .iter()
+                .find(|e| e.event_id == delivered)
+                .map_or(committed.last_position(), |e| e.position);
+            Ok(Ok((
+                position,
+                if committed.replayed {
+                    "duplicate"
+                } else {
+                    "recorded"
+                },
+            )))
+        }
+        Err(AppendError::IdempotencyConflict { .. }) => {
+            match store.event_position(delivered).await? {
+                Some(position) => Ok(Ok((position, "duplicate"))),
+                None => Err(ApiError::Conflict {
+                    code: "idempotency_conflict",
+                    detail: "part of this delivery is stored with other content".to_owned(),
+                }),
+            }
+        }
+        Err(AppendError::Store(error)) => Err(error.into()),
+        Err(other) => Ok(Err(other)),
+    }
+}
+
+/// Records a registration: the machine, each GPU (identified against the catalog), and the
+/// provider's GPUs compared with its approved application. The comparison's stream is appended
+/// at the version the comparison was computed from, so concurrent registrations of one
+/// provider's machines retry rather than record a stale comparison.
+async fn register(
+    state: &AppState,
+    provider_id: Uuid,
+    delivered: Uuid,
+    occurred: Timestamp,
+    registration: &wf::Registration,
+) -> Result<(u64, &'static str), ApiError> {
+    let machine_id = registration.machine_id;
+    let added = state.credentials.added_models();
+    let gpus: Vec<GpuDetected> = registration
+        .gpus
+        .iter()
+        .map(|gpu| {
+            let identified = fleet::identify(gpu, &added);
+            GpuDetected {
+                machine_id,
+                provider_id,
+                gpu: gpu.clone(),
+                model_id: identified.model_id,
+                model_match: identified.method,
+                vram_below_model: identified.vram_below_model,
+                power_limit_lowered: gpu.power_limit_lowered(),
+            }
+        })
+        .collect();
+    let registered = DomainEvent::Fleet(FleetEvent::MachineRegistered(MachineRegistered {
+        machine_id,
+        provider_id,
+        host: registration.host.clone(),
+        agent_version: registration.agent_version.clone(),
+        simulated: registration.simulated,
+        gpu_count: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
+        detected_at: occurred,
+    }));
+    let metadata = agent_metadata(machine_id, delivered);
+    let mut machine_events = vec![NewEvent::from_domain(
+        delivered,
+        &registered,
+        metadata.clone(),
+    )];
+    for (i, gpu) in gpus.iter().enumerate() {
+        let id = fleet::derived_event_id(delivered, u16::try_from(i + 1).unwrap_or(u16::MAX));
+        let event = DomainEvent::Fleet(FleetEvent::GpuDetected(gpu.clone()));
+        machine_events.push(NewEvent::from_domain(id, &event, metadata.clone()));
+    }
+    let comparison_id =
+        fleet::derived_event_id(delivered, u16::try_from(gpus.len() + 1).unwrap_or(u16::MAX));
+    for _attempt in 0..5 {
+        // Compare against the registry as of the log head, so no registration is missed.
+        let head = state.store.head_position().await?;
+        state.credentials.wait_for(head).await?;
+        let mut streams = vec![StreamAppend {
+            stream_id: machine_stream(machine_id),
+            expected: ExpectedVersion::Any,
+            events: machine_events.clone(),
+        }];
+        if let Some((compared, version)) =
+            compare_with_application(&state.credentials, provider_id, machine_id, &gpus)
+        {
+            let event = DomainEvent::Fleet(FleetEvent::DeclarationCompared(compared));
+            streams.push(StreamAppend {
+                stream_id: provider_fleet_stream(provider_id),
+                expected: ExpectedVersion::Exact(version),
+                events: vec![NewEvent::from_domain(
+                    comparison_id,
+                    &event,
+                    metadata.clone(),
+                )],
+            });
+        }
+        match append_delivered(&state.store, delivered, streams).await? {
+            Ok((position, status)) => {
+                state.credentials.wait_for(position).await?;
+                return Ok((position, status));
+            }
+            Err(AppendError::WrongExpectedVersion { .. }) => continue,
+            Err(other) => {
+                return Err(ApiError::Conflict {
+                    code: other.code(),
+                    detail: other.to_string(),
+                });
+            }
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "concurrent_change",
+        detail: "the provider's machines kept changing; retry".to_owned(),
+    })
+}
+
+/// The provider's GPUs (this machine's new ones instead of its old) against its approved
+/// application, with the version of the comparison stream it was computed at. `None` when the
+/// provider has no approved application (an operator-made provider).
+fn compare_with_application(
+    registry: &CredentialCache,
+    provider_id: Uuid,
+    machine_id: Uuid,
+    new_gpus: &[GpuDetected],
+) -> Option<(DeclarationCompared, u64)> {
+    let application = registry
+        .applications()
+        .into_iter()
+        .map(|(_, a)| a)
+        .find(|a| a.provider_id == Some(provider_id) && a.status == ApplicationStatus::Approved)?;
+    let (others, version) = registry.with_fleet(|f| {
+        let others: Vec<GpuDetected> = f
+            .gpus_of(&provider_id)
+            .into_iter()
+            .filter(|g| {
+                g.machine_id != machine_id
+                    && !new_gpus.iter().any(|n| n.gpu.gpu_uuid == g.gpu.gpu_uuid)
+            })
+            .collect();
+        (others, f.comparison_version(&provider_id))
+    });
+    let all: Vec<GpuDetected> = others.into_iter().chain(new_gpus.iter().cloned()).collect();
+    let (declared, detected, discrepancies) =
+        fleet::compare_declaration(&application.form.gpus, &all);
+    Some((
+        DeclarationCompared {
+            provider_id,
+            application_id: application.application_id,
+            machine_id,
+            declared,
+            detected,
+            discrepancies,
+        },
+        version,
+    ))
+}
+
+async fn condition(
+    state: &AppState,
+    provider_id: Uuid,
+    delivered: Uuid,
+    occurred: Timestamp,
+    report: &wf::GpuConditionReport,
+) -> Result<(u64, &'static str), ApiError> {
+    let event = DomainEvent::Fleet(FleetEvent::GpuConditionChanged(GpuConditionChanged {
+        machine_id: report.machine_id,
+        provider_id,
+        gpu_uuid: report.gpu_uuid.clone(),
+        condition: report.condition,
+        active: report.active,
+        observed_at: occurred,
+        evidence: report.evidence.clone(),
+    }));
+    let streams = vec![StreamAppend {
+        stream_id: machine_stream(report.machine_id),
+        expected: ExpectedVersion::Any,
+        events: vec![NewEvent::from_domain(
+            delivered,
+            &event,
+            agent_metadata(report.machine_id, delivered),
+        )],
+    }];
+    match append_delivered(&state.store, delivered, streams).await? {
+        Ok(done) => Ok(done),
+        Err(other) => Err(ApiError::Conflict {
+            code: other.code(),
+            detail: other.to_string(),
+        }),
+    }
+}
+
+/// `POST /v1/agent/heartbeat`: presence and one telemetry sample per GPU. The first heartbeat
+/// after registration or after being offline records the machine online.
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(body): Json<serde_json::Value>,
+) -> Result<Json<wf::HeartbeatAck>, ApiError> {
+    let (provider_id, machine_id) = agent_of(&caller)?;
+    let beat: wf::Heartbeat = serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?;
+    if beat.machine_id != machine_id {
+        return Err(not_owned(beat.machine_id));
+    }
+    let machine = state
+        .credentials
+        .with_fleet(|f| f.machine(&machine_id).cloned())
+        .ok_or_else(|| ApiError::Conflict {
+            code: "machine_not_registered",
+            detail: "register the machine (gpunex-agent register) before sending heartbeats"
+                .to_owned(),
+        })?;
+    let registered: Vec<_> = machine.gpus.iter().map(|g| g.gpu.clone()).collect();
+    fleet::validate_samples(&beat.gpus, &registered).map_err(|e| report_invalid("", e))?;
+    let at = now();
+    state
+        .store
+        .record_heartbeat(machine_id, provider_id, at.unix_micros(), &beat.gpus)
+        .await?;
+    let mut online = machine.online;
+    if !machine.online {
+        let event = DomainEvent::Fleet(FleetEvent::MachineOnline(MachineOnline {
+            machine_id,
+            provider_id,
+            at,
+        }));
+        let appended = state
+            .store
+            .append(
+                machine_stream(machine_id),
+                ExpectedVersion::Exact(machine.stream_version),
+                vec![NewEvent::from_domain(
+                    Uuid::now_v7(),
+                    &event,
+                    Metadata::actor("system:presence"),
+                )],
+            )
+            .await;
+        match appended {
+            Ok(committed) => {
+                state
+                    .credentials
+                    .wait_for(committed.last_position())
+                    .await?;
+                online = true;
+            }
+            // Another heartbeat or the watchdog moved the machine meanwhile: the next
+            // heartbeat looks again.
+            Err(AppendError::WrongExpectedVersion { .. }) => {}
+            Err(AppendError::Store(error)) => return Err(error.into()),
+            Err(other) => {
+                return Err(ApiError::Conflict {
+                    code: other.code(),
+                    detail: other.to_string(),
+                });
+            }
+        }
+    }
+    Ok(Json(wf::HeartbeatAck {
+        status: if online { "online" } else { "offline" }.to_owned(),
+        received_at: timestamp(at.unix_micros()),
+        heartbeat_interval_seconds: seconds(state.fleet.heartbeat_interval),
+        offline_after_seconds: seconds(state.fleet.offline_grace),
+    }))
+}
+
+/// Declares machines offline when their heartbeats stop, records platform outages, and prunes
+/// old telemetry. All its state is in the database, so a restarted server carries on; the grace
+/// period restarts with the watchdog so time the platform was down is not held against anyone.
+pub async fn run_watchdog(store: Store, registry: CredentialCache, config: FleetConfig) {
+    let started = now();
+    let mut last_prune = 0_i64;
+    loop {
+        if let Err(error) = watch_once(&store, &registry, &config, started, &mut last_prune).await {
+            tracing::warn!(%error, "presence watchdog pass failed; retrying");
+        }
+        tokio::time::sleep(config.watchdog_interval()).await;
+    }
+}
+
+async fn watch_once(
+    store: &Store,
+    registry: &CredentialCache,
+    config: &FleetConfig,
+    started: Timestamp,
+    last_prune: &mut i64,
+) -> Result<(), ApiError> {
+    let at = now();
+    let previous = store.tick_platform_liveness(at.unix_micros()).await?;
+    let threshold = i64::try_from(config.outage_threshold().as_micros()).unwrap_or(i64::MAX);
+    if let Some(previous) = previous
+        && at.unix_micros() - previous > threshold
+    {
+        let event =
+            DomainEvent::Fleet(FleetEvent::PlatformOutageRecorded(PlatformOutageRecorded {
+                from: Timestamp::from_unix_micros(previous),
+                until: at,
+            }));
+        let stream =
+            StreamId::parse(OUTAGE_STREAM).unwrap_or_else(|_| unreachable!("a valid stream id"));
+        store
+            .append(
+                stream,
+                ExpectedVersion::Any,
+                vec![NewEvent::from_domain(
+                    Uuid::now_v7(),
+                    &event,
+                    Metadata::actor("system:watchdog"),
+                )],
+            )
+            .await
+            .map_err(append_failure)?;
+        tracing::warn!(
+            from = previous,
+            until = at.unix_micros(),
+            "platform outage recorded"
+        );
+    }
+    let presences: HashMap<Uuid, Presence> = store
+        .presences()
+        .await?
+        .into_iter()
+        .map(|p| (p.machine_id, p))
+        .collect();
+    let online: Vec<(Uuid, Uuid, u64, Option<Timestamp>)> = registry.with_fleet(|f| {
+        f.machines()
+            .into_iter()
+            .filter(|m| m.online)
+            .map(|m| (m.machine_id, m.provider_id, m.stream_version, m.since))
+            .collect()
+    });
+    for (machine_id, provider_id, version, since) in online {
+        let last = presences
+            .get(&machine_id)
+            .map(|p| Timestamp::from_unix_micros(p.last_heartbeat_us))
+            .or(since)
+            .unwrap_or(started);
+        if !fleet::offline_due(last, started, at, config.grace_micros()) {
+            continue;
+        }
+        let event = DomainEvent::Fleet(FleetEvent::MachineOffline(MachineOffline {
+            machine_id,
+            provider_id,
+            last_heartbeat_at: last,
+            detected_at: at,
+            grace_seconds: seconds(config.offline_grace),
+        }));
+        match store
+            .append(
+                machine_stream(machine_id),
+                ExpectedVersion::Exact(version),
+                vec![NewEvent::from_domain(
+                    Uuid::now_v7(),
+                    &event,
+                    Metadata::actor("system:watchdog"),
+                )],
+            )
+            .await
+        {
+            Ok(committed) => {
+                tracing::info!(%machine_id, "machine offline");
+                registry.wait_for(committed.last_position()).await?;
+            }
+            // A heartbeat, a registration or another server's watchdog got there first.
+            Err(AppendError::WrongExpectedVersion { .. }) => {}
+            Err(other) => return Err(append_failure(other)),
+        }
+    }
+    if at.unix_micros() - *last_prune > 60 * MICROS_PER_SECOND {
+        let retention = i64::try_from(config.telemetry_retention.as_micros()).unwrap_or(i64::MAX);
+        let deleted = store.prune_telemetry(at.unix_micros() - retention).await?;
+        if deleted > 0 {
+            tracing::debug!(deleted, "old telemetry pruned");
+        }
+        *last_prune = at.unix_micros();
+    }
+    Ok(())
+}
+
+fn append_failure(error: AppendError) -> ApiError {
+    match error {
+        AppendError::Store(error) => error.into(),
+        other => ApiError::Conflict {
+            code: other.code(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+fn telemetry_view(row: &TelemetryRow) -> wf::Telemetry {
+    let s = &row.sample;
+    wf::Telemetry {
+        at: timestamp(row.at_us),
+        utilization_pct: s.utilization_pct,
+        memory_used_mib: s.memory_used_mib,
+        temperature_c: s.temperature_c,
+        power_draw_mw: s.power_draw_mw,
+        sm_clock_mhz: s.sm_clock_mhz,
+        clock_event_reasons: s.clock_event_reasons.map(fleet::clock_events::names),
+        ecc_corrected: s.ecc_corrected,
+        ecc_uncorrected: s.ecc_uncorrected,
+    }
+}
+
+/// What the views need besides the registry: presence and latest telemetry.
+struct Observed {
+    presences: HashMap<Uuid, Presence>,
+    latest: HashMap<String, TelemetryRow>,
+    outages: Vec<Span>,
+    now: Timestamp,
+}
+
+async fn observe(state: &AppState, machines: Option<&[Uuid]>) -> Result<Observed, ApiError> {
+    let presences = state
+        .store
+        .presences()
+        .await?
+        .into_iter()
+        .map(|p| (p.machine_id, p))
+        .collect();
+    let latest = state
+        .store
+        .latest_telemetry(machines)
+        .await?
+        .into_iter()
+        .map(|row| (row.sample.gpu_uuid.clone(), row))
+        .collect();
+    Ok(Observed {
+        presences,
+        latest,
+        outages: state.credentials.with_fleet(|f| f.outages().to_vec()),
+        now: now(),
+    })
+}
+
+fn machine_view(machine: &MachineState, observed: &Observed) -> wf::MachineView {
+    let status = if machine.online { "online" } else { "offline" };
+    let window = |days: i64| Span {
+        from: Timestamp::from_unix_micros(observed.now.unix_micros() - days * MICROS_PER_DAY),
+        until: observed.now,
+    };
+    let downtime = |days| {
+        machine.downtime_micros(&observed.outages, window(days), observed.now) / MICROS_PER_SECOND
+    };
+    wf::MachineView {
+        machine_id: machine.machine_id,
+        provider_id: machine.provider_id,
+        status: status.to_owned(),
+        since: machine.since.map(|t| timestamp(t.unix_micros())),
+        last_seen: observed
+            .presences
+            .get(&machine.machine_id)
+            .map(|p| timestamp(p.last_heartbeat_us)),
+        registered_at: timestamp(machine.registered_at.unix_micros()),
+        simulated: machine.simulated,
+        agent_version: machine.agent_version.clone(),
+        host: machine.host.clone(),
+        gpus: machine
+            .gpus
+            .iter()
+            .map(|g| wf::GpuView {
+                gpu_uuid: g.gpu.gpu_uuid.clone(),
+                index: g.gpu.index,
+                name: g.gpu.name.clone(),
+                model_id: g.model_id.clone(),
+                model_match: g.model_match,
+                vram_mib: g.gpu.vram_mib,
+                vram_below_model: g.vram_below_model,
+                driver_version: g.gpu.driver_version.clone(),
+                cuda_driver_version: g.gpu.cuda_driver_version.clone(),
+                pcie_current: g.gpu.pcie_current,
+                pcie_max: g.gpu.pcie_max,
+                power_limit_w: g.gpu.power_limit_w,
+                default_power_limit_w: g.gpu.default_power_limit_w,
+                power_limit_lowered: g.power_limit_lowered,
+                ecc_enabled: g.gpu.ecc_enabled,
+                mig_enabled: g.gpu.mig_enabled,
+                status: status.to_owned(),
+                conditions: machine
+                    .conditions
+                    .get(&g.gpu.gpu_uuid)
+                    .map(|c| c.keys().copied().collect())
+                    .unwrap_or_default(),
+                telemetry: observed
+                    .latest
+                    .get(&g.gpu.gpu_uuid)
+                    .filter(|row| row.machine_id == machine.machine_id)
+                    .map(telemetry_view),
+            })
+            .collect(),
+        downtime_seconds_24h: downtime(1),
+        downtime_seconds_30d: downtime(30),
+    }
+}
+
+/// Admins and finance see every machine; a provider its own; an agent only its machine.
+fn may_see(caller: &Caller, machine: &MachineState) -> bool {
+    match caller.role {
+        Role::Admin | Role::Finance => true,
+        Role::Provider { provider_id } => provider_id == machine.provider_id,
+        Role::Agent { machine_id, .. } => machine_id == machine.machine_id,
+        Role::Renter { .. } | Role::User { .. } => false,
+    }
+}
+
+/// `GET /v1/providers/{provider_id}/machines`: the provider dashboard.
+pub async fn provider_machines(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+) -> Result<Json<wf::ProviderFleet>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance, Allow::Provider])?;
+    if let Role::Provider { provider_id: own } = caller.role
+        && own != provider_id
+    {
+        return Err(ApiError::Forbidden);
+    }
+    let machines: Vec<MachineState> = state
+        .credentials
+        .with_fleet(|f| f.machines_of(&provider_id).into_iter().cloned().collect());
+    let ids: Vec<Uuid> = machines.iter().map(|m| m.machine_id).collect();
+    let observed = observe(&state, Some(&ids)).await?;
+    let declaration = state.credentials.with_fleet(|f| {
+        f.comparison(&provider_id).map(|c| wf::DeclarationView {
+            application_id: c.application_id,
+            declared: c.declared.clone(),
+            detected: c.detected.clone(),
+            discrepancies: c.discrepancies.clone(),
+        })
+    });
+    Ok(Json(wf::ProviderFleet {
+        provider_id,
+        machines: machines
+            .iter()
+            .map(|m| machine_view(m, &observed))
+            .collect(),
+        declaration,
+    }))
+}
+
+async fn one_machine(
+    state: &AppState,
+    caller: &Caller,
+    machine_id: Uuid,
+) -> Result<wf::MachineView, ApiError> {
+    let machine = state
+        .credentials
+        .with_fleet(|f| f.machine(&machine_id).cloned())
+        .filter(|m| may_see(caller, m))
+        .ok_or(ApiError::NotFound("machine"))?;
+    let observed = observe(state, Some(&[machine_id])).await?;
+    Ok(machine_view(&machine, &observed))
+}
+
+/// `GET /v1/machines/{machine_id}`
+pub async fn machine(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(machine_id): Path<Uuid>,
+) -> Result<Json<wf::MachineView>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance, Allow::Provider, Allow::Agent])?;
+    Ok(Json(one_machine(&state, &caller, machine_id).await?))
+}
+
+/// `GET /v1/agent/identity`: the provider and machine this agent token is bound to.
+pub async fn agent_identity(caller: Caller) -> Result<Json<wf::AgentIdentity>, ApiError> {
+    let (provider_id, machine_id) = agent_of(&caller)?;
+    Ok(Json(wf::AgentIdentity {
+        token_id: caller.token_id,
+        provider_id,
+        machine_id,
+    }))
+}
+
+/// `GET /v1/agent/machine`: the agent's own machine as the platform sees it.
+pub async fn agent_machine(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<wf::MachineView>, ApiError> {
+    let (_, machine_id) = agent_of(&caller)?;
+    Ok(Json(one_machine(&state, &caller, machine_id).await?))
+}
+
+/// Largest telemetry page.
+pub const TELEMETRY_PAGE_MAX: u32 = 5_000;
+
+/// `GET /v1/machines/{machine_id}/gpus/{gpu_uuid}/telemetry?from=&until=&limit=`
+pub async fn telemetry(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((machine_id, gpu_uuid)): Path<(Uuid, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<wf::TelemetrySeries>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance, Allow::Provider, Allow::Agent])?;
+    let machine = state
+        .credentials
+        .with_fleet(|f| f.machine(&machine_id).cloned())
+        .filter(|m| may_see(&caller, m))
+        .ok_or(ApiError::NotFound("machine"))?;
+    if !machine.gpus.iter().any(|g| g.gpu.gpu_uuid == gpu_uuid) {
+        return Err(ApiError::NotFound("gpu"));
+    }
+    let at = now();
+    let from = match query.get("from") {
+        Some(text) => parse_time("from", text)?,
+        None => Timestamp::from_unix_micros(at.unix_micros() - 3_600 * MICROS_PER_SECOND),
+    };
+    let until = match query.get("until") {
+        Some(text) => parse_time("until", text)?,
+        None => Timestamp::from_unix_micros(at.unix_micros() + MICROS_PER_SECOND),
+    };
+    if until <= from {
+        return Err(ApiError::invalid(
+            "until",
+            "invalid_range",
+            "must be after `from`",
+        ));
+    }
+    let limit = match query.get("limit") {
+        Some(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=TELEMETRY_PAGE_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "limit",
+                    "out_of_range",
+                    format!("1 to {TELEMETRY_PAGE_MAX}"),
+                )
+            })?,
+        None => 1_000,
+    };
+    let rows = state
+        .store
+        .telemetry_series(&gpu_uuid, from.unix_micros(), until.unix_micros(), limit)
+        .await?;
+    let next_from = (rows.len() == limit as usize)
+        .then(|| rows.last().map(|r| timestamp(r.at_us + 1)))
+        .flatten();
+    Ok(Json(wf::TelemetrySeries {
+        gpu_uuid,
+        samples: rows.iter().map(telemetry_view).collect(),
+        next_from,
+    }))
+}
+
+/// `GET /v1/fleet?status=&provider_id=&model=&simulated=&condition=&after=&limit=`: every
+/// machine for operators, filtered, in machine id order.
+pub async fn fleet_view(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<wf::FleetPage>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    let mut errors = Vec::new();
+    let mut bad = |field: &str, message: &str| {
+        errors.push(wire::FieldError {
+            field: field.to_owned(),
+            code: "invalid_filter".to_owned(),
+            message: message.to_owned(),
+        });
+    };
+    let status = query.get("status").map(String::as_str);
+    if status.is_some_and(|s| s != "online" && s != "offline") {
+        bad("status", "online or offline");
+    }
+    let provider = match query.get("provider_id").map(|t| Uuid::try_parse(t)) {
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => {
+            bad("provider_id", "a provider id (UUID)");
+            None
+        }
+        None => None,
+    };
+    let simulated = match query.get("simulated").map(String::as_str) {
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(_) => {
+            bad("simulated", "true or false");
+            None
+        }
+        None => None,
+    };
+    let condition: Option<fleet::GpuCondition> = match query.get("condition") {
+        Some(text) => match serde_json::from_value(serde_json::Value::String(text.clone())) {
+            Ok(c) => Some(c),
+            Err(_) => {
+                bad(
+                    "condition",
+                    "hw_slowdown, thermal, power_brake, ecc_uncorrected or lost",
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    let after = match query.get("after").map(|t| Uuid::try_parse(t)) {
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => {
+            bad("after", "a machine id (UUID) from next_after");
+            None
+        }
+        None => None,
+    };
+    let limit = match query.get("limit").map(|t| t.parse::<usize>()) {
+        Some(Ok(n)) if (1..=500).contains(&n) => n,
+        Some(_) => {
+            bad("limit", "1 to 500");
+            100
+        }
+        None => 100,
+    };
+    let model = query.get("model").cloned();
+    if !errors.is_empty() {
+        return Err(ApiError::InvalidRequest(errors));
+    }
+    let mut matching: Vec<MachineState> = state.credentials.with_fleet(|f| {
+        f.machines()
+            .into_iter()
+            .filter(|m| status.is_none_or(|s| (s == "online") == m.online))
+            .filter(|m| provider.is_none_or(|p| p == m.provider_id))
+            .filter(|m| simulated.is_none_or(|s| s == m.simulated))
+            .filter(|m| {
+                model.as_deref().is_none_or(|wanted| {
+                    m.gpus.iter().any(|g| g.model_id.as_deref() == Some(wanted))
+                })
+            })
+            .filter(|m| {
+                condition
+                    .is_none_or(|c| m.conditions.values().any(|active| active.contains_key(&c)))
+            })
+            .cloned()
+            .collect()
+    });
+    matching.sort_by_key(|m| m.machine_id);
+    let matching_machines = matching.len() as u64;
+    let matching_gpus = matching.iter().map(|m| m.gpus.len() as u64).sum();
+    let page: Vec<MachineState> = matching
+        .into_iter()
+        .filter(|m| after.is_none_or(|a| m.machine_id > a))
+        .take(limit + 1)
+        .collect();
+    let next_after = (page.len() > limit).then(|| page[limit - 1].machine_id);
+    let page = &page[..page.len().min(limit)];
+    let ids: Vec<Uuid> = page.iter().map(|m| m.machine_id).collect();
+    let observed = observe(&state, Some(&ids)).await?;
+    Ok(Json(wf::FleetPage {
+        machines: page.iter().map(|m| machine_view(m, &observed)).collect(),
+        matching_machines,
+        matching_gpus,
+        next_after,
+    }))
+}

@@ -1,0 +1,241 @@
+//! The fleet: every registered machine with its GPUs, presence and GPU conditions, the latest
+//! declaration comparison per provider, and the platform's recorded outages. Kept in memory by
+//! the API (folded from `fleet.*` and `platform.*` events in log order).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use gpunex_domain::DomainEvent;
+use gpunex_domain::fleet::{
+    self, DeclarationCompared, FleetEvent, GpuCondition, GpuDetected, HostInfo, Span,
+};
+use gpunex_domain::time::{MICROS_PER_DAY, Timestamp};
+use uuid::Uuid;
+
+/// Presence transitions older than this (before the newest event) are forgotten.
+pub const PRESENCE_HISTORY_DAYS: i64 = 90;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineState {
+    pub machine_id: Uuid,
+    pub provider_id: Uuid,
+    pub host: HostInfo,
+    pub agent_version: String,
+    pub simulated: bool,
+    /// When the first registration was recorded (server clock).
+    pub registered_at: Timestamp,
+    /// When the latest registration was recorded.
+    pub inventory_at: Timestamp,
+    pub registrations: u32,
+    /// The GPUs of the latest registration, by index.
+    pub gpus: Vec<GpuDetected>,
+    pub online: bool,
+    /// When the current state began: the online event's time, or the last heartbeat before
+    /// going offline. `None` before the first heartbeat.
+    pub since: Option<Timestamp>,
+    /// `(online, at)` transitions in log order, for downtime accounting.
+    pub transitions: Vec<(bool, Timestamp)>,
+    /// Conditions active now, per GPU, with when they were observed to start.
+    pub conditions: BTreeMap<String, BTreeMap<GpuCondition, Timestamp>>,
+    /// The machine stream's version: the expected version of the next watchdog append.
+    pub stream_version: u64,
+}
+
+impl MachineState {
+    /// The provider's downtime of this machine inside `window`, net of platform outages.
+    pub fn downtime_micros(&self, outages: &[Span], window: Span, now: Timestamp) -> i64 {
+        let offline = fleet::offline_spans(&self.transitions, now);
+        fleet::provider_downtime_micros(&offline, outages, window)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    machines: HashMap<Uuid, MachineState>,
+    /// Which machine each GPU UUID is registered on now.
+    gpu_machine: HashMap<String, Uuid>,
+    /// The latest comparison per provider and its stream's version.
+    comparisons: HashMap<Uuid, (DeclarationCompared, u64)>,
+    outages: Vec<Span>,
+    /// Machines per provider, in registration order.
+    by_provider: BTreeMap<Uuid, BTreeSet<Uuid>>,
+}
+
+impl Fleet {
+    /// Applies one event of the log; `stream_version` and `recorded_at_us` are the row's.
+    pub fn apply(&mut self, stream_version: u64, recorded_at_us: i64, event: &DomainEvent) {
+        let DomainEvent::Fleet(event) = event else {
+            return;
+        };
+        let recorded_at = Timestamp::from_unix_micros(recorded_at_us);
+        match event {
+            FleetEvent::MachineRegistered(registered) => {
+                let previous = self.machines.remove(&registered.machine_id);
+                if let Some(previous) = &previous {
+                    for gpu in &previous.gpus {
+                        self.gpu_machine.remove(&gpu.gpu.gpu_uuid);
+                    }
+                }
+                let (registered_at, registrations, online, since, transitions, conditions) =
+                    match previous {
+                        Some(p) => (
+                            p.registered_at,
+                            p.registrations + 1,
+                            p.online,
+                            p.since,
+                            p.transitions,
+                            p.conditions,
+                        ),
+                        None => (recorded_at, 1, false, None, Vec::new(), BTreeMap::new()),
+                    };
+                self.by_provider
+                    .entry(registered.provider_id)
+                    .or_default()
+                    .insert(registered.machine_id);
+                self.machines.insert(
+                    registered.machine_id,
+                    MachineState {
+                        machine_id: registered.machine_id,
+                        provider_id: registered.provider_id,
+                        host: registered.host.clone(),
+                        agent_version: registered.agent_version.clone(),
+                        simulated: registered.simulated,
+                        registered_at,
+                        inventory_at: recorded_at,
+                        registrations,
+                        gpus: Vec::new(),
+                        online,
+                        since,
+                        transitions,
+                        conditions,
+                        stream_version,
+                    },
+                );
+            }
+            FleetEvent::GpuDetected(detected) => {
+                // A GPU moved from another machine: it is no longer there.
+                if let Some(old) = self
+                    .gpu_machine
+                    .insert(detected.gpu.gpu_uuid.clone(), detected.machine_id)
+                    && old != detected.machine_id
+                    && let Some(machine) = self.machines.get_mut(&old)
+                {
+                    machine
+                        .gpus
+                        .retain(|gpu| gpu.gpu.gpu_uuid != detected.gpu.gpu_uuid);
+                }
+                if let Some(machine) = self.machines.get_mut(&detected.machine_id) {
+                    machine.gpus.push(detected.clone());
+                    machine.gpus.sort_by_key(|gpu| gpu.gpu.index);
+                    machine.stream_version = stream_version;
+                }
+            }
+            FleetEvent::DeclarationCompared(compared) => {
+                self.comparisons
+                    .insert(compared.provider_id, (compared.clone(), stream_version));
+            }
+            FleetEvent::MachineOnline(online) => {
+                if let Some(machine) = self.machines.get_mut(&online.machine_id) {
+                    machine.online = true;
+                    machine.since = Some(online.at);
+                    machine.transitions.push((true, online.at));
+                    machine.stream_version = stream_version;
+                    forget_old(&mut machine.transitions, recorded_at);
+                }
+            }
+            FleetEvent::MachineOffline(offline) => {
+                if let Some(machine) = self.machines.get_mut(&offline.machine_id) {
+                    machine.online = false;
+                    machine.since = Some(offline.last_heartbeat_at);
+                    machine.transitions.push((false, offline.last_heartbeat_at));
+                    machine.stream_version = stream_version;
+                    forget_old(&mut machine.transitions, recorded_at);
+                }
+            }
+            FleetEvent::GpuConditionChanged(changed) => {
+                if let Some(machine) = self.machines.get_mut(&changed.machine_id) {
+                    let active = machine
+                        .conditions
+                        .entry(changed.gpu_uuid.clone())
+                        .or_default();
+                    if changed.active {
+                        active
+                            .entry(changed.condition)
+                            .or_insert(changed.observed_at);
+                    } else {
+                        active.remove(&changed.condition);
+                    }
+                    machine.conditions.retain(|_, active| !active.is_empty());
+                    machine.stream_version = stream_version;
+                }
+            }
+            FleetEvent::PlatformOutageRecorded(outage) => {
+                self.outages.push(Span {
+                    from: outage.from,
+                    until: outage.until,
+                });
+                self.outages = fleet::merge(&self.outages);
+            }
+        }
+    }
+
+    pub fn machine(&self, machine_id: &Uuid) -> Option<&MachineState> {
+        self.machines.get(machine_id)
+    }
+
+    /// Every machine, in provider then machine id order (v7 ids: registration order).
+    pub fn machines(&self) -> Vec<&MachineState> {
+        self.by_provider
+            .values()
+            .flatten()
+            .filter_map(|id| self.machines.get(id))
+            .collect()
+    }
+
+    pub fn machines_of(&self, provider_id: &Uuid) -> Vec<&MachineState> {
+        self.by_provider
+            .get(provider_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.machines.get(id))
+            .collect()
+    }
+
+    /// The machine a GPU is registered on now.
+    pub fn machine_of_gpu(&self, gpu_uuid: &str) -> Option<&MachineState> {
+        self.machines.get(self.gpu_machine.get(gpu_uuid)?)
+    }
+
+    /// Every GPU registered on the provider's machines now.
+    pub fn gpus_of(&self, provider_id: &Uuid) -> Vec<GpuDetected> {
+        self.machines_of(provider_id)
+            .into_iter()
+            .flat_map(|machine| machine.gpus.iter().cloned())
+            .collect()
+    }
+
+    pub fn comparison(&self, provider_id: &Uuid) -> Option<&DeclarationCompared> {
+        self.comparisons.get(provider_id).map(|(c, _)| c)
+    }
+
+    /// The version of the provider's comparison stream (0: none yet).
+    pub fn comparison_version(&self, provider_id: &Uuid) -> u64 {
+        self.comparisons.get(provider_id).map_or(0, |(_, v)| *v)
+    }
+
+    /// Recorded platform outages, merged and sorted.
+    pub fn outages(&self) -> &[Span] {
+        &self.outages
+    }
+}
+
+fn forget_old(transitions: &mut Vec<(bool, Timestamp)>, newest: Timestamp) {
+    let horizon = newest.unix_micros() - PRESENCE_HISTORY_DAYS * MICROS_PER_DAY;
+    // Keep the last transition before the horizon: it says what state the window starts in.
+    let old = transitions
+        .iter()
+        .take_while(|(_, at)| at.unix_micros() < horizon)
+        .count();
+    if old > 1 {
+        transitions.drain(..old - 1);
+    }
+}

@@ -1,0 +1,203 @@
+//! The agent protocol (events, heartbeats) and the fleet views of providers and operators.
+//!
+//! What an agent reports about hardware travels in the domain's own report types, which are the
+//! contract (`deny_unknown_fields`, `null` for "unknown").
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub use gpunex_domain::fleet::{
+    DetectedGpu, Discrepancy, GpuCondition, GpuSample, HostInfo, ModelCount, ModelMatch, PcieLink,
+};
+
+/// One event from an agent's durable queue. `event_id` is a UUIDv7 the agent chose when it
+/// queued the event: re-sending it is harmless.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentEvent {
+    pub event_id: Uuid,
+    /// RFC 3339, the agent's clock.
+    pub occurred_at: String,
+    #[serde(flatten)]
+    pub body: AgentEventBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "body", rename_all = "snake_case")]
+pub enum AgentEventBody {
+    /// The machine and every GPU detected on it (first start, or hardware changed).
+    Registration(Registration),
+    /// A GPU condition started or ended.
+    GpuCondition(GpuConditionReport),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Registration {
+    pub machine_id: Uuid,
+    pub agent_version: String,
+    /// GPUs from `--simulate`, not real hardware.
+    pub simulated: bool,
+    pub host: HostInfo,
+    pub gpus: Vec<DetectedGpu>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuConditionReport {
+    pub machine_id: Uuid,
+    pub gpu_uuid: String,
+    pub condition: GpuCondition,
+    pub active: bool,
+    pub evidence: Option<GpuSample>,
+}
+
+/// `POST /v1/agent/events`: up to [`AGENT_EVENTS_PER_REQUEST_MAX`] events, handled in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentEventsRequest {
+    pub events: Vec<AgentEvent>,
+}
+
+pub const AGENT_EVENTS_PER_REQUEST_MAX: usize = 100;
+
+/// What became of one delivered event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentEventResult {
+    pub event_id: Uuid,
+    /// `recorded`, `duplicate` (delivered before: nothing new was written) or `rejected`
+    /// (never accepted; do not resend).
+    pub status: String,
+    /// Log position of the event (recorded or duplicate).
+    pub position: Option<u64>,
+    pub error: Option<crate::FieldError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentEventsResponse {
+    pub results: Vec<AgentEventResult>,
+}
+
+/// `POST /v1/agent/heartbeat`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    pub machine_id: Uuid,
+    pub gpus: Vec<GpuSample>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatAck {
+    /// `online` once the platform has recorded the machine online.
+    pub status: String,
+    pub received_at: String,
+    /// How often the platform expects heartbeats, and how long a silence it tolerates.
+    pub heartbeat_interval_seconds: u32,
+    pub offline_after_seconds: u32,
+}
+
+/// One GPU's latest telemetry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Telemetry {
+    pub at: String,
+    pub utilization_pct: Option<u32>,
+    pub memory_used_mib: Option<u64>,
+    pub temperature_c: Option<i32>,
+    pub power_draw_mw: Option<u64>,
+    pub sm_clock_mhz: Option<u32>,
+    /// Names of the clock-event (throttle) reasons set, e.g. `sw_power_cap`.
+    pub clock_event_reasons: Option<Vec<String>>,
+    pub ecc_corrected: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuView {
+    pub gpu_uuid: String,
+    pub index: u32,
+    pub name: String,
+    /// The catalog model, when the GPU is one.
+    pub model_id: Option<String>,
+    pub model_match: ModelMatch,
+    pub vram_mib: u64,
+    pub vram_below_model: bool,
+    pub driver_version: Option<String>,
+    pub cuda_driver_version: Option<String>,
+    pub pcie_current: PcieLink,
+    pub pcie_max: PcieLink,
+    pub power_limit_w: Option<u32>,
+    pub default_power_limit_w: Option<u32>,
+    pub power_limit_lowered: Option<bool>,
+    pub ecc_enabled: Option<bool>,
+    pub mig_enabled: Option<bool>,
+    /// `online` or `offline`, as its machine.
+    pub status: String,
+    /// Conditions active now (`hw_slowdown`, `thermal`, ...).
+    pub conditions: Vec<GpuCondition>,
+    pub telemetry: Option<Telemetry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineView {
+    pub machine_id: Uuid,
+    pub provider_id: Uuid,
+    /// `online` or `offline` (also before the first heartbeat).
+    pub status: String,
+    /// When the current status began (online: the first heartbeat; offline: the last one).
+    pub since: Option<String>,
+    /// The last heartbeat received.
+    pub last_seen: Option<String>,
+    pub registered_at: String,
+    pub simulated: bool,
+    pub agent_version: String,
+    pub host: HostInfo,
+    pub gpus: Vec<GpuView>,
+    /// Provider downtime over the last 24 hours and 30 days, in whole seconds (platform outages
+    /// excluded).
+    pub downtime_seconds_24h: i64,
+    pub downtime_seconds_30d: i64,
+}
+
+/// The registered GPUs against the approved application.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclarationView {
+    pub application_id: Uuid,
+    pub declared: Vec<ModelCount>,
+    pub detected: Vec<ModelCount>,
+    pub discrepancies: Vec<Discrepancy>,
+}
+
+/// `GET /v1/providers/{id}/machines`: the provider dashboard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderFleet {
+    pub provider_id: Uuid,
+    pub machines: Vec<MachineView>,
+    pub declaration: Option<DeclarationView>,
+}
+
+/// `GET /v1/fleet`: the operators' view, filtered and paged by machine id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetPage {
+    pub machines: Vec<MachineView>,
+    /// Machines matching the filters, on every page.
+    pub matching_machines: u64,
+    pub matching_gpus: u64,
+    pub next_after: Option<Uuid>,
+}
+
+/// `GET /v1/machines/{id}/gpus/{uuid}/telemetry`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TelemetrySeries {
+    pub gpu_uuid: String,
+    pub samples: Vec<Telemetry>,
+    /// Pass as `from` for the next page, when there may be more.
+    pub next_from: Option<String>,
+}
+
+/// `GET /v1/agent/identity`: what an agent token is bound to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentIdentity {
+    pub token_id: Uuid,
+    pub provider_id: Uuid,
+    pub machine_id: Uuid,
+}
