@@ -1,0 +1,459 @@
+//! End to end with the real binaries: a `gpunex serve` process and `gpunex-agent` processes with
+//! simulated GPUs, on SQLite and PostgreSQL. Register, go online, send telemetry and GPU
+//! conditions, lose the server mid-stream and get it back with every queued event stored exactly
+//! once, go offline when the agent is stopped or killed, come back, and be refused when acting
+//! for another provider.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use gpunex_tests::{TestDb, conformance};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+use uuid::Uuid;
+
+conformance!(agents_register_report_and_lose_nothing_across_a_server_restart);
+
+const AGENT: &str = env!("CARGO_BIN_EXE_gpunex-agent");
+
+/// The server binary, built beside the agent by `cargo test --workspace`.
+fn server_binary() -> PathBuf {
+    let path = Path::new(AGENT).with_file_name("gpunex");
+    assert!(
+        path.exists(),
+        "{} is missing: run the workspace tests (`cargo test --workspace`), which build it",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Server {
+    child: Child,
+}
+
+async fn start_server(db_url: &str, port: u16, dir: &Path) -> Server {
+    let child = Command::new(server_binary())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--no-outbox",
+            "--heartbeat-interval",
+            "200ms",
+            "--offline-grace",
+            "1500ms",
+        ])
+        .env("DATABASE_URL", db_url)
+        .env("RUST_LOG", "warn")
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    while reqwest::get(format!("{base}/healthz")).await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Server { child }
+}
+
+fn agent_command(base: &str, token: &str, state: &Path) -> Command {
+    let mut command = Command::new(AGENT);
+    command
+        .args([
+            "--server",
+            base,
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--simulate",
+            "2xH100",
+            "--simulate-condition-every",
+            "2",
+            "--heartbeat-interval",
+            "200ms",
+        ])
+        .env("GPUNEX_AGENT_TOKEN", token)
+        // Failed sends while the server is down are expected here; keep the output readable.
+        .env("RUST_LOG", "error")
+        .kill_on_drop(true);
+    command
+}
+
+async fn call(
+    base: &str,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let mut request = client
+        .request(method.parse().unwrap(), format!("{base}{path}"))
+        .bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    match request.send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            (status, response.json().await.unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+async fn eventually<F, Fut>(what: &str, seconds: u64, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(seconds),
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every event in the log, paged.
+async fn all_events(base: &str, admin: &str) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut after = 0;
+    loop {
+        let (status, page) = call(
+            base,
+            "GET",
+            &format!("/v1/events?after={after}&limit=1000"),
+            admin,
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{page}");
+        let batch = page["events"].as_array().unwrap().clone();
+        if batch.is_empty() {
+            return events;
+        }
+        after = page["next_after"].as_u64().unwrap();
+        events.extend(batch);
+    }
+}
+
+fn of_type<'a>(events: &'a [Value], event_type: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["event_type"] == event_type)
+        .collect()
+}
+
+/// The agent's outbox: `(event_id, kind, status)` in queue order.
+fn outbox(state: &Path) -> Vec<(Uuid, String, String)> {
+    let conn = rusqlite::Connection::open(state.join("agent.sqlite")).unwrap();
+    let mut statement = conn
+        .prepare("SELECT event_id, kind, status FROM outbox ORDER BY seq")
+        .unwrap();
+    statement
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?.parse().unwrap(),
+                row.get(1)?,
+                row.get(2)?,
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn admin_token(db_url: &str, dir: &Path) -> String {
+    let created = std::process::Command::new(server_binary())
+        .args(["admin", "create-token", "--role", "admin"])
+        .env("DATABASE_URL", db_url)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    String::from_utf8(created.stdout).unwrap().trim().to_owned()
+}
+
+async fn token(base: &str, issuer: &str, role: Value) -> String {
+    let (status, issued) = call(
+        base,
+        "POST",
+        "/v1/tokens",
+        issuer,
+        Some(json!({"role": role, "label": "e2e"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{issued}");
+    issued["token"].as_str().unwrap().to_owned()
+}
+
+async fn machine(base: &str, admin: &str, machine_id: Uuid) -> Value {
+    call(
+        base,
+        "GET",
+        &format!("/v1/machines/{machine_id}"),
+        admin,
+        None,
+    )
+    .await
+    .1
+}
+
+#[cfg(unix)]
+fn terminate(child: &Child) {
+    let pid = child.id().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn agents_register_report_and_lose_nothing_across_a_server_restart(db: &TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let admin = admin_token(&db.url, dir.path());
+    let mut server = start_server(&db.url, port, dir.path()).await;
+
+    let provider = Uuid::now_v7();
+    let provider_token = token(
+        &base,
+        &admin,
+        json!({"kind": "provider", "provider_id": provider}),
+    )
+    .await;
+    let machine_id = Uuid::now_v7();
+    let agent_token = token(
+        &base,
+        &provider_token,
+        json!({"kind": "agent", "provider_id": provider, "machine_id": machine_id}),
+    )
+    .await;
+    let state = dir.path().join("agent-state");
+
+    // `register`: detected, queued, delivered, acknowledged.
+    let registered = agent_command(&base, &agent_token, &state)
+        .arg("register")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&registered.stdout);
+    assert!(
+        registered.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&registered.stderr)
+    );
+    assert!(stdout.contains("registered with 2 GPU(s)"), "{stdout}");
+    assert!(stdout.contains("h100-80gb"), "{stdout}");
+
+    // `run`: online with telemetry; GPU 0 flaps a hardware slowdown every 2 samples.
+    let mut agent = agent_command(&base, &agent_token, &state)
+        .arg("run")
+        .spawn()
+        .unwrap();
+    eventually("online with telemetry", 30, || async {
+        let m = machine(&base, &admin, machine_id).await;
+        m["status"] == "online" && m["gpus"][0]["telemetry"]["utilization_pct"].is_u64()
+    })
+    .await;
+    let m = machine(&base, &admin, machine_id).await;
+    assert_eq!(m["simulated"], true);
+    assert_eq!(m["gpus"][1]["model_id"], "h100-80gb");
+    eventually("condition events", 30, || async {
+        of_type(
+            &all_events(&base, &admin).await,
+            "fleet.gpu_condition_changed",
+        )
+        .len()
+            >= 3
+    })
+    .await;
+
+    // The server dies mid-stream (SIGKILL) while the agent keeps queueing; it comes back.
+    server.child.kill().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let queued_while_down = outbox(&state)
+        .iter()
+        .filter(|(_, _, s)| s == "pending")
+        .count();
+    assert!(
+        queued_while_down >= 1,
+        "the agent queued events while the server was down"
+    );
+    let mut server = start_server(&db.url, port, dir.path()).await;
+    eventually("queue drained after the restart", 30, || async {
+        let rows = outbox(&state);
+        rows.iter().all(|(_, _, s)| s == "delivered")
+            && rows.iter().filter(|(_, k, _)| k == "gpu_condition").count()
+                >= 3 + queued_while_down + 2
+    })
+    .await;
+    let events = all_events(&base, &admin).await;
+    assert!(
+        of_type(&events, "fleet.machine_offline").is_empty(),
+        "a server restart shorter than the grace period does not make the machine offline"
+    );
+
+    // Graceful stop: the agent hands over what it queued and exits 0.
+    terminate(&agent);
+    let status = agent.wait().await.unwrap();
+    assert!(status.success(), "{status}");
+
+    // Exactly once: every event the agent queued is in the log once, and nothing else is.
+    let rows = outbox(&state);
+    assert!(rows.iter().all(|(_, _, s)| s == "delivered"), "{rows:?}");
+    let events = all_events(&base, &admin).await;
+    for (event_id, kind, _) in &rows {
+        let stored = events
+            .iter()
+            .filter(|e| e["event_id"] == json!(event_id))
+            .count();
+        assert_eq!(stored, 1, "{kind} {event_id} stored {stored} times");
+    }
+    let conditions = rows.iter().filter(|(_, k, _)| k == "gpu_condition").count();
+    assert_eq!(
+        of_type(&events, "fleet.gpu_condition_changed").len(),
+        conditions
+    );
+    assert_eq!(
+        of_type(&events, "fleet.machine_registered").len(),
+        1,
+        "same hardware, one registration"
+    );
+    assert_eq!(of_type(&events, "fleet.gpu_detected").len(), 2);
+
+    // Stopped: offline after the grace period, dated at the last heartbeat.
+    eventually("offline after the agent stopped", 30, || async {
+        machine(&base, &admin, machine_id).await["status"] == "offline"
+    })
+    .await;
+    let m = machine(&base, &admin, machine_id).await;
+    let events = all_events(&base, &admin).await;
+    let offline = of_type(&events, "fleet.machine_offline");
+    assert_eq!(offline.len(), 1);
+    let last_seen = chrono::DateTime::parse_from_rfc3339(m["last_seen"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        offline[0]["payload"]["last_heartbeat_at"].as_i64().unwrap(),
+        last_seen.timestamp_micros()
+    );
+
+    // Back, then killed outright: online again, offline again.
+    let mut agent = agent_command(&base, &agent_token, &state)
+        .arg("run")
+        .spawn()
+        .unwrap();
+    eventually("online again", 30, || async {
+        machine(&base, &admin, machine_id).await["status"] == "online"
+    })
+    .await;
+    agent.kill().await.unwrap();
+    eventually("offline after the agent was killed", 30, || async {
+        machine(&base, &admin, machine_id).await["status"] == "offline"
+    })
+    .await;
+    let events = all_events(&base, &admin).await;
+    assert_eq!(of_type(&events, "fleet.machine_online").len(), 2);
+    assert_eq!(of_type(&events, "fleet.machine_offline").len(), 2);
+
+    // `status` reads the local queue and the platform's view.
+    let status = agent_command(&base, &agent_token, &state)
+        .args(["status", "--json"])
+        .output()
+        .await
+        .unwrap();
+    let report: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(report["identity"]["machine_id"], json!(machine_id));
+    assert_eq!(report["platform"]["status"], "offline");
+    assert_eq!(report["queue"]["rejected"], 0);
+
+    // Another provider's agent cannot report for this machine.
+    let intruder = Uuid::now_v7();
+    let intruder_provider = token(
+        &base,
+        &admin,
+        json!({"kind": "provider", "provider_id": intruder}),
+    )
+    .await;
+    let intruder_agent = token(
+        &base,
+        &intruder_provider,
+        json!({"kind": "agent", "provider_id": intruder, "machine_id": Uuid::now_v7()}),
+    )
+    .await;
+    let (status, problem) = call(
+        &base,
+        "POST",
+        "/v1/agent/heartbeat",
+        &intruder_agent,
+        Some(json!({"machine_id": machine_id, "gpus": []})),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (403, Some("machine_not_owned"))
+    );
+    let (status, problem) = call(
+        &base,
+        "POST",
+        "/v1/agent/events",
+        &intruder_agent,
+        Some(json!({"events": [{
+            "event_id": Uuid::now_v7(), "occurred_at": chrono::Utc::now().to_rfc3339(),
+            "kind": "gpu_condition",
+            "body": {"machine_id": machine_id, "gpu_uuid": m["gpus"][0]["gpu_uuid"], "condition": "lost", "active": true, "evidence": null}
+        }]})),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (403, Some("machine_not_owned"))
+    );
+    // An agent given another token in the same state directory learns that token's machine and
+    // registers it, never the first one.
+    let (_, identity) = call(&base, "GET", "/v1/agent/identity", &intruder_agent, None).await;
+    let registered = agent_command(&base, &intruder_agent, &state)
+        .arg("register")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&registered.stdout);
+    assert!(
+        registered.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&registered.stderr)
+    );
+    assert!(
+        stdout.contains(identity["machine_id"].as_str().unwrap()),
+        "{stdout}"
+    );
+    let m = machine(&base, &admin, machine_id).await;
+    assert_eq!(
+        m["provider_id"],
+        json!(provider),
+        "the first machine is untouched"
+    );
+
+    server.child.kill().await.unwrap();
+}
