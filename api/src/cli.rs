@@ -201,14 +201,21 @@ pub enum ProjectionsCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
-    /// Issue an operator credential (the first admin token, or a finance token) and print it
-    /// once. Provider and agent tokens are issued through the API.
+    /// Issue a credential and print it once: the first admin token, a finance token, or (for
+    /// operators setting up a machine by hand, and the GPU check script) a provider or agent
+    /// token. Providers normally take theirs through the API.
     CreateToken {
         #[arg(long, value_enum)]
         role: OperatorRole,
         /// What the token is for, e.g. "alice's laptop".
         #[arg(long, default_value = "created on the command line")]
         label: String,
+        /// The provider a provider or agent token is bound to.
+        #[arg(long, required_if_eq_any = [("role", "provider"), ("role", "agent")])]
+        provider_id: Option<uuid::Uuid>,
+        /// The machine an agent token is bound to.
+        #[arg(long, required_if_eq("role", "agent"))]
+        machine_id: Option<uuid::Uuid>,
     },
 }
 
@@ -216,6 +223,8 @@ pub enum AdminCommand {
 pub enum OperatorRole {
     Admin,
     Finance,
+    Provider,
+    Agent,
 }
 
 #[derive(Debug, Subcommand)]

@@ -124,12 +124,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Admin {
-            command: AdminCommand::CreateToken { role, label },
+            command:
+                AdminCommand::CreateToken {
+                    role,
+                    label,
+                    provider_id,
+                    machine_id,
+                },
         } => {
+            use gpunex_domain::credentials::Role;
             let store = cli::open_store(&cli.database_url).await?;
+            let provider =
+                || provider_id.ok_or_else(|| anyhow::anyhow!("--provider-id is required"));
             let role = match role {
-                OperatorRole::Admin => gpunex_domain::credentials::Role::Admin,
-                OperatorRole::Finance => gpunex_domain::credentials::Role::Finance,
+                OperatorRole::Admin => Role::Admin,
+                OperatorRole::Finance => Role::Finance,
+                OperatorRole::Provider => Role::Provider {
+                    provider_id: provider()?,
+                },
+                OperatorRole::Agent => Role::Agent {
+                    provider_id: provider()?,
+                    machine_id: machine_id
+                        .ok_or_else(|| anyhow::anyhow!("--machine-id is required"))?,
+                },
             };
             let (new, issued) = gpunex_api::tokens::issue_token(
                 &store,
