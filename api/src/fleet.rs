@@ -86,16 +86,27 @@ fn provider_fleet_stream(provider_id: Uuid) -> StreamId {
 
 const OUTAGE_STREAM: &str = "platform-outages";
 
-/// The provider and machine an agent token is bound to.
-fn agent_of(caller: &Caller) -> Result<(Uuid, Uuid), ApiError> {
+/// The provider and machine an agent token is bound to. The binding alone is not trusted: a
+/// machine already registered to another provider is refused whatever the token says.
+fn agent_of(state: &AppState, caller: &Caller) -> Result<(Uuid, Uuid), ApiError> {
     caller.require(&[Allow::Agent])?;
-    match caller.role {
-        Role::Agent {
-            provider_id,
-            machine_id,
-        } => Ok((provider_id, machine_id)),
-        _ => Err(ApiError::Forbidden),
+    let Role::Agent {
+        provider_id,
+        machine_id,
+    } = caller.role
+    else {
+        return Err(ApiError::Forbidden);
+    };
+    let owner = state
+        .credentials
+        .with_fleet(|f| f.machine(&machine_id).map(|m| m.provider_id));
+    if owner.is_some_and(|owner| owner != provider_id) {
+        return Err(ApiError::Denied {
+            code: "machine_not_owned",
+            detail: format!("machine {machine_id} is registered to another provider"),
+        });
     }
+    Ok((provider_id, machine_id))
 }
 
 fn not_owned(named: Uuid) -> ApiError {
@@ -144,7 +155,7 @@ pub async fn agent_events(
     caller: Caller,
     Json(body): Json<serde_json::Value>,
 ) -> Result<Json<wf::AgentEventsResponse>, ApiError> {
-    let (provider_id, machine_id) = agent_of(&caller)?;
+    let (provider_id, machine_id) = agent_of(&state, &caller)?;
     let request: wf::AgentEventsRequest = serde_json::from_value(body)
         .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?;
     if request.events.is_empty() || request.events.len() > wf::AGENT_EVENTS_PER_REQUEST_MAX {
@@ -507,7 +518,7 @@ pub async fn heartbeat(
     caller: Caller,
     Json(body): Json<serde_json::Value>,
 ) -> Result<Json<wf::HeartbeatAck>, ApiError> {
-    let (provider_id, machine_id) = agent_of(&caller)?;
+    let (provider_id, machine_id) = agent_of(&state, &caller)?;
     let beat: wf::Heartbeat = serde_json::from_value(body)
         .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?;
     if beat.machine_id != machine_id {
@@ -874,8 +885,11 @@ pub async fn machine(
 }
 
 /// `GET /v1/agent/identity`: the provider and machine this agent token is bound to.
-pub async fn agent_identity(caller: Caller) -> Result<Json<wf::AgentIdentity>, ApiError> {
-    let (provider_id, machine_id) = agent_of(&caller)?;
+pub async fn agent_identity(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<wf::AgentIdentity>, ApiError> {
+    let (provider_id, machine_id) = agent_of(&state, &caller)?;
     Ok(Json(wf::AgentIdentity {
         token_id: caller.token_id,
         provider_id,
@@ -888,7 +902,7 @@ pub async fn agent_machine(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Json<wf::MachineView>, ApiError> {
-    let (_, machine_id) = agent_of(&caller)?;
+    let (_, machine_id) = agent_of(&state, &caller)?;
     Ok(Json(one_machine(&state, &caller, machine_id).await?))
 }
 

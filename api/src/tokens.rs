@@ -276,6 +276,20 @@ pub async fn issue(
             return Err(ApiError::Forbidden);
         }
     }
+    if let Role::Agent {
+        provider_id,
+        machine_id,
+    } = role
+        && state
+            .credentials
+            .with_fleet(|f| f.machine(&machine_id).map(|m| m.provider_id))
+            .is_some_and(|owner| owner != provider_id)
+    {
+        return Err(ApiError::Conflict {
+            code: "machine_registered_elsewhere",
+            detail: format!("machine {machine_id} is registered to another provider"),
+        });
+    }
     if let Some(provider_id) = role.provider_id() {
         let active = state
             .credentials

@@ -452,6 +452,60 @@ async fn agents_cannot_act_for_other_machines_or_send_nonsense(db: &TestDb) {
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _) = deliver(&p.base, &token_a, vec![registration(machine_a, 2)]).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+    // B chooses A's machine id for a new agent token: refused at issue; and a token bound that
+    // way by an operator is refused by every agent endpoint.
+    let (status, problem) = call(
+        &p.base,
+        "POST",
+        "/v1/tokens",
+        &token_b,
+        Some(json!({"role": {"kind": "agent", "provider_id": provider_b, "machine_id": machine_a}, "label": "takeover"})),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (StatusCode::CONFLICT, Some("machine_registered_elsewhere"))
+    );
+    let (forged, _) = gpunex_api::tokens::issue_token(
+        &p.state.store,
+        Some(&p.state.credentials),
+        gpunex_api::tokens::TokenRequest::new(
+            gpunex_domain::credentials::Role::Agent {
+                provider_id: provider_b,
+                machine_id: machine_a,
+            },
+            "forged",
+            "cli",
+        ),
+    )
+    .await
+    .unwrap();
+    let before = head(&p).await;
+    for (method, path, body) in [
+        (
+            "POST",
+            "/v1/agent/events",
+            Some(json!({"events": [registration(machine_a, 2)]})),
+        ),
+        ("POST", "/v1/agent/heartbeat", Some(heartbeat(machine_a, 2))),
+        ("GET", "/v1/agent/machine", None),
+    ] {
+        let (status, problem) = call(&p.base, method, path, &forged.token, body).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (StatusCode::FORBIDDEN, Some("machine_not_owned")),
+            "{path}"
+        );
+    }
+    let (_, m) = call(
+        &p.base,
+        "GET",
+        &format!("/v1/machines/{machine_a}"),
+        &token_a,
+        None,
+    )
+    .await;
+    assert_eq!(m["provider_id"], json!(provider_a));
     assert_eq!(head(&p).await, before);
 
     // Malformed and out-of-range input: a precise error, nothing written, nothing recorded.
