@@ -797,7 +797,15 @@ fn machine_view(machine: &MachineState, observed: &Observed) -> wf::MachineView 
                 power_limit_lowered: g.power_limit_lowered,
                 ecc_enabled: g.gpu.ecc_enabled,
                 mig_enabled: g.gpu.mig_enabled,
-                status: status.to_owned(),
+                // A GPU NVML no longer answers for is `lost` while its machine is online.
+                status: match machine.conditions.get(&g.gpu.gpu_uuid) {
+                    Some(active)
+                        if machine.online && active.contains_key(&fleet::GpuCondition::Lost) =>
+                    {
+                        "lost".to_owned()
+                    }
+                    _ => status.to_owned(),
+                },
                 conditions: machine
                     .conditions
                     .get(&g.gpu.gpu_uuid)

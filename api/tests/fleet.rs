@@ -298,6 +298,43 @@ async fn register_heartbeat_offline_and_back(db: &TestDb) {
     )
     .await;
     assert_eq!(m["gpus"][0]["conditions"], json!(["hw_slowdown"]));
+    // A GPU that fell off the bus is `lost` while the machine is online, and back when it ends.
+    let gpu3 = gpu(machine, 3)["gpu_uuid"].as_str().unwrap().to_owned();
+    let lost = |active: bool| {
+        json!({
+            "event_id": Uuid::now_v7(),
+            "occurred_at": chrono::Utc::now().to_rfc3339(),
+            "kind": "gpu_condition",
+            "body": {"machine_id": machine, "gpu_uuid": gpu3, "condition": "lost", "active": active, "evidence": null}
+        })
+    };
+    deliver(&p.base, &agent, vec![lost(true)]).await;
+    let (_, m) = call(
+        &p.base,
+        "GET",
+        &format!("/v1/machines/{machine}"),
+        &agent,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (
+            m["gpus"][3]["status"].as_str(),
+            m["gpus"][2]["status"].as_str()
+        ),
+        (Some("lost"), Some("online"))
+    );
+    deliver(&p.base, &agent, vec![lost(false)]).await;
+    let (_, m) = call(
+        &p.base,
+        "GET",
+        &format!("/v1/machines/{machine}"),
+        &agent,
+        None,
+    )
+    .await;
+    assert_eq!(m["gpus"][3]["status"], "online");
+    assert_eq!(m["gpus"][3]["conditions"], json!([]));
     let (_, slowed) = call(
         &p.base,
         "GET",
@@ -452,6 +489,8 @@ async fn agents_cannot_act_for_other_machines_or_send_nonsense(db: &TestDb) {
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _) = deliver(&p.base, &token_a, vec![registration(machine_a, 2)]).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(head(&p).await, before);
+
     // B chooses A's machine id for a new agent token: refused at issue; and a token bound that
     // way by an operator is refused by every agent endpoint.
     let (status, problem) = call(

@@ -130,7 +130,8 @@ pub struct GpuView {
     pub power_limit_lowered: Option<bool>,
     pub ecc_enabled: Option<bool>,
     pub mig_enabled: Option<bool>,
-    /// `online` or `offline`, as its machine.
+    /// `online` or `offline`, as its machine; `lost` while its machine is online but NVML no
+    /// longer answers for it.
     pub status: String,
     /// Conditions active now (`hw_slowdown`, `thermal`, ...).
     pub conditions: Vec<GpuCondition>,
