@@ -17,6 +17,7 @@ use gpunex_projections::accounts::{UserRecord, Users};
 use gpunex_projections::applications::Applications;
 use gpunex_projections::credentials::{CredentialRecord, Credentials};
 use gpunex_projections::fleet::Fleet;
+use gpunex_projections::market::Market;
 use gpunex_store::{Store, StoreError};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -71,6 +72,8 @@ pub struct CredentialCache {
     models: Arc<RwLock<Vec<gpunex_domain::gpu::ModelAdded>>>,
     /// Machines, GPUs and presence (only from the subscription).
     fleet: Arc<RwLock<Fleet>>,
+    /// Prices, schedules, maintenance, delistings (only from the subscription).
+    market: Arc<RwLock<Market>>,
     /// Sticky: a credential event this binary cannot read.
     undecodable: Arc<AtomicBool>,
     /// Cleared while the follower cannot read the log.
@@ -86,6 +89,7 @@ impl Default for CredentialCache {
             users: Arc::default(),
             models: Arc::default(),
             fleet: Arc::default(),
+            market: Arc::default(),
             undecodable: Arc::default(),
             behind: Arc::default(),
         }
@@ -140,6 +144,7 @@ impl CredentialCache {
                 || e.event_type.starts_with("catalog.")
                 || e.event_type.starts_with("fleet.")
                 || e.event_type.starts_with("platform.")
+                || e.event_type.starts_with("market.")
         };
         for event in events.iter().filter(relevant) {
             match event.decode() {
@@ -150,6 +155,9 @@ impl CredentialCache {
                     }
                     if let Ok(mut fleet) = self.fleet.write() {
                         fleet.apply(event.stream_version, event.recorded_at_us, &decoded);
+                    }
+                    if let Ok(mut market) = self.market.write() {
+                        market.apply(&decoded);
                     }
                 }
                 Err(error) => {
@@ -189,6 +197,24 @@ impl CredentialCache {
             Ok(fleet) => read(&fleet),
             Err(poisoned) => read(&poisoned.into_inner()),
         }
+    }
+
+    /// Reads the marketplace state as of the registry's position.
+    pub fn with_market<T>(&self, read: impl FnOnce(&Market) -> T) -> T {
+        match self.market.read() {
+            Ok(market) => read(&market),
+            Err(poisoned) => read(&poisoned.into_inner()),
+        }
+    }
+
+    /// The last log position the registry has applied.
+    pub fn position(&self) -> u64 {
+        *self.position.borrow()
+    }
+
+    /// Changes whenever the registry applies new events.
+    pub fn watch_position(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.position.subscribe()
     }
 
     /// Whether the registry can be trusted to authenticate.

@@ -17,6 +17,7 @@ pub mod cli;
 pub mod error;
 pub mod fleet;
 pub mod idempotency;
+pub mod market;
 pub mod outbox;
 pub mod routes;
 pub mod runner;

@@ -22,18 +22,34 @@ pub struct AppState {
     pub credentials: crate::auth::CredentialCache,
     pub login_limiter: crate::accounts::LoginLimiter,
     pub fleet: crate::fleet::FleetConfig,
+    /// The marketplace listings, rebuilt as the log moves.
+    pub listings: crate::market::ListingIndex,
 }
 
 impl AppState {
     /// Loads the credential registry from the log and keeps it current.
     pub async fn load(store: Store) -> Result<AppState, gpunex_store::StoreError> {
         let credentials = crate::auth::CredentialCache::load(&store).await?;
+        let listings = crate::market::ListingIndex::default();
+        listings.rebuild(&credentials, crate::tokens::now());
+        tokio::spawn(crate::market::run_listing_index(
+            credentials.clone(),
+            listings.clone(),
+        ));
         Ok(AppState {
             store,
             credentials,
             login_limiter: crate::accounts::LoginLimiter::default(),
             fleet: crate::fleet::FleetConfig::default(),
+            listings,
         })
+    }
+
+    /// Sets how presence is judged, and whether simulated GPUs may be listed.
+    pub fn with_fleet_config(mut self, config: crate::fleet::FleetConfig) -> AppState {
+        self.fleet = config;
+        self.listings.set_dev_mode(config.dev_mode);
+        self
     }
 }
 
@@ -44,7 +60,7 @@ pub fn endpoints() -> crate::routes::Routes {
         ADMIN, ADMIN_FINANCE, ADMIN_PROVIDER, ADMIN_USER, AGENT, FLEET_READERS, PROVIDER_DASHBOARD,
         PUBLIC, USER,
     };
-    use crate::{accounts as acc, applications as app, fleet, tokens as tok};
+    use crate::{accounts as acc, applications as app, fleet, market, tokens as tok};
     crate::routes::Routes::default()
         .get("/healthz", "the process is up", PUBLIC, healthz)
         .get(
@@ -233,6 +249,78 @@ pub fn endpoints() -> crate::routes::Routes {
             "one GPU's telemetry samples in a time range",
             FLEET_READERS,
             fleet::telemetry,
+        )
+        .post(
+            "/v1/providers/{provider_id}/prices",
+            "set the hourly price of a model, now or from a later instant",
+            ADMIN_PROVIDER,
+            market::set_price,
+        )
+        .get(
+            "/v1/providers/{provider_id}/prices",
+            "current prices and price history per model",
+            ADMIN_PROVIDER,
+            market::prices,
+        )
+        .post(
+            "/v1/providers/{provider_id}/availability",
+            "set the weekly availability schedule (or always on)",
+            ADMIN_PROVIDER,
+            market::set_availability,
+        )
+        .get(
+            "/v1/providers/{provider_id}/availability",
+            "the availability schedule and whether it is open now",
+            ADMIN_PROVIDER,
+            market::availability,
+        )
+        .post(
+            "/v1/providers/{provider_id}/maintenance",
+            "announce maintenance (hidden from renters meanwhile)",
+            ADMIN_PROVIDER,
+            market::announce_maintenance,
+        )
+        .get(
+            "/v1/providers/{provider_id}/maintenance",
+            "announced maintenance that has not ended",
+            ADMIN_PROVIDER,
+            market::maintenance,
+        )
+        .post(
+            "/v1/providers/{provider_id}/maintenance/{maintenance_id}/cancel",
+            "cancel announced maintenance",
+            ADMIN_PROVIDER,
+            market::cancel_maintenance,
+        )
+        .get(
+            "/v1/providers/{provider_id}/listings",
+            "each GPU of the provider: listed or why not, and its rank breakdown",
+            PROVIDER_DASHBOARD,
+            market::provider_listings,
+        )
+        .post(
+            "/v1/gpus/{gpu_uuid}/delist",
+            "take a GPU off the marketplace",
+            ADMIN,
+            market::delist,
+        )
+        .post(
+            "/v1/gpus/{gpu_uuid}/relist",
+            "put a delisted GPU back",
+            ADMIN,
+            market::relist,
+        )
+        .get(
+            "/v1/listings",
+            "search listed GPUs: filters, sort, cursor pages",
+            PUBLIC,
+            market::search,
+        )
+        .get(
+            "/v1/listings/{gpu_uuid}",
+            "one listed GPU with its rank breakdown",
+            PUBLIC,
+            market::listing,
         )
         .get(
             "/v1/fleet",
@@ -499,8 +587,7 @@ pub async fn serve(
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, database = ?store.backend(), "gpunex listening");
-    let mut state = AppState::load(store).await?;
-    state.fleet = fleet;
+    let state = AppState::load(store).await?.with_fleet_config(fleet);
     let watchdog = tokio::spawn(crate::fleet::run_watchdog(
         state.store.clone(),
         state.credentials.clone(),

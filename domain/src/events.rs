@@ -18,6 +18,10 @@ use crate::fleet::{
 };
 use crate::gpu::ModelAdded;
 use crate::ledger::{Account, JournalEntry, Posting};
+use crate::market::{
+    AvailabilitySet, GpuListingChanged, MaintenanceAnnounced, MaintenanceCancelled, MarketEvent,
+    PriceSet,
+};
 use crate::money::Usdc;
 use crate::onboarding::{
     ApplicationApproved, ApplicationEvent, ApplicationRejected, ApplicationSubmitted,
@@ -60,7 +64,20 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(MACHINE_OFFLINE),
     v1(GPU_CONDITION_CHANGED),
     v1(PLATFORM_OUTAGE_RECORDED),
+    v1(PRICE_SET),
+    v1(AVAILABILITY_SET),
+    v1(MAINTENANCE_ANNOUNCED),
+    v1(MAINTENANCE_CANCELLED),
+    v1(GPU_DELISTED),
+    v1(GPU_RELISTED),
 ];
+
+pub const PRICE_SET: &str = "market.price_set";
+pub const AVAILABILITY_SET: &str = "market.availability_set";
+pub const MAINTENANCE_ANNOUNCED: &str = "market.maintenance_announced";
+pub const MAINTENANCE_CANCELLED: &str = "market.maintenance_cancelled";
+pub const GPU_DELISTED: &str = "market.gpu_delisted";
+pub const GPU_RELISTED: &str = "market.gpu_relisted";
 
 pub const MACHINE_REGISTERED: &str = "fleet.machine_registered";
 pub const GPU_DETECTED: &str = "fleet.gpu_detected";
@@ -134,6 +151,7 @@ pub enum DomainEvent {
     Account(AccountEvent),
     ModelAdded(ModelAdded),
     Fleet(FleetEvent),
+    Market(MarketEvent),
 }
 
 /// Finance corrects the books by hand: a balanced journal entry with a reason.
@@ -186,6 +204,14 @@ impl DomainEvent {
                 FleetEvent::GpuConditionChanged(_) => GPU_CONDITION_CHANGED,
                 FleetEvent::PlatformOutageRecorded(_) => PLATFORM_OUTAGE_RECORDED,
             },
+            DomainEvent::Market(event) => match event {
+                MarketEvent::PriceSet(_) => PRICE_SET,
+                MarketEvent::AvailabilitySet(_) => AVAILABILITY_SET,
+                MarketEvent::MaintenanceAnnounced(_) => MAINTENANCE_ANNOUNCED,
+                MarketEvent::MaintenanceCancelled(_) => MAINTENANCE_CANCELLED,
+                MarketEvent::GpuDelisted(_) => GPU_DELISTED,
+                MarketEvent::GpuRelisted(_) => GPU_RELISTED,
+            },
         }
     }
 
@@ -222,6 +248,15 @@ impl DomainEvent {
                 FleetEvent::GpuConditionChanged(e) => serde_json::to_value(e),
                 FleetEvent::PlatformOutageRecorded(e) => serde_json::to_value(e),
             },
+            DomainEvent::Market(event) => match event {
+                MarketEvent::PriceSet(e) => serde_json::to_value(e),
+                MarketEvent::AvailabilitySet(e) => serde_json::to_value(e),
+                MarketEvent::MaintenanceAnnounced(e) => serde_json::to_value(e),
+                MarketEvent::MaintenanceCancelled(e) => serde_json::to_value(e),
+                MarketEvent::GpuDelisted(e) | MarketEvent::GpuRelisted(e) => {
+                    serde_json::to_value(e)
+                }
+            },
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -240,7 +275,8 @@ impl DomainEvent {
             | DomainEvent::Credential(_)
             | DomainEvent::Account(_)
             | DomainEvent::ModelAdded(_)
-            | DomainEvent::Fleet(_) => None,
+            | DomainEvent::Fleet(_)
+            | DomainEvent::Market(_) => None,
         }
     }
 
@@ -308,6 +344,7 @@ fn decode_with(
     let json = |e: serde_json::Error| malformed(e.to_string());
     let application = DomainEvent::Application;
     let fleet = DomainEvent::Fleet;
+    let market = DomainEvent::Market;
     let event = match (spec.event_type, version) {
         (ADJUSTMENT_POSTED, 1) => {
             let event = upcast_adjustment_v1(source.parse().map_err(json)?).map_err(malformed)?;
@@ -376,6 +413,33 @@ fn decode_with(
         )),
         (PLATFORM_OUTAGE_RECORDED, _) => fleet(FleetEvent::PlatformOutageRecorded(
             source.parse::<PlatformOutageRecorded>().map_err(json)?,
+        )),
+        (PRICE_SET, _) => {
+            let event: PriceSet = source.parse().map_err(json)?;
+            if !(crate::market::PRICE_MICRO_USDC_MIN..=crate::market::PRICE_MICRO_USDC_MAX)
+                .contains(&event.price_micro_usdc.micros())
+            {
+                return Err(malformed("price out of range".to_owned()));
+            }
+            market(MarketEvent::PriceSet(event))
+        }
+        (AVAILABILITY_SET, _) => {
+            let event: AvailabilitySet = source.parse().map_err(json)?;
+            crate::market::validate_availability(&event.availability)
+                .map_err(|e| malformed(e.to_string()))?;
+            market(MarketEvent::AvailabilitySet(event))
+        }
+        (MAINTENANCE_ANNOUNCED, _) => market(MarketEvent::MaintenanceAnnounced(
+            source.parse::<MaintenanceAnnounced>().map_err(json)?,
+        )),
+        (MAINTENANCE_CANCELLED, _) => market(MarketEvent::MaintenanceCancelled(
+            source.parse::<MaintenanceCancelled>().map_err(json)?,
+        )),
+        (GPU_DELISTED, _) => market(MarketEvent::GpuDelisted(
+            source.parse::<GpuListingChanged>().map_err(json)?,
+        )),
+        (GPU_RELISTED, _) => market(MarketEvent::GpuRelisted(
+            source.parse::<GpuListingChanged>().map_err(json)?,
         )),
         (TOKEN_REVOKED, _) => DomainEvent::Credential(CredentialEvent::Revoked(
             source.parse::<TokenRevoked>().map_err(json)?,

@@ -14,6 +14,7 @@ pub mod events;
 pub mod fleet;
 pub mod gpu;
 pub mod ledger;
+pub mod market;
 pub mod money;
 pub mod onboarding;
 pub mod stream;

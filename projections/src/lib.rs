@@ -15,6 +15,7 @@ pub mod applications;
 pub mod credentials;
 pub mod fleet;
 pub mod ledger;
+pub mod market;
 pub mod runner;
 
 use gpunex_domain::{DomainEvent, StreamId};

@@ -232,3 +232,5 @@ pub struct Approval {
 }
 
 pub mod fleet;
+
+pub mod market;

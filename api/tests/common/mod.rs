@@ -117,6 +117,17 @@ pub async fn approved_provider(
     email: &str,
     gpus: Value,
 ) -> (uuid::Uuid, String) {
+    approved_provider_as(base, admin, email, gpus, "community").await
+}
+
+/// [`approved_provider`] with the tier the reviewer grants (`community` or `enterprise`).
+pub async fn approved_provider_as(
+    base: &str,
+    admin: &str,
+    email: &str,
+    gpus: Value,
+    tier: &str,
+) -> (uuid::Uuid, String) {
     let person = person(base, email).await;
     let form = serde_json::json!({
         "full_legal_name": "Grace Hopper",
@@ -135,7 +146,7 @@ pub async fn approved_provider(
         "POST",
         &format!("/v1/applications/{id}/approve"),
         Some(admin),
-        Some(serde_json::json!({"tier": "community"})),
+        Some(serde_json::json!({"tier": tier})),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{approved}");

@@ -1,0 +1,815 @@
+//! The marketplace over HTTP: providers set prices, schedules and maintenance; operators delist
+//! GPUs; renters search listings. Searches are answered from a listing snapshot rebuilt whenever
+//! the log moves and at least every second (`run_listing_index`), so a price change or a GPU
+//! going offline shows in search well within a second.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use gpunex_domain::credentials::Role;
+use gpunex_domain::market::{self, MarketEvent, MarketRejection, RankBreakdown};
+use gpunex_domain::money::Usdc;
+use gpunex_domain::onboarding::{ApplicationStatus, GpuModelChoice, Tier};
+use gpunex_domain::time::Timestamp;
+use gpunex_domain::{DomainEvent, StreamId};
+use gpunex_projections::market::{BuildInputs, Listing, ListingSnapshot, SearchFilter, SortBy};
+use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
+use gpunex_wire as wire;
+use gpunex_wire::market as wm;
+use uuid::Uuid;
+
+use crate::auth::{Allow, Caller, CredentialCache};
+use crate::error::ApiError;
+use crate::server::{AppState, timestamp};
+use crate::tokens::now;
+
+/// The current listing snapshot, shared by every request.
+#[derive(Clone)]
+pub struct ListingIndex {
+    snapshot: Arc<RwLock<Arc<ListingSnapshot>>>,
+    dev_mode: Arc<AtomicBool>,
+    /// Log position the snapshot was built at.
+    built_at: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+/// How often the snapshot is rebuilt when nothing happens: schedules and maintenance start and
+/// end with time alone.
+pub const LISTING_REFRESH: Duration = Duration::from_millis(500);
+
+impl Default for ListingIndex {
+    fn default() -> Self {
+        ListingIndex {
+            snapshot: Arc::new(RwLock::new(Arc::new(ListingSnapshot::empty()))),
+            dev_mode: Arc::default(),
+            built_at: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
+}
+
+impl ListingIndex {
+    pub fn current(&self) -> Arc<ListingSnapshot> {
+        match self.snapshot.read() {
+            Ok(snapshot) => Arc::clone(&snapshot),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    pub fn set_dev_mode(&self, dev_mode: bool) {
+        self.dev_mode.store(dev_mode, Ordering::SeqCst);
+    }
+
+    /// Rebuilds the snapshot from the registry at `at`.
+    pub fn rebuild(&self, registry: &CredentialCache, at: Timestamp) {
+        let applications: Vec<_> = registry
+            .applications()
+            .into_iter()
+            .map(|(_, a)| a)
+            .collect();
+        let added = registry.added_models();
+        let position = registry.position();
+        let snapshot = registry.with_fleet(|fleet| {
+            registry.with_market(|market| {
+                ListingSnapshot::build(
+                    &BuildInputs {
+                        fleet,
+                        market,
+                        applications: &applications,
+                        added_models: &added,
+                        dev_mode: self.dev_mode.load(Ordering::SeqCst),
+                    },
+                    at,
+                )
+            })
+        });
+        if let Ok(mut current) = self.snapshot.write() {
+            *current = Arc::new(snapshot);
+        }
+        self.built_at.send_replace(position);
+    }
+
+    /// Waits until a snapshot built at or after log position `position` is in place.
+    pub async fn wait_for(&self, position: u64) {
+        let mut built = self.built_at.subscribe();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), built.wait_for(|p| *p >= position)).await;
+    }
+}
+
+/// Keeps the snapshot current: rebuilds as soon as the registry applies new events, and every
+/// [`LISTING_REFRESH`] otherwise.
+pub async fn run_listing_index(registry: CredentialCache, index: ListingIndex) {
+    let mut position = registry.watch_position();
+    loop {
+        index.rebuild(&registry, now());
+        let _ = tokio::time::timeout(LISTING_REFRESH, position.changed()).await;
+    }
+}
+
+fn rejection(error: MarketRejection) -> ApiError {
+    let field = match error {
+        MarketRejection::PriceNotANumber(_)
+        | MarketRejection::PriceNotPositive
+        | MarketRejection::PriceOutOfRange => "price_usdc",
+        MarketRejection::EffectiveOutOfRange => "effective_at",
+        MarketRejection::ModelNotOffered(_) => "model_id",
+        MarketRejection::UnknownTimeZone(_) => "availability/time_zone",
+        MarketRejection::InvalidSchedule(_) => "availability/windows",
+        MarketRejection::InvalidMaintenance => "until",
+        MarketRejection::InvalidReason => "reason",
+        MarketRejection::NoSuchMaintenance => {
+            return ApiError::Conflict {
+                code: error.code(),
+                detail: error.to_string(),
+            };
+        }
+    };
+    ApiError::invalid(field, error.code(), error.to_string())
+}
+
+fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| Timestamp::from_unix_micros(t.timestamp_micros()))
+        .map_err(|e| {
+            ApiError::invalid(
+                field,
+                "invalid_timestamp",
+                format!("RFC 3339 expected: {e}"),
+            )
+        })
+}
+
+/// Admins act for any provider; a provider for itself.
+fn for_provider(caller: &Caller, provider_id: Uuid) -> Result<(), ApiError> {
+    caller.require(&[Allow::Admin, Allow::Provider])?;
+    match caller.role {
+        Role::Provider { provider_id: own } if own != provider_id => Err(ApiError::Forbidden),
+        _ => Ok(()),
+    }
+}
+
+fn market_stream(provider_id: Uuid) -> StreamId {
+    StreamId::parse(format!("provider_market-{provider_id}"))
+        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
+}
+
+async fn append(
+    state: &AppState,
+    caller: &Caller,
+    stream: StreamId,
+    event: MarketEvent,
+) -> Result<u64, ApiError> {
+    let event = DomainEvent::Market(event);
+    let committed = state
+        .store
+        .append(
+            stream,
+            ExpectedVersion::Any,
+            vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &event,
+                Metadata::actor(caller.actor()),
+            )],
+        )
+        .await
+        .map_err(|error| match error {
+            AppendError::Store(error) => error.into(),
+            other => ApiError::Conflict {
+                code: other.code(),
+                detail: other.to_string(),
+            },
+        })?;
+    let position = committed.last_position();
+    state.credentials.wait_for(position).await?;
+    Ok(position)
+}
+
+fn body<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))
+}
+
+/// Models a provider offers: catalog models its approved application declares or its machines
+/// have.
+fn offered_models(registry: &CredentialCache, provider_id: Uuid) -> Vec<String> {
+    let mut models: Vec<String> = registry
+        .applications()
+        .into_iter()
+        .filter(|(_, a)| {
+            a.provider_id == Some(provider_id) && a.status == ApplicationStatus::Approved
+        })
+        .flat_map(|(_, a)| {
+            a.form
+                .gpus
+                .into_iter()
+                .filter_map(|entry| match entry.model {
+                    GpuModelChoice::Catalog(id) => Some(id),
+                    GpuModelChoice::Unlisted(_) => None,
+                })
+        })
+        .collect();
+    models.extend(registry.with_fleet(|f| {
+        f.gpus_of(&provider_id)
+            .into_iter()
+            .filter_map(|g| g.model_id)
+            .collect::<Vec<_>>()
+    }));
+    models.sort();
+    models.dedup();
+    models
+}
+
+fn price_view(set: &market::PriceSet) -> wm::PriceView {
+    wm::PriceView {
+        model_id: set.model_id.clone(),
+        price_micro_usdc: set.price_micro_usdc.micros(),
+        price_usdc: set.price_micro_usdc.to_string(),
+        effective_at: timestamp(set.effective_at.unix_micros()),
+        set_at: timestamp(set.set_at.unix_micros()),
+    }
+}
+
+fn prices_view(registry: &CredentialCache, provider_id: Uuid) -> wm::ProviderPrices {
+    let at = now();
+    let models = registry.with_market(|m| m.prices_of(provider_id));
+    wm::ProviderPrices {
+        provider_id,
+        models: models
+            .into_iter()
+            .map(|(model_id, history)| {
+                let current = history
+                    .iter()
+                    .filter(|p| p.effective_at <= at)
+                    .max_by_key(|p| p.effective_at)
+                    .map(price_view);
+                wm::ModelPrices {
+                    model_id,
+                    current,
+                    history: history.iter().map(price_view).collect(),
+                }
+            })
+            .collect(),
+    }
+}
+
+/// `POST /v1/providers/{provider_id}/prices`
+pub async fn set_price(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+    Json(request): Json<serde_json::Value>,
+) -> Result<Json<wm::ProviderPrices>, ApiError> {
+    for_provider(&caller, provider_id)?;
+    let request: wm::SetPrice = body(request)?;
+    let effective_at = request
+        .effective_at
+        .as_deref()
+        .map(|text| parse_time("effective_at", text))
+        .transpose()?;
+    let model_id = gpunex_domain::gpu::Catalog {
+        added: &state.credentials.added_models(),
+    }
+    .find_id(&request.model_id)
+    .map(str::to_owned)
+    .unwrap_or_else(|| request.model_id.clone());
+    if !offered_models(&state.credentials, provider_id).contains(&model_id) {
+        return Err(rejection(MarketRejection::ModelNotOffered(
+            request.model_id.chars().take(64).collect(),
+        )));
+    }
+    let set = market::set_price(
+        provider_id,
+        &model_id,
+        &request.price_usdc,
+        effective_at,
+        now(),
+        &caller.actor(),
+    )
+    .map_err(rejection)?;
+    let position = append(
+        &state,
+        &caller,
+        market_stream(provider_id),
+        MarketEvent::PriceSet(set),
+    )
+    .await?;
+    state.listings.wait_for(position).await;
+    Ok(Json(prices_view(&state.credentials, provider_id)))
+}
+
+/// `GET /v1/providers/{provider_id}/prices`
+pub async fn prices(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+) -> Result<Json<wm::ProviderPrices>, ApiError> {
+    for_provider(&caller, provider_id)?;
+    Ok(Json(prices_view(&state.credentials, provider_id)))
+}
+
+fn availability_view(registry: &CredentialCache, provider_id: Uuid) -> wm::AvailabilityView {
+    let availability = registry.with_market(|m| m.availability(provider_id));
+    wm::AvailabilityView {
+        provider_id,
+        open_now: market::available_at(&availability, now()),
+        availability,
+    }
+}
+
+/// `POST /v1/providers/{provider_id}/availability`
+pub async fn set_availability(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+    Json(request): Json<serde_json::Value>,
+) -> Result<Json<wm::AvailabilityView>, ApiError> {
+    for_provider(&caller, provider_id)?;
+    let request: wm::SetAvailability = body(request)?;
+    market::validate_availability(&request.availability).map_err(rejection)?;
+    let event = MarketEvent::AvailabilitySet(market::AvailabilitySet {
+        provider_id,
+        availability: request.availability,
+        set_at: now(),
+    });
+    let position = append(&state, &caller, market_stream(provider_id), event).await?;
+    state.listings.wait_for(position).await;
+    Ok(Json(availability_view(&state.credentials, provider_id)))
+}
+
+/// `GET /v1/providers/{provider_id}/availability`
+pub async fn availability(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+) -> Result<Json<wm::AvailabilityView>, ApiError> {
+    for_provider(&caller, provider_id)?;
+    Ok(Json(availability_view(&state.credentials, provider_id)))
+}
+
+fn maintenance_view(m: &market::MaintenanceAnnounced, at: Timestamp) -> wm::MaintenanceView {
+    wm::MaintenanceView {
+        maintenance_id: m.maintenance_id,
+        provider_id: m.provider_id,
+        machine_id: m.machine_id,
+        from: timestamp(m.from.unix_micros()),
+        until: timestamp(m.until.unix_micros()),
+        reason: m.reason.clone(),
+        active_now: m.from <= at && at < m.until,
+    }
+}
+
+/// `POST /v1/providers/{provider_id}/maintenance`
+pub async fn announce_maintenance(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+    Json(request): Json<serde_json::Value>,
+) -> Result<(StatusCode, Json<wm::MaintenanceView>), ApiError> {
+    for_provider(&caller, provider_id)?;
+    let request: wm::AnnounceMaintenance = body(request)?;
+    let from = parse_time("from", &request.from)?;
+    let until = parse_time("until", &request.until)?;
+    if let Some(machine_id) = request.machine_id
+        && state
+            .credentials
+            .with_fleet(|f| f.machine(&machine_id).map(|m| m.provider_id))
+            != Some(provider_id)
+    {
+        return Err(ApiError::invalid(
+            "machine_id",
+            "unknown_machine",
+            "not a machine of this provider",
+        ));
+    }
+    let at = now();
+    let announced = market::announce_maintenance(
+        Uuid::now_v7(),
+        provider_id,
+        request.machine_id,
+        from,
+        until,
+        &request.reason,
+        at,
+    )
+    .map_err(rejection)?;
+    let view = maintenance_view(&announced, at);
+    let position = append(
+        &state,
+        &caller,
+        market_stream(provider_id),
+        MarketEvent::MaintenanceAnnounced(announced),
+    )
+    .await?;
+    state.listings.wait_for(position).await;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+/// `POST /v1/providers/{provider_id}/maintenance/{maintenance_id}/cancel`
+pub async fn cancel_maintenance(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((provider_id, maintenance_id)): Path<(Uuid, Uuid)>,
+) -> Result<Json<wm::MaintenanceView>, ApiError> {
+    for_provider(&caller, provider_id)?;
+    let at = now();
+    let announced = state
+        .credentials
+        .with_market(|m| m.maintenance(&maintenance_id).cloned())
+        .filter(|m| m.provider_id == provider_id && m.until > at)
+        .ok_or_else(|| rejection(MarketRejection::NoSuchMaintenance))?;
+    let event = MarketEvent::MaintenanceCancelled(market::MaintenanceCancelled {
+        maintenance_id,
+        provider_id,
+        cancelled_at: at,
+    });
+    let position = append(&state, &caller, market_stream(provider_id), event).await?;
+    state.listings.wait_for(position).await;
+    let mut view = maintenance_view(&announced, at);
+    view.active_now = false;
+    Ok(Json(view))
+}
+
+/// `GET /v1/providers/{provider_id}/maintenance`: announced and not yet ended.
+pub async fn maintenance(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+) -> Result<Json<Vec<wm::MaintenanceView>>, ApiError> {
+    for_provider(&caller, provider_id)?;
+    let at = now();
+    let list = state
+        .credentials
+        .with_market(|m| m.maintenance_of(provider_id, at));
+    Ok(Json(list.iter().map(|m| maintenance_view(m, at)).collect()))
+}
+
+async fn change_listing(
+    state: AppState,
+    caller: Caller,
+    gpu_uuid: String,
+    request: serde_json::Value,
+    delist: bool,
+) -> Result<Json<wm::ProviderListing>, ApiError> {
+    caller.require(&[Allow::Admin])?;
+    let request: wm::ListingChange = body(request)?;
+    let provider_id = state
+        .credentials
+        .with_fleet(|f| f.machine_of_gpu(&gpu_uuid).map(|m| m.provider_id))
+        .ok_or(ApiError::NotFound("gpu"))?;
+    let delisted = state
+        .credentials
+        .with_market(|m| m.delisting(&gpu_uuid).is_some());
+    if delisted == delist {
+        return Err(ApiError::Conflict {
+            code: if delist {
+                "already_delisted"
+            } else {
+                "not_delisted"
+            },
+            detail: format!(
+                "GPU {gpu_uuid} is {} delisted",
+                if delisted { "already" } else { "not" }
+            ),
+        });
+    }
+    let changed = market::change_listing(
+        &gpu_uuid,
+        provider_id,
+        &request.reason,
+        now(),
+        &caller.actor(),
+    )
+    .map_err(rejection)?;
+    let event = if delist {
+        MarketEvent::GpuDelisted(changed)
+    } else {
+        MarketEvent::GpuRelisted(changed)
+    };
+    let position = append(&state, &caller, market_stream(provider_id), event).await?;
+    state.listings.wait_for(position).await;
+    let snapshot = state.listings.current();
+    snapshot
+        .status(&gpu_uuid)
+        .map(|s| Json(provider_listing(s)))
+        .ok_or(ApiError::NotFound("gpu"))
+}
+
+/// `POST /v1/gpus/{gpu_uuid}/delist`
+pub async fn delist(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(gpu_uuid): Path<String>,
+    Json(request): Json<serde_json::Value>,
+) -> Result<Json<wm::ProviderListing>, ApiError> {
+    change_listing(state, caller, gpu_uuid, request, true).await
+}
+
+/// `POST /v1/gpus/{gpu_uuid}/relist`
+pub async fn relist(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(gpu_uuid): Path<String>,
+    Json(request): Json<serde_json::Value>,
+) -> Result<Json<wm::ProviderListing>, ApiError> {
+    change_listing(state, caller, gpu_uuid, request, false).await
+}
+
+fn percent_bp(bp: u32) -> String {
+    format!("{}.{:02}", bp / 100, bp % 100)
+}
+
+fn tenths(value: u64) -> String {
+    format!("{}.{}", value / 10, value % 10)
+}
+
+fn rank_view(rank: &RankBreakdown) -> wm::RankView {
+    wm::RankView {
+        total: rank.total,
+        uptime_pct: percent_bp(rank.uptime_bp),
+        uptime_points: rank.uptime_points,
+        price_usdc: Usdc::from_micros(rank.price_micro_usdc).to_string(),
+        median_price_usdc: Usdc::from_micros(rank.median_price_micro_usdc).to_string(),
+        price_points: rank.price_points,
+        tier_points: rank.tier_points,
+        commitment_months: rank.commitment_months,
+        commitment_points: rank.commitment_points,
+        reliability_points: None,
+        performance_points: None,
+    }
+}
+
+fn listing_view(listing: &Listing) -> wm::ListingView {
+    wm::ListingView {
+        gpu_uuid: listing.gpu_uuid.clone(),
+        machine_id: listing.machine_id,
+        provider_id: listing.provider_id,
+        model_id: listing.model_id.clone(),
+        model_name: listing.model_name.clone(),
+        vram_gb: listing.vram_gb,
+        vram_mib: listing.vram_mib,
+        gpus_on_machine: listing.gpus_on_machine,
+        price_micro_usdc: listing.price.micros(),
+        price_usdc: listing.price.to_string(),
+        country: listing.country.clone(),
+        region: listing.region.clone(),
+        city: listing.city.clone(),
+        tier: listing.tier,
+        commitment_months: listing.commitment_months,
+        uptime_pct: percent_bp(listing.uptime_bp),
+        fp16_tflops: tenths(u64::from(listing.fp16_tflops_tenths)),
+        performance_source: "datasheet".to_owned(),
+        tflops_per_usdc_hour: format!(
+            "{}.{:03}",
+            listing.tflops_per_usdc_milli / 1_000,
+            listing.tflops_per_usdc_milli % 1_000
+        ),
+        reliability_score: None,
+        rank: listing.rank.total,
+        simulated: listing.simulated,
+    }
+}
+
+fn provider_listing(status: &gpunex_projections::market::GpuStatus) -> wm::ProviderListing {
+    wm::ProviderListing {
+        gpu_uuid: status.gpu_uuid.clone(),
+        machine_id: status.machine_id,
+        listed: status.hidden.is_empty(),
+        hidden: status.hidden.clone(),
+        rank: status.rank.as_ref().map(rank_view),
+    }
+}
+
+/// Largest search page.
+pub const LISTING_PAGE_MAX: usize = 200;
+
+fn sort_name(sort: SortBy) -> &'static str {
+    match sort {
+        SortBy::Rank => "rank",
+        SortBy::Price => "price",
+        SortBy::PerfPerDollar => "perf_per_dollar",
+    }
+}
+
+/// `GET /v1/listings?model=&min_vram_gb=&country=&region=&max_price_usdc=&tier=&min_gpus=&min_reliability=&sort=&after=&limit=`
+pub async fn search(
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<wm::ListingPage>, ApiError> {
+    let mut errors = Vec::new();
+    let mut bad = |field: &str, code: &str, message: String| {
+        errors.push(wire::FieldError {
+            field: field.to_owned(),
+            code: code.to_owned(),
+            message,
+        });
+    };
+    const KNOWN: [&str; 11] = [
+        "model",
+        "min_vram_gb",
+        "country",
+        "region",
+        "max_price_usdc",
+        "tier",
+        "min_gpus",
+        "min_reliability",
+        "sort",
+        "after",
+        "limit",
+    ];
+    for key in query.keys().filter(|k| !KNOWN.contains(&k.as_str())) {
+        bad(
+            key,
+            "unknown_parameter",
+            format!("known: {}", KNOWN.join(", ")),
+        );
+    }
+    let mut number = |name: &str, max: u32| -> Option<u32> {
+        let text = query.get(name)?;
+        match text.parse::<u32>() {
+            Ok(n) if n <= max => Some(n),
+            _ => {
+                bad(
+                    name,
+                    "out_of_range",
+                    format!("a whole number from 0 to {max}"),
+                );
+                None
+            }
+        }
+    };
+    let min_vram_gb = number("min_vram_gb", 4_096);
+    let min_gpus = number("min_gpus", 64);
+    let limit = number("limit", LISTING_PAGE_MAX as u32)
+        .unwrap_or(50)
+        .max(1) as usize;
+    let min_reliability_bp = match query.get("min_reliability") {
+        Some(text) => match text.parse::<rust_decimal::Decimal>() {
+            Ok(d) if d >= rust_decimal::Decimal::ZERO && d <= rust_decimal::Decimal::ONE => {
+                u32::try_from((d * rust_decimal::Decimal::from(10_000)).trunc().mantissa()).ok()
+            }
+            _ => {
+                bad(
+                    "min_reliability",
+                    "out_of_range",
+                    "a score from 0 to 1".to_owned(),
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    let max_price = match query.get("max_price_usdc") {
+        Some(text) => match text.parse::<Usdc>() {
+            Ok(price) if price.is_positive() => Some(price),
+            _ => {
+                bad(
+                    "max_price_usdc",
+                    "invalid_price",
+                    "a positive USDC amount, at most 6 decimals".to_owned(),
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    let tier = match query.get("tier").map(String::as_str) {
+        Some("enterprise") => Some(Tier::Enterprise),
+        Some("community") => Some(Tier::Community),
+        Some(_) => {
+            bad("tier", "invalid_tier", "enterprise or community".to_owned());
+            None
+        }
+        None => None,
+    };
+    let model = match query.get("model") {
+        Some(text) => {
+            let added = state.credentials.added_models();
+            match (gpunex_domain::gpu::Catalog { added: &added }).find_id(text) {
+                Some(id) => Some(id.to_owned()),
+                None => {
+                    bad(
+                        "model",
+                        "unknown_model",
+                        "a catalog model id or name (GET /v1/catalog/models)".to_owned(),
+                    );
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let sort = match query.get("sort").map(String::as_str) {
+        None | Some("rank") => SortBy::Rank,
+        Some("price") => SortBy::Price,
+        Some("perf_per_dollar") => SortBy::PerfPerDollar,
+        Some(_) => {
+            bad(
+                "sort",
+                "invalid_sort",
+                "rank, price or perf_per_dollar".to_owned(),
+            );
+            SortBy::Rank
+        }
+    };
+    let after = match query.get("after") {
+        Some(text) => match parse_cursor(text, sort) {
+            Some(cursor) => Some(cursor),
+            None => {
+                bad(
+                    "after",
+                    "invalid_cursor",
+                    "a next_after value from a search with the same sort".to_owned(),
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    if !errors.is_empty() {
+        return Err(ApiError::InvalidRequest(errors));
+    }
+    let filter = SearchFilter {
+        model,
+        min_vram_gb,
+        country: query.get("country").cloned(),
+        region: query.get("region").cloned(),
+        max_price,
+        tier,
+        min_gpus_on_machine: min_gpus,
+        min_reliability_bp,
+    };
+    let snapshot = state.listings.current();
+    let (page, more) = snapshot.search(&filter, sort, after.as_ref(), limit);
+    let next_after = more
+        .then(|| {
+            page.last()
+                .map(|l| format!("{}:{}:{}", sort_name(sort), sort.key(l), l.gpu_uuid))
+        })
+        .flatten();
+    Ok(Json(wm::ListingPage {
+        listings: page.into_iter().map(listing_view).collect(),
+        next_after,
+        as_of: timestamp(snapshot.as_of.unix_micros()),
+    }))
+}
+
+fn parse_cursor(text: &str, sort: SortBy) -> Option<(i64, String)> {
+    let mut parts = text.splitn(3, ':');
+    if parts.next()? != sort_name(sort) {
+        return None;
+    }
+    let key = parts.next()?.parse().ok()?;
+    let uuid = parts.next()?;
+    gpunex_domain::fleet::valid_gpu_uuid(uuid).then(|| (key, uuid.to_owned()))
+}
+
+/// `GET /v1/listings/{gpu_uuid}`: one listed GPU with its rank breakdown.
+pub async fn listing(
+    State(state): State<AppState>,
+    Path(gpu_uuid): Path<String>,
+) -> Result<Json<wm::ListingDetail>, ApiError> {
+    let snapshot = state.listings.current();
+    let listing = snapshot
+        .listing(&gpu_uuid)
+        .ok_or(ApiError::NotFound("listing"))?;
+    Ok(Json(wm::ListingDetail {
+        listing: listing_view(listing),
+        rank: rank_view(&listing.rank),
+        as_of: timestamp(snapshot.as_of.unix_micros()),
+    }))
+}
+
+/// `GET /v1/providers/{provider_id}/listings`: every GPU of the provider, listed or why not,
+/// with its rank breakdown.
+pub async fn provider_listings(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+) -> Result<Json<wm::ProviderListings>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance, Allow::Provider])?;
+    if let Role::Provider { provider_id: own } = caller.role
+        && own != provider_id
+    {
+        return Err(ApiError::Forbidden);
+    }
+    let snapshot = state.listings.current();
+    let gpus: Vec<String> = state.credentials.with_fleet(|f| {
+        f.machines_of(&provider_id)
+            .into_iter()
+            .flat_map(|m| m.gpus.iter().map(|g| g.gpu.gpu_uuid.clone()))
+            .collect()
+    });
+    Ok(Json(wm::ProviderListings {
+        provider_id,
+        as_of: timestamp(snapshot.as_of.unix_micros()),
+        gpus: gpus
+            .iter()
+            .filter_map(|uuid| snapshot.status(uuid))
+            .map(provider_listing)
+            .collect(),
+    }))
+}

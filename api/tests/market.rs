@@ -1,0 +1,679 @@
+//! The marketplace over real HTTP, on SQLite and PostgreSQL: prices (history, effective times,
+//! bad input), availability schedules and maintenance hiding GPUs, delisting, search filters,
+//! sorts and cursor pages, the rank breakdown, and changes showing in search within a second.
+
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use gpunex_api::AppState;
+use gpunex_tests::{TestDb, conformance};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+conformance!(
+    prices_schedules_and_maintenance_decide_what_is_listed,
+    search_filters_sorts_pages_and_ranks
+);
+
+mod common;
+
+async fn call(
+    base: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let (status, _, body) = common::request(base, method, path, token, body).await;
+    (status, body)
+}
+
+fn entry(model: &str, quantity: u32, country: &str, region: &str) -> Value {
+    json!({
+        "model": model, "quantity": quantity, "system_ram_gb": 1024,
+        "upload_gbps": "10", "download_gbps": "10",
+        "availability": {"kind": "always_on"},
+        "location": {"city": "Somewhere", "country": country, "region": region}
+    })
+}
+
+struct Host {
+    provider: Uuid,
+    token: String,
+    agent: String,
+    machine: Uuid,
+    gpus: Vec<String>,
+}
+
+/// An approved provider with one registered, online machine of `count` GPUs of `model`.
+async fn host(
+    base: &str,
+    admin: &str,
+    email: &str,
+    tier: &str,
+    model: &str,
+    device: u16,
+    vram_mib: u64,
+    count: u32,
+    country: &str,
+    region: &str,
+) -> Host {
+    let (provider, token) = common::approved_provider_as(
+        base,
+        admin,
+        email,
+        json!([entry(model, count, country, region)]),
+        tier,
+    )
+    .await;
+    let machine = Uuid::now_v7();
+    let agent = common::agent_token(base, &token, provider, machine).await;
+    let gpus: Vec<Value> = (0..count)
+        .map(|i| {
+            json!({
+                "gpu_uuid": format!("GPU-{}-{i:04x}", &machine.simple().to_string()[..20]),
+                "index": i, "name": "NVIDIA GPU", "pci_device_id": device, "pci_bus_id": null,
+                "vram_mib": vram_mib, "driver_version": "550.54.15", "cuda_driver_version": "12.4",
+                "pcie_current": {"generation": 4, "width": 16}, "pcie_max": {"generation": 4, "width": 16},
+                "power_limit_w": null, "default_power_limit_w": null, "ecc_enabled": null, "mig_enabled": null
+            })
+        })
+        .collect();
+    let uuids: Vec<String> = gpus
+        .iter()
+        .map(|g| g["gpu_uuid"].as_str().unwrap().to_owned())
+        .collect();
+    let registration = json!({"events": [{
+        "event_id": Uuid::now_v7(), "occurred_at": chrono::Utc::now().to_rfc3339(), "kind": "registration",
+        "body": {"machine_id": machine, "agent_version": "test", "simulated": false,
+                 "host": {"hostname": email, "cpu_model": null, "cpu_cores": null, "ram_mib": null,
+                          "disk_total_gib": null, "disk_free_gib": null, "os": null, "kernel": null},
+                 "gpus": gpus}
+    }]});
+    let (status, answer) = call(
+        base,
+        "POST",
+        "/v1/agent/events",
+        Some(&agent),
+        Some(registration),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let beat = json!({"machine_id": machine, "gpus": []});
+    let (status, ack) = call(
+        base,
+        "POST",
+        "/v1/agent/heartbeat",
+        Some(&agent),
+        Some(beat),
+    )
+    .await;
+    assert_eq!(
+        (status, ack["status"].as_str()),
+        (StatusCode::OK, Some("online"))
+    );
+    Host {
+        provider,
+        token,
+        agent,
+        machine,
+        gpus: uuids,
+    }
+}
+
+async fn set_price(base: &str, h: &Host, model: &str, price: &str) -> (StatusCode, Value) {
+    call(
+        base,
+        "POST",
+        &format!("/v1/providers/{}/prices", h.provider),
+        Some(&h.token),
+        Some(json!({"model_id": model, "price_usdc": price})),
+    )
+    .await
+}
+
+async fn provider_listings(base: &str, h: &Host) -> Value {
+    call(
+        base,
+        "GET",
+        &format!("/v1/providers/{}/listings", h.provider),
+        Some(&h.token),
+        None,
+    )
+    .await
+    .1
+}
+
+async fn search(base: &str, query: &str) -> Value {
+    let (status, page) = call(base, "GET", &format!("/v1/listings{query}"), None, None).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page
+}
+
+fn uuids(page: &Value) -> Vec<String> {
+    page["listings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["gpu_uuid"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn prices_schedules_and_maintenance_decide_what_is_listed(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let h = host(
+        &base,
+        &admin,
+        "h@example.com",
+        "community",
+        "h100-80gb",
+        0x2330,
+        81_559,
+        2,
+        "DE",
+        "Hesse",
+    )
+    .await;
+
+    // Online and approved, but no price yet: not listed, and the provider sees why.
+    let status = provider_listings(&base, &h).await;
+    assert_eq!(status["gpus"][0]["listed"], false);
+    assert_eq!(status["gpus"][0]["hidden"], json!(["no_price"]));
+    assert!(uuids(&search(&base, "").await).is_empty());
+
+    // Bad prices: precise errors, nothing stored.
+    let head = state.store.head_position().await.unwrap();
+    for (price, code) in [
+        ("-1", "price_not_positive"),
+        ("0", "price_not_positive"),
+        ("0.001", "price_out_of_range"),
+        ("100000", "price_out_of_range"),
+        ("2.1234567", "invalid_price"),
+        ("two", "invalid_price"),
+    ] {
+        let (status, problem) = set_price(&base, &h, "h100-80gb", price).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{price}: {problem}");
+        assert_eq!(problem["errors"][0]["code"], code, "{price}: {problem}");
+        assert_eq!(problem["errors"][0]["field"], "price_usdc");
+    }
+    let (status, problem) = set_price(&base, &h, "l40s", "1.00").await;
+    assert_eq!(
+        (status, problem["errors"][0]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("model_not_offered"))
+    );
+    let (status, problem) = set_price(&base, &h, "b300", "1.00").await;
+    assert_eq!(
+        (status, problem["errors"][0]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("model_not_offered"))
+    );
+    let (status, _) = call(&base, "POST", &format!("/v1/providers/{}/prices", h.provider), Some(&h.token),
+        Some(json!({"model_id": "h100-80gb", "price_usdc": "2", "effective_at": "2020-01-01T00:00:00Z"}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let other = host(
+        &base,
+        &admin,
+        "o@example.com",
+        "community",
+        "h100-80gb",
+        0x2330,
+        81_559,
+        1,
+        "DE",
+        "Hesse",
+    )
+    .await;
+    let (status, _) = call(
+        &base,
+        "POST",
+        &format!("/v1/providers/{}/prices", h.provider),
+        Some(&other.token),
+        Some(json!({"model_id": "h100-80gb", "price_usdc": "2"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let after_other = state.store.head_position().await.unwrap();
+    assert!(after_other > head, "the second host registered");
+    let (_, prices) = call(
+        &base,
+        "GET",
+        &format!("/v1/providers/{}/prices", h.provider),
+        Some(&h.token),
+        None,
+    )
+    .await;
+    assert_eq!(prices["models"], json!([]), "nothing stored for h");
+
+    // A price (by name, any case): listed at once, in search.
+    let started = Instant::now();
+    let (status, prices) = set_price(&base, &h, "NVIDIA H100 80GB", "2.5").await;
+    assert_eq!(status, StatusCode::OK, "{prices}");
+    assert_eq!(prices["models"][0]["current"]["price_usdc"], "2.500000");
+    let page = search(&base, "").await;
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(uuids(&page).len(), 2);
+    assert_eq!(page["listings"][0]["price_micro_usdc"], 2_500_000);
+    assert_eq!(page["listings"][0]["gpus_on_machine"], 2);
+
+    // A later price is history until it takes effect; a new price now shows within a second.
+    let later = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
+    let (status, prices) = call(
+        &base,
+        "POST",
+        &format!("/v1/providers/{}/prices", h.provider),
+        Some(&h.token),
+        Some(json!({"model_id": "h100-80gb", "price_usdc": "3.10", "effective_at": later})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{prices}");
+    assert_eq!(prices["models"][0]["current"]["price_usdc"], "2.500000");
+    assert_eq!(prices["models"][0]["history"].as_array().unwrap().len(), 2);
+    let started = Instant::now();
+    set_price(&base, &h, "h100-80gb", "2.25").await;
+    loop {
+        if search(&base, "?sort=price").await["listings"][0]["price_usdc"] == "2.250000" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "price change not visible within 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Schedules: unknown zones, inverted and overlapping windows are refused.
+    let path = format!("/v1/providers/{}/availability", h.provider);
+    for (availability, code) in [
+        (
+            json!({"kind": "weekly", "time_zone": "Mars/Olympus", "windows": [{"day": "monday", "start_minute": 0, "end_minute": 60}]}),
+            "unknown_time_zone",
+        ),
+        (
+            json!({"kind": "weekly", "time_zone": "Europe/Madrid", "windows": [{"day": "monday", "start_minute": 600, "end_minute": 60}]}),
+            "invalid_schedule",
+        ),
+        (
+            json!({"kind": "weekly", "time_zone": "Europe/Madrid", "windows": [{"day": "monday", "start_minute": 0, "end_minute": 600}, {"day": "monday", "start_minute": 500, "end_minute": 700}]}),
+            "invalid_schedule",
+        ),
+    ] {
+        let (status, problem) = call(
+            &base,
+            "POST",
+            &path,
+            Some(&h.token),
+            Some(json!({"availability": availability})),
+        )
+        .await;
+        assert_eq!(
+            (status, problem["errors"][0]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(code)),
+            "{problem}"
+        );
+    }
+    // Open every day but today (in UTC): hidden now; the whole of today too: listed.
+    let today = [
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+        "sunday",
+    ][chrono::Datelike::weekday(&chrono::Utc::now()).num_days_from_monday() as usize];
+    let days: Vec<&str> = [
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+        "sunday",
+    ]
+    .into_iter()
+    .filter(|d| *d != today)
+    .collect();
+    let windows: Vec<Value> = days
+        .iter()
+        .map(|d| json!({"day": d, "start_minute": 0, "end_minute": 1440}))
+        .collect();
+    let (status, view) = call(
+        &base,
+        "POST",
+        &path,
+        Some(&h.token),
+        Some(json!({"availability": {"kind": "weekly", "time_zone": "UTC", "windows": windows}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(view["open_now"], false);
+    assert!(!uuids(&search(&base, "").await).contains(&h.gpus[0]));
+    assert_eq!(
+        provider_listings(&base, &h).await["gpus"][0]["hidden"],
+        json!(["outside_availability"])
+    );
+    let (_, view) = call(&base, "POST", &path, Some(&h.token),
+        Some(json!({"availability": {"kind": "weekly", "time_zone": "UTC", "windows": [{"day": today, "start_minute": 0, "end_minute": 1440}]}}))).await;
+    assert_eq!(view["open_now"], true);
+    assert!(uuids(&search(&base, "").await).contains(&h.gpus[0]));
+
+    // Maintenance now, on this machine: hidden; cancelled: back.
+    let now = chrono::Utc::now();
+    let mpath = format!("/v1/providers/{}/maintenance", h.provider);
+    let (status, problem) = call(&base, "POST", &mpath, Some(&h.token), Some(json!({
+        "from": (now + chrono::Duration::hours(2)).to_rfc3339(), "until": (now + chrono::Duration::hours(1)).to_rfc3339(), "reason": "PSU"
+    }))).await;
+    assert_eq!(
+        (status, problem["errors"][0]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_maintenance"))
+    );
+    let (status, maintenance) = call(&base, "POST", &mpath, Some(&h.token), Some(json!({
+        "machine_id": h.machine, "from": now.to_rfc3339(), "until": (now + chrono::Duration::hours(1)).to_rfc3339(), "reason": "PSU swap"
+    }))).await;
+    assert_eq!(status, StatusCode::CREATED, "{maintenance}");
+    assert_eq!(maintenance["active_now"], true);
+    assert!(!uuids(&search(&base, "").await).contains(&h.gpus[0]));
+    assert_eq!(
+        provider_listings(&base, &h).await["gpus"][0]["hidden"],
+        json!(["maintenance"])
+    );
+    let id = maintenance["maintenance_id"].as_str().unwrap();
+    let (status, _) = call(
+        &base,
+        "POST",
+        &format!("{mpath}/{id}/cancel"),
+        Some(&h.token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(uuids(&search(&base, "").await).contains(&h.gpus[0]));
+    let (status, _) = call(
+        &base,
+        "POST",
+        &format!("{mpath}/{id}/cancel"),
+        Some(&h.token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    // Delisted by an operator: hidden, with the reason; relisted: back.
+    let (status, delisted) = call(
+        &base,
+        "POST",
+        &format!("/v1/gpus/{}/delist", h.gpus[1]),
+        Some(&admin),
+        Some(json!({"reason": "failed memory test"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{delisted}");
+    assert_eq!(delisted["hidden"], json!(["delisted"]));
+    assert_eq!(
+        search(&base, "").await["listings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["machine_id"] == json!(h.machine))
+            .count(),
+        1
+    );
+    let (status, _) = call(
+        &base,
+        "POST",
+        &format!("/v1/gpus/{}/delist", h.gpus[1]),
+        Some(&h.token),
+        Some(json!({"reason": "x"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    call(
+        &base,
+        "POST",
+        &format!("/v1/gpus/{}/relist", h.gpus[1]),
+        Some(&admin),
+        Some(json!({"reason": "passed"})),
+    )
+    .await;
+    assert_eq!(
+        search(&base, "").await["listings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["machine_id"] == json!(h.machine))
+            .count(),
+        2
+    );
+
+    // Offline (the watchdog): out of search within a second of the event.
+    let config = gpunex_api::fleet::FleetConfig {
+        heartbeat_interval: Duration::from_millis(100),
+        offline_grace: Duration::from_millis(300),
+        ..gpunex_api::fleet::FleetConfig::default()
+    };
+    let watchdog = tokio::spawn(gpunex_api::fleet::run_watchdog(
+        state.store.clone(),
+        state.credentials.clone(),
+        config,
+    ));
+    let mut offline_seen = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let machine = call(
+            &base,
+            "GET",
+            &format!("/v1/machines/{}", h.machine),
+            Some(&admin),
+            None,
+        )
+        .await
+        .1;
+        if machine["status"] == "offline" && offline_seen.is_none() {
+            offline_seen = Some(Instant::now());
+        }
+        if !uuids(&search(&base, "").await).contains(&h.gpus[0]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never went offline");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let offline_seen = offline_seen.unwrap_or_else(Instant::now);
+    assert!(offline_seen.elapsed() < Duration::from_secs(1));
+    watchdog.abort();
+    let _ = (h.agent, other.agent);
+}
+
+async fn search_filters_sorts_pages_and_ranks(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    // Three hosts: enterprise H100 x4 in Hesse at 2.00, community H100 x1 in Hesse at 3.00,
+    // community L40S x2 in Texas at 1.00.
+    let a = host(
+        &base,
+        &admin,
+        "a@example.com",
+        "enterprise",
+        "h100-80gb",
+        0x2330,
+        81_559,
+        4,
+        "DE",
+        "Hesse",
+    )
+    .await;
+    let b = host(
+        &base,
+        &admin,
+        "b@example.com",
+        "community",
+        "h100-80gb",
+        0x2330,
+        81_559,
+        1,
+        "DE",
+        "Hesse",
+    )
+    .await;
+    let c = host(
+        &base,
+        &admin,
+        "c@example.com",
+        "community",
+        "l40s",
+        0x26b9,
+        46_068,
+        2,
+        "US",
+        "Texas",
+    )
+    .await;
+    set_price(&base, &a, "h100-80gb", "2.00").await;
+    set_price(&base, &b, "h100-80gb", "3.00").await;
+    set_price(&base, &c, "l40s", "1.00").await;
+
+    let all = search(&base, "").await;
+    assert_eq!(uuids(&all).len(), 7);
+    // Rank: a (enterprise, below the Hesse H100 median of 2.00... it is the median) first.
+    assert_eq!(all["listings"][0]["provider_id"], json!(a.provider));
+    let by_price = search(&base, "?sort=price").await;
+    let prices: Vec<&str> = by_price["listings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["price_usdc"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        prices,
+        [
+            "1.000000", "1.000000", "2.000000", "2.000000", "2.000000", "2.000000", "3.000000"
+        ]
+    );
+    // Perf per dollar: H100 989 TFLOPS at 2.00 (494.5/USDC) beats L40S 362 at 1.00.
+    let ppd = search(&base, "?sort=perf_per_dollar").await;
+    assert_eq!(ppd["listings"][0]["provider_id"], json!(a.provider));
+    assert_eq!(ppd["listings"][0]["tflops_per_usdc_hour"], "494.500");
+    assert_eq!(ppd["listings"][6]["provider_id"], json!(b.provider));
+
+    // Filters.
+    assert_eq!(uuids(&search(&base, "?model=l40s").await).len(), 2);
+    assert_eq!(
+        uuids(&search(&base, "?model=NVIDIA%20H100%2080GB&max_price_usdc=2.5").await).len(),
+        4
+    );
+    assert_eq!(uuids(&search(&base, "?min_vram_gb=80").await).len(), 5);
+    assert_eq!(uuids(&search(&base, "?country=us").await).len(), 2);
+    assert_eq!(
+        uuids(&search(&base, "?region=hesse&tier=community").await),
+        b.gpus
+    );
+    assert_eq!(uuids(&search(&base, "?min_gpus=2").await).len(), 6);
+    assert_eq!(
+        uuids(&search(&base, "?min_gpus=4&model=h100-80gb").await).len(),
+        4
+    );
+    assert_eq!(
+        uuids(&search(&base, "?min_reliability=0.5").await).len(),
+        0,
+        "no reliability scores yet"
+    );
+    for (query, field) in [
+        ("?model=b300", "model"),
+        ("?max_price_usdc=-1", "max_price_usdc"),
+        ("?tier=gold", "tier"),
+        ("?sort=random", "sort"),
+        ("?limit=1000", "limit"),
+        ("?min_reliability=2", "min_reliability"),
+        ("?after=garbage", "after"),
+        ("?colour=red", "colour"),
+    ] {
+        let (status, problem) =
+            call(&base, "GET", &format!("/v1/listings{query}"), None, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(problem["errors"][0]["field"], field, "{query}: {problem}");
+    }
+
+    // Cursor pages: every listing once, in order, whatever the page size.
+    for sort in ["rank", "price", "perf_per_dollar"] {
+        let full = uuids(&search(&base, &format!("?sort={sort}")).await);
+        let mut paged = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let query = match &after {
+                Some(cursor) => format!("?sort={sort}&limit=3&after={cursor}"),
+                None => format!("?sort={sort}&limit=3"),
+            };
+            let page = search(&base, &query).await;
+            paged.extend(uuids(&page));
+            match page["next_after"].as_str() {
+                Some(cursor) => after = Some(cursor.to_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(paged, full, "{sort}");
+    }
+    let (status, _) = call(
+        &base,
+        "GET",
+        &format!("/v1/listings?sort=price&after={}", "rank:0:GPU-00"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a cursor from another sort is refused"
+    );
+
+    // The rank breakdown adds up, following the documented formula.
+    let (status, detail) = call(
+        &base,
+        "GET",
+        &format!("/v1/listings/{}", b.gpus[0]),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    let r = &detail["rank"];
+    assert_eq!(
+        r["median_price_usdc"], "2.000000",
+        "median of the Hesse H100s (2,2,2,2,3)"
+    );
+    assert_eq!(r["price_points"], 0, "1.5 x the median or more");
+    assert_eq!(r["tier_points"], 0);
+    assert_eq!(r["commitment_points"], 750, "12 of 24 months");
+    assert_eq!(r["reliability_points"], Value::Null);
+    let total = [
+        "uptime_points",
+        "price_points",
+        "tier_points",
+        "commitment_points",
+    ]
+    .iter()
+    .map(|k| r[k].as_u64().unwrap())
+    .sum::<u64>();
+    assert_eq!(r["total"].as_u64().unwrap(), total);
+    let (_, ours) = call(
+        &base,
+        "GET",
+        &format!("/v1/providers/{}/listings", a.provider),
+        Some(&a.token),
+        None,
+    )
+    .await;
+    assert_eq!(ours["gpus"][0]["rank"]["tier_points"], 1_500);
+    assert_eq!(ours["gpus"][0]["rank"]["price_points"], 1_500);
+    let (status, _) = call(
+        &base,
+        "GET",
+        &format!("/v1/providers/{}/listings", a.provider),
+        Some(&b.token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let _ = (c.agent, a.agent, b.agent);
+}

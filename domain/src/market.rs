@@ -1,0 +1,677 @@
+//! The marketplace rules: hourly prices, availability schedules in the provider's time zone,
+//! announced maintenance, delisting, which GPUs are listed at an instant, and the rank formula.
+//!
+//! Visibility is a function of the events and an instant: nothing runs at window boundaries.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::money::{MoneyError, Usdc};
+use crate::onboarding::{Availability, Tier, WeeklyWindow};
+use crate::time::{MICROS_PER_DAY, Timestamp, Weekday};
+
+/// Lowest hourly price per GPU: 0.01 USDC.
+pub const PRICE_MICRO_USDC_MIN: i64 = 10_000;
+/// Highest hourly price per GPU: 100 USDC (an H100 rents for about 2 to 4).
+pub const PRICE_MICRO_USDC_MAX: i64 = 100_000_000;
+/// A price may take effect at most this far in the future.
+pub const PRICE_EFFECTIVE_AHEAD_MAX_DAYS: i64 = 90;
+/// Announced maintenance lasts at most this long, and starts at most this far ahead.
+pub const MAINTENANCE_DAYS_MAX: i64 = 14;
+pub const MAINTENANCE_AHEAD_MAX_DAYS: i64 = 180;
+pub const REASON_CHARS_MAX: usize = 500;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MarketRejection {
+    #[error("the price must be a decimal number of USDC with at most 6 decimals: {0}")]
+    PriceNotANumber(String),
+    #[error("the price must be more than zero")]
+    PriceNotPositive,
+    #[error("the price must be from 0.010000 to 100.000000 USDC per GPU per hour")]
+    PriceOutOfRange,
+    #[error(
+        "the price may take effect at most {PRICE_EFFECTIVE_AHEAD_MAX_DAYS} days ahead, and not in the past"
+    )]
+    EffectiveOutOfRange,
+    #[error(
+        "`{0}` is not a model this provider offers (declared in its application or registered)"
+    )]
+    ModelNotOffered(String),
+    #[error("`{0}` is not an IANA time zone")]
+    UnknownTimeZone(String),
+    #[error("the schedule is invalid: {0}")]
+    InvalidSchedule(String),
+    #[error(
+        "maintenance must end after it starts, last at most {MAINTENANCE_DAYS_MAX} days and start within {MAINTENANCE_AHEAD_MAX_DAYS} days"
+    )]
+    InvalidMaintenance,
+    #[error("the reason must be 1 to {REASON_CHARS_MAX} characters")]
+    InvalidReason,
+    #[error("no such maintenance, or it already ended or was cancelled")]
+    NoSuchMaintenance,
+}
+
+impl MarketRejection {
+    pub fn code(&self) -> &'static str {
+        match self {
+            MarketRejection::PriceNotANumber(_) => "invalid_price",
+            MarketRejection::PriceNotPositive => "price_not_positive",
+            MarketRejection::PriceOutOfRange => "price_out_of_range",
+            MarketRejection::EffectiveOutOfRange => "invalid_effective_at",
+            MarketRejection::ModelNotOffered(_) => "model_not_offered",
+            MarketRejection::UnknownTimeZone(_) => "unknown_time_zone",
+            MarketRejection::InvalidSchedule(_) => "invalid_schedule",
+            MarketRejection::InvalidMaintenance => "invalid_maintenance",
+            MarketRejection::InvalidReason => "invalid_reason",
+            MarketRejection::NoSuchMaintenance => "no_such_maintenance",
+        }
+    }
+}
+
+/// Parses an hourly price in USDC (`"2.5"`, `"2.500000"`): positive, at most 6 decimals, within
+/// the bounds. Never rounds.
+pub fn parse_price(text: &str) -> Result<Usdc, MarketRejection> {
+    let price: Usdc = text
+        .trim()
+        .parse()
+        .map_err(|e: MoneyError| MarketRejection::PriceNotANumber(e.to_string()))?;
+    if !price.is_positive() {
+        return Err(MarketRejection::PriceNotPositive);
+    }
+    if !(PRICE_MICRO_USDC_MIN..=PRICE_MICRO_USDC_MAX).contains(&price.micros()) {
+        return Err(MarketRejection::PriceOutOfRange);
+    }
+    Ok(price)
+}
+
+/// `market.price_set`: from `effective_at` on, the provider rents GPUs of `model_id` at
+/// `price_micro_usdc` per GPU per hour. A rental keeps the price in force when it started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceSet {
+    pub provider_id: Uuid,
+    pub model_id: String,
+    pub price_micro_usdc: Usdc,
+    pub effective_at: Timestamp,
+    pub set_at: Timestamp,
+    pub set_by: String,
+}
+
+/// Checks a price change: the price, and an effective time from `now` to 90 days ahead.
+pub fn set_price(
+    provider_id: Uuid,
+    model_id: &str,
+    price: &str,
+    effective_at: Option<Timestamp>,
+    now: Timestamp,
+    set_by: &str,
+) -> Result<PriceSet, MarketRejection> {
+    let price = parse_price(price)?;
+    let effective_at = effective_at.unwrap_or(now);
+    // A second of slack for clocks between a client and the server.
+    if effective_at.unix_micros() < now.unix_micros() - 1_000_000
+        || effective_at.unix_micros()
+            > now.unix_micros() + PRICE_EFFECTIVE_AHEAD_MAX_DAYS * MICROS_PER_DAY
+    {
+        return Err(MarketRejection::EffectiveOutOfRange);
+    }
+    Ok(PriceSet {
+        provider_id,
+        model_id: model_id.to_owned(),
+        price_micro_usdc: price,
+        effective_at: effective_at.max(now),
+        set_at: now,
+        set_by: set_by.to_owned(),
+    })
+}
+
+/// One model's price history, in log order; the price in force at `t` is the last one set that
+/// took effect at or before `t`.
+pub fn price_at(history: &[PriceSet], t: Timestamp) -> Option<Usdc> {
+    history
+        .iter()
+        .filter(|p| p.effective_at <= t)
+        .max_by_key(|p| p.effective_at)
+        .map(|p| p.price_micro_usdc)
+}
+
+/// `market.availability_set`: when the provider's GPUs may be listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AvailabilitySet {
+    pub provider_id: Uuid,
+    pub availability: Availability,
+    pub set_at: Timestamp,
+}
+
+/// Most windows in a weekly schedule.
+pub const WEEKLY_WINDOWS_MAX: usize = 50;
+
+/// Checks a schedule: a known IANA zone, 1 to 50 windows, each inside one day with its start
+/// before its end, none overlapping another on the same day.
+pub fn validate_availability(availability: &Availability) -> Result<(), MarketRejection> {
+    let Availability::Weekly { time_zone, windows } = availability else {
+        return Ok(());
+    };
+    if time_zone.parse::<chrono_tz::Tz>().is_err() {
+        return Err(MarketRejection::UnknownTimeZone(
+            time_zone.chars().take(64).collect(),
+        ));
+    }
+    if windows.is_empty() || windows.len() > WEEKLY_WINDOWS_MAX {
+        return Err(MarketRejection::InvalidSchedule(format!(
+            "1 to {WEEKLY_WINDOWS_MAX} windows (or always_on)"
+        )));
+    }
+    for (i, window) in windows.iter().enumerate() {
+        if window.start_minute >= window.end_minute || window.end_minute > 1_440 {
+            return Err(MarketRejection::InvalidSchedule(format!(
+                "window {i} is inverted or leaves the day: start before end, minutes 0 to 1440"
+            )));
+        }
+        if windows[..i].iter().any(|other| {
+            other.day == window.day
+                && other.start_minute < window.end_minute
+                && window.start_minute < other.end_minute
+        }) {
+            return Err(MarketRejection::InvalidSchedule(format!(
+                "window {i} overlaps an earlier window on the same day"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the schedule lists GPUs at instant `t`: the local wall-clock time at `t` in the
+/// schedule's zone falls inside a window of that local weekday. Across daylight-saving changes
+/// this follows the wall clock: on a spring-forward day the skipped hour does not exist, so a
+/// window spanning it is an hour shorter in real time; on a fall-back day the repeated hour is
+/// inside a window both times it occurs. An unknown zone (which validation refuses) lists nothing.
+pub fn available_at(availability: &Availability, t: Timestamp) -> bool {
+    let Availability::Weekly { time_zone, windows } = availability else {
+        return true;
+    };
+    let Ok(zone) = time_zone.parse::<chrono_tz::Tz>() else {
+        return false;
+    };
+    let (weekday, minute) = local_weekday_minute(zone, t);
+    windows.iter().any(|w: &WeeklyWindow| {
+        w.day == weekday && w.start_minute <= minute && minute < w.end_minute
+    })
+}
+
+fn local_weekday_minute(zone: chrono_tz::Tz, t: Timestamp) -> (Weekday, u16) {
+    use chrono::{Datelike, Timelike};
+    let utc = chrono::DateTime::from_timestamp_micros(t.unix_micros()).unwrap_or_default();
+    let local = utc.with_timezone(&zone);
+    let weekday = Weekday::ALL[local.weekday().num_days_from_monday() as usize];
+    let minute = u16::try_from(local.hour() * 60 + local.minute()).unwrap_or(0);
+    (weekday, minute)
+}
+
+/// `market.maintenance_announced`: the provider's GPUs (all, or one machine's) are hidden from
+/// `from` to `until`, with a reason. Separate from the weekly schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceAnnounced {
+    pub maintenance_id: Uuid,
+    pub provider_id: Uuid,
+    /// `None`: every machine of the provider.
+    pub machine_id: Option<Uuid>,
+    pub from: Timestamp,
+    pub until: Timestamp,
+    pub reason: String,
+    pub announced_at: Timestamp,
+}
+
+/// `market.maintenance_cancelled`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceCancelled {
+    pub maintenance_id: Uuid,
+    pub provider_id: Uuid,
+    pub cancelled_at: Timestamp,
+}
+
+fn clean_reason(reason: &str) -> Result<String, MarketRejection> {
+    let reason = reason.trim();
+    if reason.is_empty()
+        || reason.chars().count() > REASON_CHARS_MAX
+        || reason.chars().any(|c| c.is_control() && c != '\n')
+    {
+        return Err(MarketRejection::InvalidReason);
+    }
+    Ok(reason.to_owned())
+}
+
+/// Checks an announcement: it ends after it starts and after `now`, lasts at most 14 days and
+/// starts within 180 days.
+pub fn announce_maintenance(
+    maintenance_id: Uuid,
+    provider_id: Uuid,
+    machine_id: Option<Uuid>,
+    from: Timestamp,
+    until: Timestamp,
+    reason: &str,
+    now: Timestamp,
+) -> Result<MaintenanceAnnounced, MarketRejection> {
+    let length = until.unix_micros() - from.unix_micros();
+    if length <= 0
+        || until <= now
+        || length > MAINTENANCE_DAYS_MAX * MICROS_PER_DAY
+        || from.unix_micros() > now.unix_micros() + MAINTENANCE_AHEAD_MAX_DAYS * MICROS_PER_DAY
+    {
+        return Err(MarketRejection::InvalidMaintenance);
+    }
+    Ok(MaintenanceAnnounced {
+        maintenance_id,
+        provider_id,
+        machine_id,
+        from,
+        until,
+        reason: clean_reason(reason)?,
+        announced_at: now,
+    })
+}
+
+/// `market.gpu_delisted` / `market.gpu_relisted`: an operator (later, the benchmark rules) takes
+/// a GPU off the marketplace, or puts it back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuListingChanged {
+    pub gpu_uuid: String,
+    pub provider_id: Uuid,
+    pub reason: String,
+    pub at: Timestamp,
+    pub by: String,
+}
+
+pub fn change_listing(
+    gpu_uuid: &str,
+    provider_id: Uuid,
+    reason: &str,
+    at: Timestamp,
+    by: &str,
+) -> Result<GpuListingChanged, MarketRejection> {
+    Ok(GpuListingChanged {
+        gpu_uuid: gpu_uuid.to_owned(),
+        provider_id,
+        reason: clean_reason(reason)?,
+        at,
+        by: by.to_owned(),
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarketEvent {
+    PriceSet(PriceSet),
+    AvailabilitySet(AvailabilitySet),
+    MaintenanceAnnounced(MaintenanceAnnounced),
+    MaintenanceCancelled(MaintenanceCancelled),
+    GpuDelisted(GpuListingChanged),
+    GpuRelisted(GpuListingChanged),
+}
+
+/// Why a GPU is not listed at an instant (all that apply, in this order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hidden {
+    /// The provider has no approved application.
+    ProviderNotApproved,
+    /// Simulated GPUs are listed only by a server in development mode.
+    Simulated,
+    Offline,
+    /// NVML no longer answers for the GPU.
+    GpuLost,
+    OutsideAvailability,
+    Maintenance,
+    Delisted,
+    /// The GPU is not a catalog model, so it has no market and no price.
+    NotACatalogModel,
+    NoPrice,
+}
+
+/// The rank of a listing, in points (integers; higher ranks first), with every input shown.
+///
+/// `rank = uptime + price + tier + commitment + reliability + performance`, at most 10,000:
+/// - uptime, up to 4,000: `4,000 x uptime over the last 30 days` (platform outages excluded);
+/// - price, up to 3,000: `3,000 x clamp(1.5 - price / median, 0, 1)`, where the median is over
+///   the listed GPUs of the same model and region; at the median 1,500, at half of it or less
+///   3,000, at 1.5 times it or more 0;
+/// - tier: Enterprise 1,500 (premium placement), Community 0;
+/// - commitment, up to 1,500: `1,500 x min(months, 24) / 24`;
+/// - reliability and performance: 0 until those scores exist; the breakdown says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankBreakdown {
+    pub uptime_bp: u32,
+    pub uptime_points: u32,
+    pub price_micro_usdc: i64,
+    pub median_price_micro_usdc: i64,
+    pub price_points: u32,
+    pub tier_points: u32,
+    pub commitment_months: u32,
+    pub commitment_points: u32,
+    pub reliability_points: u32,
+    pub performance_points: u32,
+    pub total: u32,
+}
+
+pub const RANK_UPTIME_MAX: u32 = 4_000;
+pub const RANK_PRICE_MAX: u32 = 3_000;
+pub const RANK_ENTERPRISE: u32 = 1_500;
+pub const RANK_COMMITMENT_MAX: u32 = 1_500;
+pub const COMMITMENT_MONTHS_FULL: u32 = 24;
+
+/// Ranks one listing. `uptime_bp` is uptime in basis points (10,000 = always up). Integer
+/// arithmetic, rounding down at each step (documented in `docs/marketplace.md`).
+pub fn rank(
+    uptime_bp: u32,
+    price: Usdc,
+    median: Usdc,
+    tier: Tier,
+    commitment_months: u32,
+) -> RankBreakdown {
+    let uptime_bp = uptime_bp.min(10_000);
+    let uptime_points = RANK_UPTIME_MAX * uptime_bp / 10_000;
+    // 3,000 x (1.5 - p/m) = 4,500 - 3,000 p / m, clamped to [0, 3,000].
+    let price_points = if median.micros() <= 0 {
+        RANK_PRICE_MAX / 2
+    } else {
+        let scaled =
+            i128::from(RANK_PRICE_MAX) * i128::from(price.micros()) / i128::from(median.micros());
+        let points = i128::from(RANK_PRICE_MAX) * 3 / 2 - scaled;
+        u32::try_from(points.clamp(0, i128::from(RANK_PRICE_MAX))).unwrap_or(0)
+    };
+    let tier_points = match tier {
+        Tier::Enterprise => RANK_ENTERPRISE,
+        Tier::Community => 0,
+    };
+    let commitment_points = RANK_COMMITMENT_MAX * commitment_months.min(COMMITMENT_MONTHS_FULL)
+        / COMMITMENT_MONTHS_FULL;
+    RankBreakdown {
+        uptime_bp,
+        uptime_points,
+        price_micro_usdc: price.micros(),
+        median_price_micro_usdc: median.micros(),
+        price_points,
+        tier_points,
+        commitment_months,
+        commitment_points,
+        reliability_points: 0,
+        performance_points: 0,
+        total: uptime_points + price_points + tier_points + commitment_points,
+    }
+}
+
+/// The median of `prices` (the lower middle one for an even count); `None` when empty.
+pub fn median(prices: &mut [i64]) -> Option<i64> {
+    if prices.is_empty() {
+        return None;
+    }
+    prices.sort_unstable();
+    Some(prices[(prices.len() - 1) / 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(text: &str) -> Timestamp {
+        Timestamp::from_unix_micros(
+            chrono::DateTime::parse_from_rfc3339(text)
+                .unwrap()
+                .timestamp_micros(),
+        )
+    }
+
+    fn weekly(zone: &str, windows: &[(Weekday, u16, u16)]) -> Availability {
+        Availability::Weekly {
+            time_zone: zone.to_owned(),
+            windows: windows
+                .iter()
+                .map(|&(day, start_minute, end_minute)| WeeklyWindow {
+                    day,
+                    start_minute,
+                    end_minute,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn prices_are_exact_positive_and_bounded() {
+        assert_eq!(parse_price("2.5").unwrap().micros(), 2_500_000);
+        assert_eq!(parse_price("0.01").unwrap().micros(), 10_000);
+        assert_eq!(parse_price("100").unwrap().micros(), 100_000_000);
+        for bad in ["0", "-1", "0.009999", "100.000001", "1e3", "abc", ""] {
+            assert!(parse_price(bad).is_err(), "{bad}");
+        }
+        assert!(matches!(
+            parse_price("2.1234567"),
+            Err(MarketRejection::PriceNotANumber(_))
+        ));
+    }
+
+    #[test]
+    fn the_price_in_force_is_the_last_that_took_effect() {
+        let now = utc("2026-03-01T12:00:00Z");
+        let p = Uuid::nil();
+        let first = set_price(p, "h100-80gb", "2.00", None, now, "t").unwrap();
+        let later = set_price(
+            p,
+            "h100-80gb",
+            "3.00",
+            Some(utc("2026-03-02T00:00:00Z")),
+            now,
+            "t",
+        )
+        .unwrap();
+        let history = [first, later];
+        assert_eq!(price_at(&history, utc("2026-03-01T11:59:59Z")), None);
+        assert_eq!(price_at(&history, now).unwrap().micros(), 2_000_000);
+        assert_eq!(
+            price_at(&history, utc("2026-03-01T23:59:59Z"))
+                .unwrap()
+                .micros(),
+            2_000_000
+        );
+        assert_eq!(
+            price_at(&history, utc("2026-03-02T00:00:00Z"))
+                .unwrap()
+                .micros(),
+            3_000_000
+        );
+        assert_eq!(
+            set_price(
+                p,
+                "h100-80gb",
+                "2",
+                Some(utc("2026-02-28T00:00:00Z")),
+                now,
+                "t"
+            ),
+            Err(MarketRejection::EffectiveOutOfRange)
+        );
+    }
+
+    #[test]
+    fn schedules_refuse_unknown_zones_and_bad_windows() {
+        use Weekday::*;
+        assert!(validate_availability(&weekly("Europe/Madrid", &[(Monday, 480, 1200)])).is_ok());
+        assert_eq!(
+            validate_availability(&weekly("Europe/Atlantis", &[(Monday, 480, 1200)])),
+            Err(MarketRejection::UnknownTimeZone(
+                "Europe/Atlantis".to_owned()
+            ))
+        );
+        for bad in [
+            weekly("UTC", &[(Monday, 600, 600)]),
+            weekly("UTC", &[(Monday, 700, 600)]),
+            weekly("UTC", &[(Monday, 0, 1441)]),
+            weekly("UTC", &[(Monday, 0, 600), (Monday, 599, 700)]),
+            weekly("UTC", &[]),
+        ] {
+            assert!(
+                matches!(
+                    validate_availability(&bad),
+                    Err(MarketRejection::InvalidSchedule(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        // Back to back is not overlapping.
+        assert!(
+            validate_availability(&weekly("UTC", &[(Monday, 0, 600), (Monday, 600, 700)])).is_ok()
+        );
+    }
+
+    #[test]
+    fn windows_follow_the_wall_clock_across_daylight_saving_changes() {
+        use Weekday::*;
+        // Madrid: CET (UTC+1) until 2026-03-29 02:00 local, then CEST (UTC+2); back on
+        // 2026-10-25 03:00 local. Both are Sundays.
+        let s = weekly(
+            "Europe/Madrid",
+            &[(Sunday, 0, 360), (Saturday, 480, 1200), (Monday, 480, 1200)],
+        );
+        // Saturday before the change: 08:00 local is 07:00 UTC.
+        assert!(!available_at(&s, utc("2026-03-28T06:59:59Z")));
+        assert!(available_at(&s, utc("2026-03-28T07:00:00Z")));
+        assert!(available_at(&s, utc("2026-03-28T18:59:59Z")));
+        assert!(!available_at(&s, utc("2026-03-28T19:00:00Z")));
+        // Sunday 00:00-06:00 local on the spring-forward day: 23:00 UTC to 04:00 UTC, five real
+        // hours (02:00-03:00 local does not exist).
+        assert!(!available_at(&s, utc("2026-03-28T22:59:59Z")));
+        assert!(available_at(&s, utc("2026-03-28T23:00:00Z")));
+        assert!(available_at(&s, utc("2026-03-29T00:59:59Z"))); // 01:59:59 CET
+        assert!(available_at(&s, utc("2026-03-29T01:00:00Z"))); // 03:00:00 CEST
+        assert!(available_at(&s, utc("2026-03-29T03:59:59Z"))); // 05:59:59 CEST
+        assert!(!available_at(&s, utc("2026-03-29T04:00:00Z"))); // 06:00 CEST
+        // Monday after: 08:00 CEST is 06:00 UTC.
+        assert!(!available_at(&s, utc("2026-03-30T05:59:59Z")));
+        assert!(available_at(&s, utc("2026-03-30T06:00:00Z")));
+        // Fall back: Sunday 00:00-06:00 local is 22:00 UTC Saturday to 05:00 UTC, seven real
+        // hours; the repeated 02:00-03:00 is inside both times.
+        assert!(!available_at(&s, utc("2026-10-24T21:59:59Z")));
+        assert!(available_at(&s, utc("2026-10-24T22:00:00Z")));
+        assert!(available_at(&s, utc("2026-10-25T00:30:00Z"))); // 02:30 CEST
+        assert!(available_at(&s, utc("2026-10-25T01:30:00Z"))); // 02:30 CET
+        assert!(available_at(&s, utc("2026-10-25T04:59:59Z")));
+        assert!(!available_at(&s, utc("2026-10-25T05:00:00Z")));
+        // Always on is always on.
+        assert!(available_at(
+            &Availability::AlwaysOn,
+            utc("2026-10-25T01:30:00Z")
+        ));
+    }
+
+    #[test]
+    fn a_whole_week_of_minutes_matches_the_schedule() {
+        use Weekday::*;
+        // New York, across the 2026-03-08 change: every minute of that week is listed exactly
+        // when its local time is inside Mon-Fri 09:00-17:00 or Sunday 01:00-04:00.
+        let s = weekly(
+            "America/New_York",
+            &[
+                (Monday, 540, 1020),
+                (Tuesday, 540, 1020),
+                (Wednesday, 540, 1020),
+                (Thursday, 540, 1020),
+                (Friday, 540, 1020),
+                (Sunday, 60, 240),
+            ],
+        );
+        let start = utc("2026-03-07T05:00:00Z").unix_micros();
+        let mut listed_minutes = 0;
+        for minute in 0..(7 * 1_440) {
+            let t = Timestamp::from_unix_micros(start + minute * 60_000_000);
+            if available_at(&s, t) {
+                listed_minutes += 1;
+            }
+        }
+        // Five 8-hour days, and a Sunday window that lost its 02:00-03:00 hour.
+        assert_eq!(listed_minutes, 5 * 480 + 120);
+    }
+
+    #[test]
+    fn maintenance_must_be_a_real_window_with_a_reason() {
+        let now = utc("2026-03-01T00:00:00Z");
+        let ok = announce_maintenance(
+            Uuid::nil(),
+            Uuid::nil(),
+            None,
+            now,
+            utc("2026-03-01T04:00:00Z"),
+            "PSU swap",
+            now,
+        );
+        assert!(ok.is_ok());
+        for (from, until) in [
+            ("2026-03-01T04:00:00Z", "2026-03-01T02:00:00Z"),
+            ("2026-02-27T00:00:00Z", "2026-02-28T00:00:00Z"),
+            ("2026-03-01T00:00:00Z", "2026-03-16T00:00:01Z"),
+        ] {
+            assert_eq!(
+                announce_maintenance(
+                    Uuid::nil(),
+                    Uuid::nil(),
+                    None,
+                    utc(from),
+                    utc(until),
+                    "x",
+                    now
+                ),
+                Err(MarketRejection::InvalidMaintenance)
+            );
+        }
+        assert_eq!(
+            announce_maintenance(
+                Uuid::nil(),
+                Uuid::nil(),
+                None,
+                now,
+                utc("2026-03-01T04:00:00Z"),
+                "  ",
+                now
+            ),
+            Err(MarketRejection::InvalidReason)
+        );
+    }
+
+    #[test]
+    fn rank_points_follow_the_formula() {
+        let m = Usdc::from_micros(2_000_000);
+        let r = rank(9_900, Usdc::from_micros(2_000_000), m, Tier::Community, 12);
+        assert_eq!(
+            (
+                r.uptime_points,
+                r.price_points,
+                r.tier_points,
+                r.commitment_points
+            ),
+            (3_960, 1_500, 0, 750)
+        );
+        assert_eq!(r.total, 6_210);
+        let cheap = rank(
+            10_000,
+            Usdc::from_micros(1_000_000),
+            m,
+            Tier::Enterprise,
+            36,
+        );
+        assert_eq!(
+            (
+                cheap.price_points,
+                cheap.tier_points,
+                cheap.commitment_points,
+                cheap.total
+            ),
+            (3_000, 1_500, 1_500, 10_000)
+        );
+        let dear = rank(0, Usdc::from_micros(3_500_000), m, Tier::Community, 0);
+        assert_eq!(dear.total, 0);
+        assert_eq!(median(&mut [5, 1, 3]), Some(3));
+        assert_eq!(median(&mut [4, 1, 3, 2]), Some(2));
+        assert_eq!(median(&mut []), None);
+    }
+}

@@ -1,0 +1,167 @@
+//! Prices, availability, maintenance and marketplace listings.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub use gpunex_domain::market::Hidden;
+pub use gpunex_domain::onboarding::{Availability, Tier, WeeklyWindow};
+
+/// `POST /v1/providers/{id}/prices`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetPrice {
+    pub model_id: String,
+    /// USDC per GPU per hour, a decimal string with at most 6 decimals, e.g. `"2.50"`.
+    pub price_usdc: String,
+    /// RFC 3339; default now. At most 90 days ahead.
+    pub effective_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriceView {
+    pub model_id: String,
+    pub price_micro_usdc: i64,
+    pub price_usdc: String,
+    pub effective_at: String,
+    pub set_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelPrices {
+    pub model_id: String,
+    /// The price in force now, if any.
+    pub current: Option<PriceView>,
+    /// Every change, oldest first (including ones that take effect later).
+    pub history: Vec<PriceView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderPrices {
+    pub provider_id: Uuid,
+    pub models: Vec<ModelPrices>,
+}
+
+/// `POST /v1/providers/{id}/availability` and its answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetAvailability {
+    pub availability: Availability,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AvailabilityView {
+    pub provider_id: Uuid,
+    pub availability: Availability,
+    /// Whether the schedule lists GPUs right now.
+    pub open_now: bool,
+}
+
+/// `POST /v1/providers/{id}/maintenance`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnnounceMaintenance {
+    /// One machine, or every machine of the provider when absent.
+    pub machine_id: Option<Uuid>,
+    pub from: String,
+    pub until: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaintenanceView {
+    pub maintenance_id: Uuid,
+    pub provider_id: Uuid,
+    pub machine_id: Option<Uuid>,
+    pub from: String,
+    pub until: String,
+    pub reason: String,
+    pub active_now: bool,
+}
+
+/// How a listing's rank is made (`docs/marketplace.md`): points per component, and the inputs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankView {
+    pub total: u32,
+    pub uptime_pct: String,
+    pub uptime_points: u32,
+    pub price_usdc: String,
+    pub median_price_usdc: String,
+    pub price_points: u32,
+    pub tier_points: u32,
+    pub commitment_months: u32,
+    pub commitment_points: u32,
+    /// `null` until reliability scores exist.
+    pub reliability_points: Option<u32>,
+    /// `null` until benchmark scores exist.
+    pub performance_points: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListingView {
+    pub gpu_uuid: String,
+    pub machine_id: Uuid,
+    pub provider_id: Uuid,
+    pub model_id: String,
+    pub model_name: String,
+    pub vram_gb: u32,
+    pub vram_mib: u64,
+    /// Listed GPUs on the same machine, this one included.
+    pub gpus_on_machine: u32,
+    pub price_micro_usdc: i64,
+    pub price_usdc: String,
+    pub country: String,
+    pub region: String,
+    pub city: String,
+    pub tier: Tier,
+    pub commitment_months: u32,
+    /// Over the last 30 days, platform outages excluded.
+    pub uptime_pct: String,
+    /// Datasheet dense FP16 tensor TFLOPS until benchmarks exist.
+    pub fp16_tflops: String,
+    pub performance_source: String,
+    pub tflops_per_usdc_hour: String,
+    /// `null` until reliability scores exist.
+    pub reliability_score: Option<String>,
+    pub rank: u32,
+    pub simulated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListingPage {
+    pub listings: Vec<ListingView>,
+    /// Pass as `after` (with the same filters and sort) for the next page.
+    pub next_after: Option<String>,
+    /// The instant the listings were computed for.
+    pub as_of: String,
+}
+
+/// One of a provider's GPUs on the marketplace: listed or why not, and its rank.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderListing {
+    pub gpu_uuid: String,
+    pub machine_id: Uuid,
+    pub listed: bool,
+    pub hidden: Vec<Hidden>,
+    pub rank: Option<RankView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderListings {
+    pub provider_id: Uuid,
+    pub as_of: String,
+    pub gpus: Vec<ProviderListing>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListingDetail {
+    pub listing: ListingView,
+    pub rank: RankView,
+    pub as_of: String,
+}
+
+/// `POST /v1/gpus/{gpu_uuid}/delist` and `/relist`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListingChange {
+    pub reason: String,
+}
