@@ -231,6 +231,9 @@ pub enum OperatorRole {
 pub enum BenchCommand {
     /// Event store throughput on SQLite and PostgreSQL, each beside the database's own ceiling.
     Store(crate::bench::StoreBenchArgs),
+    /// Marketplace search latency over HTTP with 100,000 listings, at 1 and 64 clients, and
+    /// the delay from a price change to its visibility in search.
+    Search(crate::bench_search::SearchBenchArgs),
 }
 
 /// Opens the configured store and applies migrations. Creates the SQLite file's directory.

@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod applications;
 pub mod auth;
 pub mod bench;
+pub mod bench_search;
 pub mod catalog;
 pub mod cli;
 pub mod error;

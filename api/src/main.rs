@@ -165,6 +165,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench {
             command: BenchCommand::Store(args),
         } => gpunex_api::bench::run(args).await?,
+        Command::Bench {
+            command: BenchCommand::Search(args),
+        } => gpunex_api::bench_search::run(args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -37,9 +37,8 @@ pub struct ListingIndex {
     built_at: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
-/// How often the snapshot is rebuilt when nothing happens: schedules and maintenance start and
-/// end with time alone.
-pub const LISTING_REFRESH: Duration = Duration::from_millis(500);
+/// The longest the snapshot goes unrebuilt: uptimes (and so ranks) drift with time alone.
+pub const LISTING_REFRESH_MAX: Duration = Duration::from_secs(60);
 
 impl Default for ListingIndex {
     fn default() -> Self {
@@ -100,13 +99,32 @@ impl ListingIndex {
     }
 }
 
-/// Keeps the snapshot current: rebuilds as soon as the registry applies new events, and every
-/// [`LISTING_REFRESH`] otherwise.
+/// Keeps the snapshot current: rebuilds as soon as the registry applies new events, at the next
+/// instant the listings change with time alone (a schedule's minute, a price taking effect,
+/// maintenance starting or ending), and at least every [`LISTING_REFRESH_MAX`].
 pub async fn run_listing_index(registry: CredentialCache, index: ListingIndex) {
     let mut position = registry.watch_position();
     loop {
-        index.rebuild(&registry, now());
-        let _ = tokio::time::timeout(LISTING_REFRESH, position.changed()).await;
+        let at = now();
+        // Building takes a core for a while at scale: off the async workers that serve requests.
+        let (building, registry_for_build) = (index.clone(), registry.clone());
+        if tokio::task::spawn_blocking(move || building.rebuild(&registry_for_build, at))
+            .await
+            .is_err()
+        {
+            tracing::error!("the listing snapshot build panicked; keeping the previous one");
+        }
+        let wait = index
+            .current()
+            .next_change
+            .map(|next| {
+                Duration::from_micros(
+                    u64::try_from(next.unix_micros() - at.unix_micros()).unwrap_or(0),
+                )
+            })
+            .unwrap_or(LISTING_REFRESH_MAX)
+            .clamp(Duration::from_millis(1), LISTING_REFRESH_MAX);
+        let _ = tokio::time::timeout(wait, position.changed()).await;
     }
 }
 
@@ -544,19 +562,19 @@ fn rank_view(rank: &RankBreakdown) -> wm::RankView {
 
 fn listing_view(listing: &Listing) -> wm::ListingView {
     wm::ListingView {
-        gpu_uuid: listing.gpu_uuid.clone(),
+        gpu_uuid: listing.gpu_uuid.to_string(),
         machine_id: listing.machine_id,
         provider_id: listing.provider_id,
-        model_id: listing.model_id.clone(),
-        model_name: listing.model_name.clone(),
+        model_id: listing.model_id.to_string(),
+        model_name: listing.model_name.to_string(),
         vram_gb: listing.vram_gb,
         vram_mib: listing.vram_mib,
         gpus_on_machine: listing.gpus_on_machine,
         price_micro_usdc: listing.price.micros(),
         price_usdc: listing.price.to_string(),
-        country: listing.country.clone(),
-        region: listing.region.clone(),
-        city: listing.city.clone(),
+        country: listing.country.to_string(),
+        region: listing.region.to_string(),
+        city: listing.city.to_string(),
         tier: listing.tier,
         commitment_months: listing.commitment_months,
         uptime_pct: percent_bp(listing.uptime_bp),
@@ -575,7 +593,7 @@ fn listing_view(listing: &Listing) -> wm::ListingView {
 
 fn provider_listing(status: &gpunex_projections::market::GpuStatus) -> wm::ProviderListing {
     wm::ProviderListing {
-        gpu_uuid: status.gpu_uuid.clone(),
+        gpu_uuid: status.gpu_uuid.to_string(),
         machine_id: status.machine_id,
         listed: status.hidden.is_empty(),
         hidden: status.hidden.clone(),

@@ -45,19 +45,30 @@ struct Host {
     gpus: Vec<String>,
 }
 
-/// An approved provider with one registered, online machine of `count` GPUs of `model`.
-async fn host(
-    base: &str,
-    admin: &str,
-    email: &str,
-    tier: &str,
-    model: &str,
+/// What a test host offers.
+struct Spec<'a> {
+    email: &'a str,
+    tier: &'a str,
+    model: &'a str,
     device: u16,
     vram_mib: u64,
     count: u32,
-    country: &str,
-    region: &str,
-) -> Host {
+    country: &'a str,
+    region: &'a str,
+}
+
+/// An approved provider with one registered, online machine of `count` GPUs of `model`.
+async fn host(base: &str, admin: &str, spec: Spec<'_>) -> Host {
+    let Spec {
+        email,
+        tier,
+        model,
+        device,
+        vram_mib,
+        count,
+        country,
+        region,
+    } = spec;
     let (provider, token) = common::approved_provider_as(
         base,
         admin,
@@ -166,14 +177,16 @@ async fn prices_schedules_and_maintenance_decide_what_is_listed(db: &TestDb) {
     let h = host(
         &base,
         &admin,
-        "h@example.com",
-        "community",
-        "h100-80gb",
-        0x2330,
-        81_559,
-        2,
-        "DE",
-        "Hesse",
+        Spec {
+            email: "h@example.com",
+            tier: "community",
+            model: "h100-80gb",
+            device: 0x2330,
+            vram_mib: 81_559,
+            count: 2,
+            country: "DE",
+            region: "Hesse",
+        },
     )
     .await;
 
@@ -214,14 +227,16 @@ async fn prices_schedules_and_maintenance_decide_what_is_listed(db: &TestDb) {
     let other = host(
         &base,
         &admin,
-        "o@example.com",
-        "community",
-        "h100-80gb",
-        0x2330,
-        81_559,
-        1,
-        "DE",
-        "Hesse",
+        Spec {
+            email: "o@example.com",
+            tier: "community",
+            model: "h100-80gb",
+            device: 0x2330,
+            vram_mib: 81_559,
+            count: 1,
+            country: "DE",
+            region: "Hesse",
+        },
     )
     .await;
     let (status, _) = call(
@@ -493,40 +508,46 @@ async fn search_filters_sorts_pages_and_ranks(db: &TestDb) {
     let a = host(
         &base,
         &admin,
-        "a@example.com",
-        "enterprise",
-        "h100-80gb",
-        0x2330,
-        81_559,
-        4,
-        "DE",
-        "Hesse",
+        Spec {
+            email: "a@example.com",
+            tier: "enterprise",
+            model: "h100-80gb",
+            device: 0x2330,
+            vram_mib: 81_559,
+            count: 4,
+            country: "DE",
+            region: "Hesse",
+        },
     )
     .await;
     let b = host(
         &base,
         &admin,
-        "b@example.com",
-        "community",
-        "h100-80gb",
-        0x2330,
-        81_559,
-        1,
-        "DE",
-        "Hesse",
+        Spec {
+            email: "b@example.com",
+            tier: "community",
+            model: "h100-80gb",
+            device: 0x2330,
+            vram_mib: 81_559,
+            count: 1,
+            country: "DE",
+            region: "Hesse",
+        },
     )
     .await;
     let c = host(
         &base,
         &admin,
-        "c@example.com",
-        "community",
-        "l40s",
-        0x26b9,
-        46_068,
-        2,
-        "US",
-        "Texas",
+        Spec {
+            email: "c@example.com",
+            tier: "community",
+            model: "l40s",
+            device: 0x26b9,
+            vram_mib: 46_068,
+            count: 2,
+            country: "US",
+            region: "Texas",
+        },
     )
     .await;
     set_price(&base, &a, "h100-80gb", "2.00").await;

@@ -200,6 +200,48 @@ pub fn available_at(availability: &Availability, t: Timestamp) -> bool {
     })
 }
 
+/// The first instant after `now`, within eight days, at which [`available_at`] changes, if any.
+/// Candidates are the windows' local starts and ends over the coming days (a local time that a
+/// daylight-saving gap skips is taken an hour later, a repeated one at its first occurrence);
+/// back-to-back windows that do not change anything are skipped.
+pub fn next_availability_change(availability: &Availability, now: Timestamp) -> Option<Timestamp> {
+    use chrono::TimeZone;
+    let Availability::Weekly { time_zone, windows } = availability else {
+        return None;
+    };
+    let zone: chrono_tz::Tz = time_zone.parse().ok()?;
+    let utc = chrono::DateTime::from_timestamp_micros(now.unix_micros())?;
+    let today = utc.with_timezone(&zone).date_naive();
+    let mut candidates: Vec<Timestamp> = Vec::new();
+    for offset in -1..8 {
+        let date = today + chrono::Duration::days(offset);
+        let weekday =
+            Weekday::ALL[chrono::Datelike::weekday(&date).num_days_from_monday() as usize];
+        for window in windows.iter().filter(|w| w.day == weekday) {
+            for minute in [window.start_minute, window.end_minute] {
+                let local =
+                    date.and_hms_opt(0, 0, 0)? + chrono::Duration::minutes(i64::from(minute));
+                let instant = zone.from_local_datetime(&local).earliest().or_else(|| {
+                    zone.from_local_datetime(&(local + chrono::Duration::hours(1)))
+                        .earliest()
+                })?;
+                let t = Timestamp::from_unix_micros(instant.timestamp_micros());
+                if t > now {
+                    candidates.push(t);
+                }
+            }
+        }
+    }
+    candidates.sort();
+    candidates.dedup();
+    candidates.into_iter().find(|t| {
+        available_at(
+            availability,
+            Timestamp::from_unix_micros(t.unix_micros() - 1),
+        ) != available_at(availability, *t)
+    })
+}
+
 fn local_weekday_minute(zone: chrono_tz::Tz, t: Timestamp) -> (Weekday, u16) {
     use chrono::{Datelike, Timelike};
     let utc = chrono::DateTime::from_timestamp_micros(t.unix_micros()).unwrap_or_default();
@@ -341,7 +383,7 @@ pub enum Hidden {
 /// - tier: Enterprise 1,500 (premium placement), Community 0;
 /// - commitment, up to 1,500: `1,500 x min(months, 24) / 24`;
 /// - reliability and performance: 0 until those scores exist; the breakdown says so.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RankBreakdown {
     pub uptime_bp: u32,
     pub uptime_points: u32,
@@ -563,6 +605,52 @@ mod tests {
             &Availability::AlwaysOn,
             utc("2026-10-25T01:30:00Z")
         ));
+    }
+
+    #[test]
+    fn the_next_change_is_the_next_real_boundary() {
+        use Weekday::*;
+        let s = weekly(
+            "Europe/Madrid",
+            &[(Saturday, 480, 1440), (Sunday, 0, 360), (Monday, 480, 1200)],
+        );
+        // Saturday 08:00 CET opens; Saturday 24:00 runs into Sunday 00:00 (no change); Sunday
+        // 06:00 CEST (after the spring-forward) closes.
+        assert_eq!(
+            next_availability_change(&s, utc("2026-03-28T06:00:00Z")),
+            Some(utc("2026-03-28T07:00:00Z"))
+        );
+        assert_eq!(
+            next_availability_change(&s, utc("2026-03-28T07:00:00Z")),
+            Some(utc("2026-03-29T04:00:00Z"))
+        );
+        assert_eq!(
+            next_availability_change(&s, utc("2026-03-29T04:00:00Z")),
+            Some(utc("2026-03-30T06:00:00Z"))
+        );
+        // Every minute of the week: never changes.
+        let always = weekly("UTC", &Weekday::ALL.map(|d| (d, 0, 1440)));
+        assert_eq!(
+            next_availability_change(&always, utc("2026-03-28T06:00:00Z")),
+            None
+        );
+        assert_eq!(
+            next_availability_change(&Availability::AlwaysOn, utc("2026-03-28T06:00:00Z")),
+            None
+        );
+        // It agrees with a minute-by-minute scan over a week around the change.
+        let mut t = utc("2026-03-27T00:00:00Z");
+        let end = utc("2026-04-03T00:00:00Z");
+        while t < end {
+            let next = next_availability_change(&s, t).unwrap();
+            let mut scan =
+                Timestamp::from_unix_micros((t.unix_micros() / 60_000_000 + 1) * 60_000_000);
+            while available_at(&s, scan) == available_at(&s, t) {
+                scan = Timestamp::from_unix_micros(scan.unix_micros() + 60_000_000);
+            }
+            assert_eq!(next, scan, "from {t:?}");
+            t = next;
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! whenever the log moves and at least once a second, and answers searches from it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use gpunex_domain::DomainEvent;
 use gpunex_domain::fleet::{GpuCondition, Span};
@@ -106,6 +107,28 @@ impl Market {
         self.delisted.get(gpu_uuid)
     }
 
+    /// The next instant after `now` at which the market alone (no new event) changes what is
+    /// listed: a price or maintenance starting or ending, or a schedule opening or closing.
+    pub fn next_boundary(&self, now: Timestamp) -> Option<Timestamp> {
+        let weekly = self
+            .availability
+            .values()
+            .filter_map(|a| market::next_availability_change(a, now))
+            .min();
+        let maintenance = self
+            .maintenance
+            .values()
+            .flat_map(|m| [m.from, m.until])
+            .filter(|t| *t > now);
+        let prices = self
+            .prices
+            .values()
+            .flatten()
+            .map(|p| p.effective_at)
+            .filter(|t| *t > now);
+        weekly.into_iter().chain(maintenance).chain(prices).min()
+    }
+
     fn in_maintenance(&self, machine: &MachineState, now: Timestamp) -> bool {
         self.maintenance.values().any(|m| {
             m.provider_id == machine.provider_id
@@ -119,19 +142,21 @@ impl Market {
 /// One listed GPU, with everything a renter filters and sorts by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listing {
-    pub gpu_uuid: String,
+    pub gpu_uuid: Arc<str>,
     pub machine_id: Uuid,
     pub provider_id: Uuid,
-    pub model_id: String,
-    pub model_name: String,
+    pub model_id: Arc<str>,
+    pub model_name: Arc<str>,
     pub vram_gb: u32,
     pub vram_mib: u64,
     /// Listed GPUs on the same machine, this one included.
     pub gpus_on_machine: u32,
     pub price: Usdc,
-    pub country: String,
-    pub region: String,
-    pub city: String,
+    pub country: Arc<str>,
+    pub region: Arc<str>,
+    pub city: Arc<str>,
+    /// The region lowercased: the market a price is compared in, with the model.
+    region_key: Arc<str>,
     pub tier: Tier,
     pub commitment_months: u32,
     pub uptime_bp: u32,
@@ -147,7 +172,7 @@ pub struct Listing {
 /// Whether one GPU is listed at the snapshot's instant and, if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuStatus {
-    pub gpu_uuid: String,
+    pub gpu_uuid: Arc<str>,
     pub machine_id: Uuid,
     pub provider_id: Uuid,
     pub hidden: Vec<Hidden>,
@@ -196,11 +221,13 @@ impl SortBy {
 #[derive(Debug, Clone)]
 pub struct ListingSnapshot {
     pub as_of: Timestamp,
+    /// When the listings change next with time alone (see [`Market::next_boundary`]).
+    pub next_change: Option<Timestamp>,
     pub listings: Vec<Listing>,
     /// Indexes into `listings`, sorted, per (model or `None` for all, sort).
     orders: HashMap<(Option<String>, SortByKey), Vec<u32>>,
     /// Every registered GPU's status.
-    statuses: HashMap<String, GpuStatus>,
+    statuses: HashMap<Arc<str>, GpuStatus>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -212,6 +239,53 @@ impl From<SortBy> for SortByKey {
             SortBy::Rank => 0,
             SortBy::Price => 1,
             SortBy::PerfPerDollar => 2,
+        })
+    }
+}
+
+/// Provider, PCI device id and model: what an [`Offer`] is cached by during one build.
+type OfferKey<'a> = (Uuid, Option<u16>, &'a str);
+
+/// What every GPU of one provider and model shares in a snapshot.
+struct Offer {
+    model_id: Arc<str>,
+    model_name: Arc<str>,
+    vram_gb: u32,
+    fp16_tflops_tenths: u32,
+    price: Option<Usdc>,
+    country: Arc<str>,
+    region: Arc<str>,
+    city: Arc<str>,
+    region_key: Arc<str>,
+}
+
+impl Offer {
+    /// `None` when the model is not in the catalog.
+    fn new(
+        inputs: &BuildInputs<'_>,
+        provider: Option<&Provider<'_>>,
+        provider_id: Uuid,
+        model_id: &str,
+        device: Option<u16>,
+        now: Timestamp,
+    ) -> Option<Offer> {
+        let (model_name, vram_gb, fp16) = model_facts(model_id, device, inputs.added_models)?;
+        let location = provider.and_then(|p| p.location(model_id));
+        let text = |pick: fn(&Location) -> &str| Arc::<str>::from(location.map_or("", pick));
+        Some(Offer {
+            model_id: Arc::from(model_id),
+            model_name: Arc::from(model_name.as_str()),
+            vram_gb,
+            fp16_tflops_tenths: fp16,
+            price: market::price_at(inputs.market.price_history(provider_id, model_id), now),
+            country: text(|l| &l.country),
+            region: text(|l| &l.region),
+            city: text(|l| &l.city),
+            region_key: Arc::from(
+                location
+                    .map_or(String::new(), |l| l.region.to_lowercase())
+                    .as_str(),
+            ),
         })
     }
 }
@@ -281,6 +355,7 @@ impl ListingSnapshot {
     pub fn empty() -> ListingSnapshot {
         ListingSnapshot {
             as_of: Timestamp::from_unix_micros(0),
+            next_change: None,
             listings: Vec::new(),
             orders: HashMap::new(),
             statuses: HashMap::new(),
@@ -305,9 +380,12 @@ impl ListingSnapshot {
             })
             .collect();
         let outages = inputs.fleet.outages();
-        let mut candidates: Vec<(Listing, MachineState)> = Vec::new();
-        let mut statuses: HashMap<String, GpuStatus> = HashMap::new();
+        let mut candidates: Vec<Listing> = Vec::new();
+        let mut hidden_priced: Vec<Listing> = Vec::new();
+        let mut statuses: HashMap<Arc<str>, GpuStatus> = HashMap::new();
         let mut schedules: HashMap<Uuid, bool> = HashMap::new();
+        // What every GPU of one provider and model shares, computed once per build.
+        let mut offers: HashMap<OfferKey<'_>, Option<Arc<Offer>>> = HashMap::new();
         for machine in inputs.fleet.machines() {
             let provider = providers.get(&machine.provider_id);
             let available = *schedules.entry(machine.provider_id).or_insert_with(|| {
@@ -316,7 +394,7 @@ impl ListingSnapshot {
             let in_maintenance = inputs.market.in_maintenance(machine, now);
             let machine_uptime = uptime_bp(machine, outages, now);
             for gpu in &machine.gpus {
-                let uuid = &gpu.gpu.gpu_uuid;
+                let uuid: Arc<str> = Arc::from(gpu.gpu.gpu_uuid.as_str());
                 let mut hidden = Vec::new();
                 if provider.is_none() {
                     hidden.push(Hidden::ProviderNotApproved);
@@ -329,7 +407,7 @@ impl ListingSnapshot {
                 }
                 if machine
                     .conditions
-                    .get(uuid)
+                    .get(&gpu.gpu.gpu_uuid)
                     .is_some_and(|c| c.contains_key(&GpuCondition::Lost))
                 {
                     hidden.push(Hidden::GpuLost);
@@ -340,138 +418,154 @@ impl ListingSnapshot {
                 if in_maintenance {
                     hidden.push(Hidden::Maintenance);
                 }
-                if inputs.market.delisting(uuid).is_some() {
+                if inputs.market.delisting(&gpu.gpu.gpu_uuid).is_some() {
                     hidden.push(Hidden::Delisted);
                 }
-                let facts = gpu.model_id.as_deref().and_then(|id| {
-                    Some((
-                        id,
-                        model_facts(id, gpu.gpu.pci_device_id, inputs.added_models)?,
-                    ))
-                });
-                let price = gpu.model_id.as_deref().and_then(|id| {
-                    market::price_at(inputs.market.price_history(machine.provider_id, id), now)
-                });
-                match (&facts, price) {
-                    (None, _) => hidden.push(Hidden::NotACatalogModel),
-                    (Some(_), None) => hidden.push(Hidden::NoPrice),
-                    _ => {}
+                let offer = match gpu.model_id.as_deref() {
+                    None => None,
+                    Some(model_id) => offers
+                        .entry((machine.provider_id, gpu.gpu.pci_device_id, model_id))
+                        .or_insert_with(|| {
+                            Offer::new(
+                                inputs,
+                                provider,
+                                machine.provider_id,
+                                model_id,
+                                gpu.gpu.pci_device_id,
+                                now,
+                            )
+                            .map(Arc::new)
+                        })
+                        .clone(),
+                };
+                match offer.as_deref() {
+                    None => hidden.push(Hidden::NotACatalogModel),
+                    Some(Offer { price: None, .. }) => hidden.push(Hidden::NoPrice),
+                    Some(_) => {}
                 }
-                statuses.insert(
-                    uuid.clone(),
-                    GpuStatus {
-                        gpu_uuid: uuid.clone(),
+                let listing = match (offer.as_deref(), provider) {
+                    (Some(offer), Some(provider)) => offer.price.map(|price| Listing {
+                        gpu_uuid: Arc::clone(&uuid),
                         machine_id: machine.machine_id,
                         provider_id: machine.provider_id,
-                        hidden: hidden.clone(),
+                        model_id: Arc::clone(&offer.model_id),
+                        model_name: Arc::clone(&offer.model_name),
+                        vram_gb: offer.vram_gb,
+                        vram_mib: gpu.gpu.vram_mib,
+                        gpus_on_machine: 0,
+                        price,
+                        country: Arc::clone(&offer.country),
+                        region: Arc::clone(&offer.region),
+                        city: Arc::clone(&offer.city),
+                        region_key: Arc::clone(&offer.region_key),
+                        tier: provider.tier,
+                        commitment_months: provider.commitment_months,
+                        uptime_bp: machine_uptime,
+                        fp16_tflops_tenths: offer.fp16_tflops_tenths,
+                        tflops_per_usdc_milli: u64::from(offer.fp16_tflops_tenths) * 100_000_000
+                            / u64::try_from(price.micros().max(1)).unwrap_or(1),
+                        rank: RankBreakdown::default(),
+                        simulated: machine.simulated,
+                    }),
+                    _ => None,
+                };
+                let listed = hidden.is_empty();
+                statuses.insert(
+                    Arc::clone(&uuid),
+                    GpuStatus {
+                        gpu_uuid: uuid,
+                        machine_id: machine.machine_id,
+                        provider_id: machine.provider_id,
+                        hidden,
                         rank: None,
                     },
                 );
-                let (Some((model_id, (model_name, vram_gb, fp16))), Some(price), Some(provider)) =
-                    (facts, price, provider)
-                else {
-                    continue;
-                };
-                let location = provider.location(model_id);
-                let listing = Listing {
-                    gpu_uuid: uuid.clone(),
-                    machine_id: machine.machine_id,
-                    provider_id: machine.provider_id,
-                    model_id: model_id.to_owned(),
-                    model_name,
-                    vram_gb,
-                    vram_mib: gpu.gpu.vram_mib,
-                    gpus_on_machine: 0,
-                    price,
-                    country: location.map(|l| l.country.clone()).unwrap_or_default(),
-                    region: location.map(|l| l.region.clone()).unwrap_or_default(),
-                    city: location.map(|l| l.city.clone()).unwrap_or_default(),
-                    tier: provider.tier,
-                    commitment_months: provider.commitment_months,
-                    uptime_bp: machine_uptime,
-                    fp16_tflops_tenths: fp16,
-                    tflops_per_usdc_milli: u64::from(fp16) * 100_000_000
-                        / u64::try_from(price.micros().max(1)).unwrap_or(1),
-                    rank: market::rank(0, price, price, provider.tier, 0),
-                    simulated: machine.simulated,
-                };
-                // Hidden but priced GPUs get a rank too (for the provider's breakdown); only
-                // listed ones enter the market.
-                if hidden.is_empty() {
-                    candidates.push((listing, machine.clone()));
-                } else if let Some(status) = statuses.get_mut(uuid) {
-                    status.rank = Some(listing.rank);
+                // Only listed GPUs enter the market (and its medians).
+                match (listing, listed) {
+                    (Some(listing), true) => candidates.push(listing),
+                    (Some(listing), false) => hidden_priced.push(listing),
+                    (None, _) => {}
                 }
             }
         }
         // Medians per model and region over the listed GPUs.
-        let mut prices: HashMap<(String, String), Vec<i64>> = HashMap::new();
-        for (listing, _) in &candidates {
+        let mut prices: HashMap<(Arc<str>, Arc<str>), Vec<i64>> = HashMap::new();
+        for listing in &candidates {
             prices
-                .entry((listing.model_id.clone(), listing.region.to_lowercase()))
+                .entry((
+                    Arc::clone(&listing.model_id),
+                    Arc::clone(&listing.region_key),
+                ))
                 .or_default()
                 .push(listing.price.micros());
         }
-        let medians: HashMap<(String, String), i64> = prices
+        let medians: HashMap<(Arc<str>, Arc<str>), i64> = prices
             .into_iter()
             .filter_map(|(key, mut values)| Some((key, market::median(&mut values)?)))
             .collect();
+        let rank_of = |listing: &Listing| {
+            let median = medians
+                .get(&(
+                    Arc::clone(&listing.model_id),
+                    Arc::clone(&listing.region_key),
+                ))
+                .copied()
+                .unwrap_or(listing.price.micros());
+            market::rank(
+                listing.uptime_bp,
+                listing.price,
+                Usdc::from_micros(median),
+                listing.tier,
+                listing.commitment_months,
+            )
+        };
+        // Hidden but priced GPUs show the rank they would have (for the provider's breakdown).
+        for listing in &hidden_priced {
+            if let Some(status) = statuses.get_mut(&listing.gpu_uuid) {
+                status.rank = Some(rank_of(listing));
+            }
+        }
         let mut per_machine: HashMap<Uuid, u32> = HashMap::new();
-        for (listing, _) in &candidates {
+        for listing in &candidates {
             *per_machine.entry(listing.machine_id).or_default() += 1;
         }
         let mut listings: Vec<Listing> = candidates
             .into_iter()
-            .map(|(mut listing, _)| {
-                let median = medians
-                    .get(&(listing.model_id.clone(), listing.region.to_lowercase()))
-                    .copied()
-                    .unwrap_or(listing.price.micros());
-                listing.rank = market::rank(
-                    listing.uptime_bp,
-                    listing.price,
-                    Usdc::from_micros(median),
-                    listing.tier,
-                    listing.commitment_months,
-                );
+            .map(|mut listing| {
+                listing.rank = rank_of(&listing);
                 listing.gpus_on_machine =
                     per_machine.get(&listing.machine_id).copied().unwrap_or(1);
                 listing
             })
             .collect();
-        listings.sort_by(|a, b| {
-            (SortBy::Rank.key(a), &a.gpu_uuid).cmp(&(SortBy::Rank.key(b), &b.gpu_uuid))
-        });
+        // Sorted by UUID, so an index breaks ties exactly as the UUID does.
+        listings.sort_unstable_by(|a, b| a.gpu_uuid.cmp(&b.gpu_uuid));
         for listing in &listings {
             if let Some(status) = statuses.get_mut(&listing.gpu_uuid) {
                 status.rank = Some(listing.rank);
             }
         }
         let mut orders: HashMap<(Option<String>, SortByKey), Vec<u32>> = HashMap::new();
-        let mut by_model: HashMap<String, Vec<u32>> = HashMap::new();
-        for (i, listing) in listings.iter().enumerate() {
-            by_model
-                .entry(listing.model_id.clone())
-                .or_default()
-                .push(i as u32);
-        }
-        let all: Vec<u32> = (0..listings.len() as u32).collect();
+        let count = u32::try_from(listings.len()).unwrap_or(u32::MAX);
         for sort in SortBy::ALL {
-            let order = |indexes: &[u32]| {
-                let mut sorted = indexes.to_vec();
-                sorted.sort_by(|&a, &b| {
-                    let (a, b) = (&listings[a as usize], &listings[b as usize]);
-                    (sort.key(a), &a.gpu_uuid).cmp(&(sort.key(b), &b.gpu_uuid))
-                });
-                sorted
-            };
-            orders.insert((None, sort.into()), order(&all));
-            for (model, indexes) in &by_model {
-                orders.insert((Some(model.clone()), sort.into()), order(indexes));
+            let mut all: Vec<u32> = (0..count).collect();
+            all.sort_unstable_by_key(|&i| (sort.key(&listings[i as usize]), i));
+            // Each model's order is the overall order filtered: no second sort.
+            let mut per_model: HashMap<&str, Vec<u32>> = HashMap::new();
+            for &i in &all {
+                per_model
+                    .entry(&listings[i as usize].model_id)
+                    .or_default()
+                    .push(i);
             }
+            for (model, order) in per_model {
+                orders.insert((Some(model.to_owned()), sort.into()), order);
+            }
+            orders.insert((None, sort.into()), all);
         }
         ListingSnapshot {
             as_of: now,
+            next_change: inputs.market.next_boundary(now),
             listings,
             orders,
             statuses,
@@ -483,7 +577,10 @@ impl ListingSnapshot {
     }
 
     pub fn listing(&self, gpu_uuid: &str) -> Option<&Listing> {
-        self.listings.iter().find(|l| l.gpu_uuid == gpu_uuid)
+        self.listings
+            .binary_search_by(|l| (*l.gpu_uuid).cmp(gpu_uuid))
+            .ok()
+            .map(|i| &self.listings[i])
     }
 
     /// One page of listings matching `filter`, in `sort` order, after the cursor `after`
@@ -503,7 +600,7 @@ impl ListingSnapshot {
         let start = match after {
             Some((key, uuid)) => order.partition_point(|&i| {
                 let l = &self.listings[i as usize];
-                (sort.key(l), l.gpu_uuid.as_str()) <= (*key, uuid.as_str())
+                (sort.key(l), &*l.gpu_uuid) <= (*key, uuid.as_str())
             }),
             None => 0,
         };
