@@ -327,6 +327,20 @@ impl Caller {
         }
     }
 
+    /// Refuses unless the caller's role is one of `allowed`, and a provider unless it is
+    /// `provider_id` itself.
+    pub fn require_for_provider(
+        &self,
+        allowed: &[Allow],
+        provider_id: Uuid,
+    ) -> Result<(), ApiError> {
+        self.require(allowed)?;
+        match self.role {
+            Role::Provider { provider_id: own } if own != provider_id => Err(ApiError::Forbidden),
+            _ => Ok(()),
+        }
+    }
+
     /// `token:<id>`: who did it, in event metadata and `issued_by` fields.
     pub fn actor(&self) -> String {
         format!("token:{}", self.token_id)

@@ -126,7 +126,8 @@ fn report_invalid(prefix: &str, error: ReportError) -> ApiError {
     )
 }
 
-fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+/// An RFC 3339 instant from a request field, or a `400 invalid_timestamp` naming it.
+pub(crate) fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
     chrono::DateTime::parse_from_rfc3339(text)
         .map(|t| Timestamp::from_unix_micros(t.timestamp_micros()))
         .map_err(|e| {
@@ -839,12 +840,10 @@ pub async fn provider_machines(
     caller: Caller,
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wf::ProviderFleet>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Finance, Allow::Provider])?;
-    if let Role::Provider { provider_id: own } = caller.role
-        && own != provider_id
-    {
-        return Err(ApiError::Forbidden);
-    }
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        provider_id,
+    )?;
     let machines: Vec<MachineState> = state
         .credentials
         .with_fleet(|f| f.machines_of(&provider_id).into_iter().cloned().collect());

@@ -11,7 +11,6 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use gpunex_domain::credentials::Role;
 use gpunex_domain::market::{self, MarketEvent, MarketRejection, RankBreakdown};
 use gpunex_domain::money::Usdc;
 use gpunex_domain::onboarding::{ApplicationStatus, GpuModelChoice, Tier};
@@ -25,6 +24,7 @@ use uuid::Uuid;
 
 use crate::auth::{Allow, Caller, CredentialCache};
 use crate::error::ApiError;
+use crate::fleet::parse_time;
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -149,25 +149,9 @@ fn rejection(error: MarketRejection) -> ApiError {
     ApiError::invalid(field, error.code(), error.to_string())
 }
 
-fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(|t| Timestamp::from_unix_micros(t.timestamp_micros()))
-        .map_err(|e| {
-            ApiError::invalid(
-                field,
-                "invalid_timestamp",
-                format!("RFC 3339 expected: {e}"),
-            )
-        })
-}
-
 /// Admins act for any provider; a provider for itself.
 fn for_provider(caller: &Caller, provider_id: Uuid) -> Result<(), ApiError> {
-    caller.require(&[Allow::Admin, Allow::Provider])?;
-    match caller.role {
-        Role::Provider { provider_id: own } if own != provider_id => Err(ApiError::Forbidden),
-        _ => Ok(()),
-    }
+    caller.require_for_provider(&[Allow::Admin, Allow::Provider], provider_id)
 }
 
 fn market_stream(provider_id: Uuid) -> StreamId {
@@ -808,12 +792,10 @@ pub async fn provider_listings(
     caller: Caller,
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wm::ProviderListings>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Finance, Allow::Provider])?;
-    if let Role::Provider { provider_id: own } = caller.role
-        && own != provider_id
-    {
-        return Err(ApiError::Forbidden);
-    }
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        provider_id,
+    )?;
     let snapshot = state.listings.current();
     let gpus: Vec<String> = state.credentials.with_fleet(|f| {
         f.machines_of(&provider_id)

@@ -653,3 +653,226 @@ impl SearchFilter {
             && self.min_reliability_bp.is_none_or(|r| r == 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpunex_domain::fleet::{
+        DetectedGpu, FleetEvent, GpuDetected, HostInfo, MachineOnline, MachineRegistered,
+        ModelMatch, PcieLink,
+    };
+    use gpunex_domain::market::{AvailabilitySet, MaintenanceAnnounced, PriceSet};
+    use gpunex_domain::onboarding::{ApplicationForm, GpuEntry, WeeklyWindow};
+    use gpunex_domain::time::{MICROS_PER_SECOND, Weekday};
+
+    // 2026-03-02 is a Monday.
+    const MONDAY_0000_UTC: i64 = 1_772_409_600;
+
+    fn at(hours: i64) -> Timestamp {
+        Timestamp::from_unix_micros((MONDAY_0000_UTC + hours * 3_600) * MICROS_PER_SECOND)
+    }
+
+    fn application(provider_id: Uuid) -> Application {
+        Application {
+            application_id: Uuid::from_u128(1),
+            applicant_user_id: Uuid::from_u128(2),
+            form: ApplicationForm {
+                full_legal_name: "Ada".to_owned(),
+                email: "ada@example.com".to_owned(),
+                company_name: None,
+                gpus: vec![GpuEntry {
+                    model: GpuModelChoice::Catalog("h100-80gb".to_owned()),
+                    quantity: 2,
+                    system_ram_gb: 512,
+                    upload_mbps: 1_000,
+                    download_mbps: 1_000,
+                    availability: Availability::AlwaysOn,
+                    location: Location {
+                        city: "Madrid".to_owned(),
+                        country: "ES".to_owned(),
+                        region: "Madrid".to_owned(),
+                    },
+                }],
+                ups_protected: true,
+                commitment_months: 12,
+                maintenance_notes: String::new(),
+            },
+            status: ApplicationStatus::Approved,
+            submitted_at: at(-100),
+            decided_at: Some(at(-99)),
+            tier: Some(Tier::Community),
+            provider_id: Some(provider_id),
+            information_requests: 0,
+        }
+    }
+
+    fn fleet(provider_id: Uuid, machine_id: Uuid, simulated: bool) -> Fleet {
+        let mut fleet = Fleet::default();
+        let registered = MachineRegistered {
+            machine_id,
+            provider_id,
+            host: HostInfo {
+                hostname: "n".to_owned(),
+                cpu_model: None,
+                cpu_cores: None,
+                ram_mib: None,
+                disk_total_gib: None,
+                disk_free_gib: None,
+                os: None,
+                kernel: None,
+            },
+            agent_version: "t".to_owned(),
+            simulated,
+            gpu_count: 2,
+            detected_at: at(-50),
+        };
+        fleet.apply(
+            1,
+            at(-50).unix_micros(),
+            &DomainEvent::Fleet(FleetEvent::MachineRegistered(registered)),
+        );
+        for index in 0..2 {
+            let gpu = GpuDetected {
+                machine_id,
+                provider_id,
+                gpu: DetectedGpu {
+                    gpu_uuid: format!("GPU-{index:08x}"),
+                    index,
+                    name: "NVIDIA H100 80GB HBM3".to_owned(),
+                    pci_device_id: Some(0x2330),
+                    pci_bus_id: None,
+                    vram_mib: 81_559,
+                    driver_version: None,
+                    cuda_driver_version: None,
+                    pcie_current: PcieLink::default(),
+                    pcie_max: PcieLink::default(),
+                    power_limit_w: None,
+                    default_power_limit_w: None,
+                    ecc_enabled: None,
+                    mig_enabled: None,
+                },
+                model_id: Some("h100-80gb".to_owned()),
+                model_match: ModelMatch::PciDeviceId,
+                vram_below_model: false,
+                power_limit_lowered: None,
+            };
+            fleet.apply(
+                2 + u64::from(index),
+                at(-50).unix_micros(),
+                &DomainEvent::Fleet(FleetEvent::GpuDetected(gpu)),
+            );
+        }
+        let online = MachineOnline {
+            machine_id,
+            provider_id,
+            at: at(-49),
+        };
+        fleet.apply(
+            4,
+            at(-49).unix_micros(),
+            &DomainEvent::Fleet(FleetEvent::MachineOnline(online)),
+        );
+        fleet
+    }
+
+    fn hidden(snapshot: &ListingSnapshot) -> Vec<Hidden> {
+        snapshot.status("GPU-00000000").unwrap().hidden.clone()
+    }
+
+    #[test]
+    fn what_is_listed_is_a_function_of_the_events_and_the_instant() {
+        let provider_id = Uuid::from_u128(10);
+        let machine_id = Uuid::from_u128(11);
+        let applications = [application(provider_id)];
+        let fleet = fleet(provider_id, machine_id, false);
+        let mut market = Market::default();
+        let market_event = |e: MarketEvent| DomainEvent::Market(e);
+        // Priced from Monday 10:00 UTC; open Monday 09:00-17:00 Madrid (08:00-16:00 UTC in
+        // winter); maintenance Monday 12:00-13:00 UTC.
+        market.apply(&market_event(MarketEvent::PriceSet(PriceSet {
+            provider_id,
+            model_id: "h100-80gb".to_owned(),
+            price_micro_usdc: Usdc::from_micros(2_000_000),
+            effective_at: at(10),
+            set_at: at(-1),
+            set_by: "t".to_owned(),
+        })));
+        market.apply(&market_event(MarketEvent::AvailabilitySet(
+            AvailabilitySet {
+                provider_id,
+                availability: Availability::Weekly {
+                    time_zone: "Europe/Madrid".to_owned(),
+                    windows: vec![WeeklyWindow {
+                        day: Weekday::Monday,
+                        start_minute: 540,
+                        end_minute: 1_020,
+                    }],
+                },
+                set_at: at(-1),
+            },
+        )));
+        market.apply(&market_event(MarketEvent::MaintenanceAnnounced(
+            MaintenanceAnnounced {
+                maintenance_id: Uuid::from_u128(20),
+                provider_id,
+                machine_id: Some(machine_id),
+                from: at(12),
+                until: at(13),
+                reason: "PSU".to_owned(),
+                announced_at: at(-1),
+            },
+        )));
+        let inputs = BuildInputs {
+            fleet: &fleet,
+            market: &market,
+            applications: &applications,
+            added_models: &[],
+            dev_mode: false,
+        };
+        let build = |t| ListingSnapshot::build(&inputs, t);
+        assert_eq!(
+            hidden(&build(at(7))),
+            vec![Hidden::OutsideAvailability, Hidden::NoPrice]
+        );
+        assert_eq!(hidden(&build(at(9))), vec![Hidden::NoPrice]);
+        let open = build(at(10));
+        assert!(hidden(&open).is_empty());
+        assert_eq!(open.listings.len(), 2);
+        assert_eq!(open.listings[0].gpus_on_machine, 2);
+        assert_eq!(open.listings[0].region.as_ref(), "Madrid");
+        assert_eq!(hidden(&build(at(12))), vec![Hidden::Maintenance]);
+        assert!(hidden(&build(at(13))).is_empty());
+        assert_eq!(hidden(&build(at(16))), vec![Hidden::OutsideAvailability]);
+        // The snapshot knows when it changes next without any event.
+        assert_eq!(build(at(10)).next_change, Some(at(12)));
+        assert_eq!(build(at(13)).next_change, Some(at(16)));
+
+        // Simulated GPUs are listed only by a development deployment.
+        let simulated = self::fleet(provider_id, machine_id, true);
+        let mut inputs = BuildInputs {
+            fleet: &simulated,
+            market: &market,
+            applications: &applications,
+            added_models: &[],
+            dev_mode: false,
+        };
+        assert_eq!(
+            hidden(&ListingSnapshot::build(&inputs, at(10))),
+            vec![Hidden::Simulated]
+        );
+        inputs.dev_mode = true;
+        assert!(hidden(&ListingSnapshot::build(&inputs, at(10))).is_empty());
+        // Without an approved application nothing is listed.
+        let inputs = BuildInputs {
+            fleet: &fleet,
+            market: &market,
+            applications: &[],
+            added_models: &[],
+            dev_mode: false,
+        };
+        assert_eq!(
+            hidden(&ListingSnapshot::build(&inputs, at(10))),
+            vec![Hidden::ProviderNotApproved]
+        );
+    }
+}
