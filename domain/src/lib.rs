@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod gpu;
 pub mod ledger;
 pub mod market;
+pub mod metering;
 pub mod money;
 pub mod onboarding;
 pub mod stream;
