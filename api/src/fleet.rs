@@ -286,6 +286,10 @@ pub async fn agent_events(
             error: None,
         });
     }
+    // Read-your-writes: the views answer from the registry, which follows the log.
+    if let Some(last) = results.iter().filter_map(|r| r.position).max() {
+        state.credentials.wait_for(last).await?;
+    }
     Ok(Json(wf::AgentEventsResponse { results }))
 }
 
@@ -640,7 +644,7 @@ async fn watch_once(
         );
     }
     let presences: HashMap<Uuid, Presence> = store
-        .presences()
+        .presences(None)
         .await?
         .into_iter()
         .map(|p| (p.machine_id, p))
@@ -736,7 +740,7 @@ struct Observed {
 async fn observe(state: &AppState, machines: Option<&[Uuid]>) -> Result<Observed, ApiError> {
     let presences = state
         .store
-        .presences()
+        .presences(machines)
         .await?
         .into_iter()
         .map(|p| (p.machine_id, p))

@@ -7,6 +7,17 @@ use uuid::Uuid;
 use crate::store::Db;
 use crate::{Store, StoreError, to_i64};
 
+/// Ids bound per `IN (...)` list (SQLite allows 32,766 parameters; PostgreSQL 65,535).
+const IN_LIST_MAX: usize = 500;
+
+/// `$1, $2, ..., $n`: placeholders only, never values.
+fn placeholders(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One stored telemetry sample: which machine sent it and when the server received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TelemetryRow {
@@ -182,12 +193,33 @@ impl Store {
         Ok(())
     }
 
-    /// Every machine's last heartbeat.
-    pub async fn presences(&self) -> Result<Vec<Presence>, StoreError> {
-        let sql =
+    /// Every machine's last heartbeat (`None`), or those of the given machines.
+    pub async fn presences(&self, machines: Option<&[Uuid]>) -> Result<Vec<Presence>, StoreError> {
+        let columns =
             "SELECT machine_id, provider_id, last_heartbeat_us, heartbeats FROM machine_presence";
-        let rows: Vec<(String, String, i64, i64)> =
-            on_reader!(self, |pool| sqlx::query_as(sql).fetch_all(pool).await?);
+        let mut rows: Vec<(String, String, i64, i64)> = Vec::new();
+        match machines {
+            None => {
+                let sql = sqlx::AssertSqlSafe(columns.to_owned());
+                rows = on_reader!(self, |pool| sqlx::query_as(sql).fetch_all(pool).await?);
+            }
+            Some(ids) => {
+                for chunk in ids.chunks(IN_LIST_MAX) {
+                    let sql = format!(
+                        "{columns} WHERE machine_id IN ({})",
+                        placeholders(chunk.len())
+                    );
+                    let found: Vec<(String, String, i64, i64)> = on_reader!(self, |pool| {
+                        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
+                        for id in chunk {
+                            query = query.bind(id.to_string());
+                        }
+                        query.fetch_all(pool).await?
+                    });
+                    rows.extend(found);
+                }
+            }
+        }
         rows.into_iter()
             .map(|(machine, provider, last, count)| {
                 let parse = |text: &str| {
@@ -206,22 +238,36 @@ impl Store {
             .collect()
     }
 
-    /// The latest sample of each GPU of the given machines (all machines when `None`).
+    /// The latest sample of each GPU of the given machines (all machines when `None`), read by
+    /// the machine index.
     pub async fn latest_telemetry(
         &self,
         machines: Option<&[Uuid]>,
     ) -> Result<Vec<TelemetryRow>, StoreError> {
-        let sql = sql!("SELECT {SAMPLE_COLUMNS} FROM gpu_telemetry_latest");
-        let rows: Vec<SampleRow> =
-            on_reader!(self, |pool| sqlx::query_as(sql).fetch_all(pool).await?);
-        let mut found = Vec::with_capacity(rows.len());
-        for row in rows {
-            let row = to_row(row)?;
-            if machines.is_none_or(|ids| ids.contains(&row.machine_id)) {
-                found.push(row);
+        let mut rows: Vec<SampleRow> = Vec::new();
+        match machines {
+            None => {
+                let sql = sql!("SELECT {SAMPLE_COLUMNS} FROM gpu_telemetry_latest");
+                rows = on_reader!(self, |pool| sqlx::query_as(sql).fetch_all(pool).await?);
+            }
+            Some(ids) => {
+                for chunk in ids.chunks(IN_LIST_MAX) {
+                    let sql = format!(
+                        "SELECT {SAMPLE_COLUMNS} FROM gpu_telemetry_latest WHERE machine_id IN ({})",
+                        placeholders(chunk.len())
+                    );
+                    let found: Vec<SampleRow> = on_reader!(self, |pool| {
+                        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
+                        for id in chunk {
+                            query = query.bind(id.to_string());
+                        }
+                        query.fetch_all(pool).await?
+                    });
+                    rows.extend(found);
+                }
             }
         }
-        Ok(found)
+        rows.into_iter().map(to_row).collect()
     }
 
     /// One GPU's samples received in `[from_us, until_us)`, oldest first, at most `limit`.
