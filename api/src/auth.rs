@@ -145,6 +145,7 @@ impl CredentialCache {
                 || e.event_type.starts_with("fleet.")
                 || e.event_type.starts_with("platform.")
                 || e.event_type.starts_with("market.")
+                || e.event_type.starts_with("rental.")
         };
         for event in events.iter().filter(relevant) {
             match event.decode() {
@@ -157,7 +158,7 @@ impl CredentialCache {
                         fleet.apply(event.stream_version, event.recorded_at_us, &decoded);
                     }
                     if let Ok(mut market) = self.market.write() {
-                        market.apply(&decoded);
+                        market.apply(event.stream_version, &decoded);
                     }
                 }
                 Err(error) => {

@@ -20,6 +20,7 @@ pub mod fleet;
 pub mod idempotency;
 pub mod market;
 pub mod outbox;
+pub mod rentals;
 pub mod routes;
 pub mod runner;
 pub mod server;

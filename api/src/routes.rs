@@ -17,6 +17,10 @@ pub const ADMIN_PROVIDER: Roles = &["admin", "provider"];
 pub const ADMIN_USER: Roles = &["admin", "user"];
 pub const USER: Roles = &["user"];
 pub const AGENT: Roles = &["agent"];
+pub const RENTER: Roles = &["renter"];
+pub const ADMIN_RENTER: Roles = &["admin", "renter"];
+pub const RENTAL_READERS: Roles = &["admin", "finance", "renter", "provider"];
+pub const RENTAL_LISTERS: Roles = &["admin", "finance", "renter"];
 pub const FLEET_READERS: Roles = &["admin", "finance", "provider", "agent"];
 pub const PROVIDER_DASHBOARD: Roles = &["admin", "finance", "provider"];
 

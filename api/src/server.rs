@@ -57,10 +57,10 @@ impl AppState {
 /// both built from this one list, so no route can exist undocumented.
 pub fn endpoints() -> crate::routes::Routes {
     use crate::routes::{
-        ADMIN, ADMIN_FINANCE, ADMIN_PROVIDER, ADMIN_USER, AGENT, FLEET_READERS, PROVIDER_DASHBOARD,
-        PUBLIC, USER,
+        ADMIN, ADMIN_FINANCE, ADMIN_PROVIDER, ADMIN_RENTER, ADMIN_USER, AGENT, FLEET_READERS,
+        PROVIDER_DASHBOARD, PUBLIC, RENTAL_LISTERS, RENTAL_READERS, RENTER, USER,
     };
-    use crate::{accounts as acc, applications as app, fleet, market, tokens as tok};
+    use crate::{accounts as acc, applications as app, fleet, market, rentals, tokens as tok};
     crate::routes::Routes::default()
         .get("/healthz", "the process is up", PUBLIC, healthz)
         .get(
@@ -321,6 +321,30 @@ pub fn endpoints() -> crate::routes::Routes {
             "one listed GPU with its rank breakdown",
             PUBLIC,
             market::listing,
+        )
+        .post(
+            "/v1/rentals",
+            "rent listed GPUs of one machine at the price in force",
+            RENTER,
+            rentals::rent,
+        )
+        .get(
+            "/v1/rentals",
+            "a renter's rentals, newest first",
+            RENTAL_LISTERS,
+            rentals::list,
+        )
+        .get(
+            "/v1/rentals/{rental_id}",
+            "one rental",
+            RENTAL_READERS,
+            rentals::read,
+        )
+        .post(
+            "/v1/rentals/{rental_id}/end",
+            "end a rental; its GPUs are listed again",
+            ADMIN_RENTER,
+            rentals::end,
         )
         .get(
             "/v1/fleet",

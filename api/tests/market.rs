@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 conformance!(
     prices_schedules_and_maintenance_decide_what_is_listed,
-    search_filters_sorts_pages_and_ranks
+    search_filters_sorts_pages_and_ranks,
+    rentals_lock_the_price_and_never_double_book
 );
 
 mod common;
@@ -697,4 +698,230 @@ async fn search_filters_sorts_pages_and_ranks(db: &TestDb) {
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let _ = (c.agent, a.agent, b.agent);
+}
+
+async fn renter(base: &str, admin: &str) -> String {
+    let (status, issued) = call(
+        base,
+        "POST",
+        "/v1/tokens",
+        Some(admin),
+        Some(json!({"role": {"kind": "renter", "user_id": Uuid::now_v7()}, "label": "renter"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    issued["token"].as_str().unwrap().to_owned()
+}
+
+async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let h = host(
+        &base,
+        &admin,
+        Spec {
+            email: "r@example.com",
+            tier: "community",
+            model: "h100-80gb",
+            device: 0x2330,
+            vram_mib: 81_559,
+            count: 4,
+            country: "DE",
+            region: "Hesse",
+        },
+    )
+    .await;
+    let other = host(
+        &base,
+        &admin,
+        Spec {
+            email: "s@example.com",
+            tier: "community",
+            model: "h100-80gb",
+            device: 0x2330,
+            vram_mib: 81_559,
+            count: 1,
+            country: "DE",
+            region: "Hesse",
+        },
+    )
+    .await;
+    set_price(&base, &h, "h100-80gb", "2.00").await;
+    set_price(&base, &other, "h100-80gb", "2.00").await;
+    let (r1, r2) = (renter(&base, &admin).await, renter(&base, &admin).await);
+
+    // Rent two GPUs: the price in force is locked in; they leave the listings.
+    let (status, rental) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        Some(&r1),
+        Some(json!({"gpu_uuids": [h.gpus[0], h.gpus[1]]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{rental}");
+    assert_eq!(rental["price_per_gpu_hour_usdc"], "2.000000");
+    assert_eq!(rental["status"], "active");
+    let listed = uuids(&search(&base, "").await);
+    assert!(
+        !listed.contains(&h.gpus[0]) && !listed.contains(&h.gpus[1]) && listed.contains(&h.gpus[2])
+    );
+    assert_eq!(
+        provider_listings(&base, &h).await["gpus"][0]["hidden"],
+        json!(["rented"])
+    );
+    // A later price change does not touch it.
+    set_price(&base, &h, "h100-80gb", "3.00").await;
+    let id = rental["rental_id"].as_str().unwrap().to_owned();
+    let (_, again) = call(&base, "GET", &format!("/v1/rentals/{id}"), Some(&r1), None).await;
+    assert_eq!(again["price_per_gpu_hour_micro_usdc"], 2_000_000);
+    assert_eq!(
+        call(
+            &base,
+            "GET",
+            &format!("/v1/rentals/{id}"),
+            Some(&h.token),
+            None
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&base, "GET", &format!("/v1/rentals/{id}"), Some(&r2), None)
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+
+    // Taken, unknown, mixed, malformed: clean refusals, nothing written.
+    let head = state.store.head_position().await.unwrap();
+    for (gpus, status, code) in [
+        (
+            json!([h.gpus[1]]),
+            StatusCode::CONFLICT,
+            "gpu_not_available",
+        ),
+        (
+            json!(["GPU-00000000"]),
+            StatusCode::CONFLICT,
+            "gpu_not_available",
+        ),
+        (
+            json!([h.gpus[2], other.gpus[0]]),
+            StatusCode::BAD_REQUEST,
+            "mixed_machines",
+        ),
+        (
+            json!([h.gpus[2], h.gpus[2]]),
+            StatusCode::BAD_REQUEST,
+            "invalid_gpus",
+        ),
+        (json!([]), StatusCode::BAD_REQUEST, "invalid_gpus"),
+    ] {
+        let (got, problem) = call(
+            &base,
+            "POST",
+            "/v1/rentals",
+            Some(&r2),
+            Some(json!({"gpu_uuids": gpus})),
+        )
+        .await;
+        assert_eq!(got, status, "{problem}");
+        let found = problem["code"].as_str().unwrap() == code
+            || problem["errors"][0]["code"].as_str() == Some(code);
+        assert!(found, "{code}: {problem}");
+    }
+    assert_eq!(state.store.head_position().await.unwrap(), head);
+    assert_eq!(
+        call(
+            &base,
+            "POST",
+            "/v1/rentals",
+            Some(&h.token),
+            Some(json!({"gpu_uuids": [h.gpus[2]]}))
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+
+    // Eight renters race for one GPU: exactly one gets it.
+    let mut racers = Vec::new();
+    for _ in 0..8 {
+        let token = renter(&base, &admin).await;
+        let (base, gpu) = (base.clone(), h.gpus[3].clone());
+        racers.push(tokio::spawn(async move {
+            call(
+                &base,
+                "POST",
+                "/v1/rentals",
+                Some(&token),
+                Some(json!({"gpu_uuids": [gpu]})),
+            )
+            .await
+            .0
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for racer in racers {
+        outcomes.push(racer.await.unwrap());
+    }
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|s| **s == StatusCode::CREATED)
+            .count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .all(|s| *s == StatusCode::CREATED || *s == StatusCode::CONFLICT),
+        "{outcomes:?}"
+    );
+
+    // Ended by the renter: its GPUs come back; ending twice is refused.
+    let (status, ended) = call(
+        &base,
+        "POST",
+        &format!("/v1/rentals/{id}/end"),
+        Some(&r1),
+        Some(json!({"evidence": "done early"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ended}");
+    assert_eq!(
+        (ended["status"].as_str(), ended["cause"].as_str()),
+        (Some("ended"), Some("renter_cancelled"))
+    );
+    let listed = uuids(&search(&base, "").await);
+    assert!(listed.contains(&h.gpus[0]) && listed.contains(&h.gpus[1]));
+    let (status, problem) = call(
+        &base,
+        "POST",
+        &format!("/v1/rentals/{id}/end"),
+        Some(&r1),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (StatusCode::CONFLICT, Some("already_ended"))
+    );
+    let (_, mine) = call(&base, "GET", "/v1/rentals", Some(&r1), None).await;
+    assert_eq!(mine.as_array().unwrap().len(), 1);
+    // The released GPU can be rented again, now at the new price.
+    let (status, next) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        Some(&r2),
+        Some(json!({"gpu_uuids": [h.gpus[0]]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{next}");
+    assert_eq!(next["price_per_gpu_hour_usdc"], "3.000000");
 }

@@ -27,6 +27,7 @@ use crate::onboarding::{
     ApplicationApproved, ApplicationEvent, ApplicationRejected, ApplicationSubmitted,
     ApplicationWithdrawn, InformationProvided, InformationRequested,
 };
+use crate::rental::{GpuLease, RentalEnded, RentalEvent, RentalStarted};
 
 /// One entry of the catalog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +71,16 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(MAINTENANCE_CANCELLED),
     v1(GPU_DELISTED),
     v1(GPU_RELISTED),
+    v1(RENTAL_STARTED),
+    v1(RENTAL_ENDED),
+    v1(GPU_LEASED),
+    v1(GPU_RELEASED),
 ];
+
+pub const RENTAL_STARTED: &str = "rental.started";
+pub const RENTAL_ENDED: &str = "rental.ended";
+pub const GPU_LEASED: &str = "rental.gpu_leased";
+pub const GPU_RELEASED: &str = "rental.gpu_released";
 
 pub const PRICE_SET: &str = "market.price_set";
 pub const AVAILABILITY_SET: &str = "market.availability_set";
@@ -152,6 +162,7 @@ pub enum DomainEvent {
     ModelAdded(ModelAdded),
     Fleet(FleetEvent),
     Market(MarketEvent),
+    Rental(RentalEvent),
 }
 
 /// Finance corrects the books by hand: a balanced journal entry with a reason.
@@ -212,6 +223,12 @@ impl DomainEvent {
                 MarketEvent::GpuDelisted(_) => GPU_DELISTED,
                 MarketEvent::GpuRelisted(_) => GPU_RELISTED,
             },
+            DomainEvent::Rental(event) => match event {
+                RentalEvent::Started(_) => RENTAL_STARTED,
+                RentalEvent::Ended(_) => RENTAL_ENDED,
+                RentalEvent::GpuLeased(_) => GPU_LEASED,
+                RentalEvent::GpuReleased(_) => GPU_RELEASED,
+            },
         }
     }
 
@@ -257,6 +274,11 @@ impl DomainEvent {
                     serde_json::to_value(e)
                 }
             },
+            DomainEvent::Rental(event) => match event {
+                RentalEvent::Started(e) => serde_json::to_value(e),
+                RentalEvent::Ended(e) => serde_json::to_value(e),
+                RentalEvent::GpuLeased(e) | RentalEvent::GpuReleased(e) => serde_json::to_value(e),
+            },
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -276,7 +298,8 @@ impl DomainEvent {
             | DomainEvent::Account(_)
             | DomainEvent::ModelAdded(_)
             | DomainEvent::Fleet(_)
-            | DomainEvent::Market(_) => None,
+            | DomainEvent::Market(_)
+            | DomainEvent::Rental(_) => None,
         }
     }
 
@@ -440,6 +463,18 @@ fn decode_with(
         )),
         (GPU_RELISTED, _) => market(MarketEvent::GpuRelisted(
             source.parse::<GpuListingChanged>().map_err(json)?,
+        )),
+        (RENTAL_STARTED, _) => DomainEvent::Rental(RentalEvent::Started(
+            source.parse::<RentalStarted>().map_err(json)?,
+        )),
+        (RENTAL_ENDED, _) => DomainEvent::Rental(RentalEvent::Ended(
+            source.parse::<RentalEnded>().map_err(json)?,
+        )),
+        (GPU_LEASED, _) => DomainEvent::Rental(RentalEvent::GpuLeased(
+            source.parse::<GpuLease>().map_err(json)?,
+        )),
+        (GPU_RELEASED, _) => DomainEvent::Rental(RentalEvent::GpuReleased(
+            source.parse::<GpuLease>().map_err(json)?,
         )),
         (TOKEN_REVOKED, _) => DomainEvent::Credential(CredentialEvent::Revoked(
             source.parse::<TokenRevoked>().map_err(json)?,

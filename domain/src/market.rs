@@ -368,6 +368,8 @@ pub enum Hidden {
     OutsideAvailability,
     Maintenance,
     Delisted,
+    /// A renter has it.
+    Rented,
     /// The GPU is not a catalog model, so it has no market and no price.
     NotACatalogModel,
     NoPrice,

@@ -16,6 +16,7 @@ use gpunex_domain::money::Usdc;
 use gpunex_domain::onboarding::{
     Application, ApplicationStatus, Availability, GpuModelChoice, Location, Tier,
 };
+use gpunex_domain::rental::{RentalEnded, RentalEvent, RentalStarted};
 use gpunex_domain::time::{MICROS_PER_DAY, Timestamp};
 use uuid::Uuid;
 
@@ -30,10 +31,28 @@ pub struct Market {
     maintenance: HashMap<Uuid, MaintenanceAnnounced>,
     /// Delisted GPUs, with why.
     delisted: HashMap<String, GpuListingChanged>,
+    /// Every rental, by id.
+    rentals: HashMap<Uuid, RentalState>,
+    /// The rental holding each leased GPU now.
+    leases: HashMap<String, Uuid>,
+    /// Each GPU lease stream's version: the expected version of its next lease or release.
+    lease_versions: HashMap<String, u64>,
+}
+
+/// A rental as folded: how it started and, once over, how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RentalState {
+    pub started: RentalStarted,
+    pub ended: Option<RentalEnded>,
 }
 
 impl Market {
-    pub fn apply(&mut self, event: &DomainEvent) {
+    /// Applies one event of the log; `stream_version` is the row's.
+    pub fn apply(&mut self, stream_version: u64, event: &DomainEvent) {
+        if let DomainEvent::Rental(event) = event {
+            self.apply_rental(stream_version, event);
+            return;
+        }
         let DomainEvent::Market(event) = event else {
             return;
         };
@@ -62,6 +81,62 @@ impl Market {
                 self.delisted.remove(&changed.gpu_uuid);
             }
         }
+    }
+
+    fn apply_rental(&mut self, stream_version: u64, event: &RentalEvent) {
+        match event {
+            RentalEvent::Started(started) => {
+                self.rentals.insert(
+                    started.rental_id,
+                    RentalState {
+                        started: started.clone(),
+                        ended: None,
+                    },
+                );
+            }
+            RentalEvent::Ended(ended) => {
+                if let Some(rental) = self.rentals.get_mut(&ended.rental_id) {
+                    rental.ended = Some(ended.clone());
+                }
+            }
+            RentalEvent::GpuLeased(lease) => {
+                self.leases.insert(lease.gpu_uuid.clone(), lease.rental_id);
+                self.lease_versions
+                    .insert(lease.gpu_uuid.clone(), stream_version);
+            }
+            RentalEvent::GpuReleased(lease) => {
+                if self.leases.get(&lease.gpu_uuid) == Some(&lease.rental_id) {
+                    self.leases.remove(&lease.gpu_uuid);
+                }
+                self.lease_versions
+                    .insert(lease.gpu_uuid.clone(), stream_version);
+            }
+        }
+    }
+
+    pub fn rental(&self, rental_id: &Uuid) -> Option<&RentalState> {
+        self.rentals.get(rental_id)
+    }
+
+    /// A renter's rentals, newest first.
+    pub fn rentals_of(&self, renter_id: Uuid) -> Vec<&RentalState> {
+        let mut found: Vec<&RentalState> = self
+            .rentals
+            .values()
+            .filter(|r| r.started.renter_id == renter_id)
+            .collect();
+        found.sort_by_key(|r| std::cmp::Reverse(r.started.rental_id));
+        found
+    }
+
+    /// The rental holding a GPU now, if any.
+    pub fn lease_of(&self, gpu_uuid: &str) -> Option<Uuid> {
+        self.leases.get(gpu_uuid).copied()
+    }
+
+    /// The version of a GPU's lease stream (0: never leased).
+    pub fn lease_version(&self, gpu_uuid: &str) -> u64 {
+        self.lease_versions.get(gpu_uuid).copied().unwrap_or(0)
     }
 
     pub fn price_history(&self, provider_id: Uuid, model_id: &str) -> &[PriceSet] {
@@ -420,6 +495,9 @@ impl ListingSnapshot {
                 }
                 if inputs.market.delisting(&gpu.gpu.gpu_uuid).is_some() {
                     hidden.push(Hidden::Delisted);
+                }
+                if inputs.market.lease_of(&gpu.gpu.gpu_uuid).is_some() {
+                    hidden.push(Hidden::Rented);
                 }
                 let offer = match gpu.model_id.as_deref() {
                     None => None,
@@ -789,16 +867,20 @@ mod tests {
         let market_event = |e: MarketEvent| DomainEvent::Market(e);
         // Priced from Monday 10:00 UTC; open Monday 09:00-17:00 Madrid (08:00-16:00 UTC in
         // winter); maintenance Monday 12:00-13:00 UTC.
-        market.apply(&market_event(MarketEvent::PriceSet(PriceSet {
-            provider_id,
-            model_id: "h100-80gb".to_owned(),
-            price_micro_usdc: Usdc::from_micros(2_000_000),
-            effective_at: at(10),
-            set_at: at(-1),
-            set_by: "t".to_owned(),
-        })));
-        market.apply(&market_event(MarketEvent::AvailabilitySet(
-            AvailabilitySet {
+        market.apply(
+            1,
+            &market_event(MarketEvent::PriceSet(PriceSet {
+                provider_id,
+                model_id: "h100-80gb".to_owned(),
+                price_micro_usdc: Usdc::from_micros(2_000_000),
+                effective_at: at(10),
+                set_at: at(-1),
+                set_by: "t".to_owned(),
+            })),
+        );
+        market.apply(
+            1,
+            &market_event(MarketEvent::AvailabilitySet(AvailabilitySet {
                 provider_id,
                 availability: Availability::Weekly {
                     time_zone: "Europe/Madrid".to_owned(),
@@ -809,10 +891,11 @@ mod tests {
                     }],
                 },
                 set_at: at(-1),
-            },
-        )));
-        market.apply(&market_event(MarketEvent::MaintenanceAnnounced(
-            MaintenanceAnnounced {
+            })),
+        );
+        market.apply(
+            1,
+            &market_event(MarketEvent::MaintenanceAnnounced(MaintenanceAnnounced {
                 maintenance_id: Uuid::from_u128(20),
                 provider_id,
                 machine_id: Some(machine_id),
@@ -820,8 +903,8 @@ mod tests {
                 until: at(13),
                 reason: "PSU".to_owned(),
                 announced_at: at(-1),
-            },
-        )));
+            })),
+        );
         let inputs = BuildInputs {
             fleet: &fleet,
             market: &market,

@@ -234,3 +234,5 @@ pub struct Approval {
 pub mod fleet;
 
 pub mod market;
+
+pub mod rentals;
