@@ -188,7 +188,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 fn detect_command(config: &Config, json: bool) -> anyhow::Result<()> {
     let (source, _) = source_for_command(config)?;
     let gpus = source.inventory()?;
-    let host = host::detect(std::path::Path::new("/"));
+    // Disk figures are those of the state directory's filesystem, as a registration reports.
+    let disk_of = if config.state_dir.exists() {
+        config.state_dir.as_path()
+    } else {
+        std::path::Path::new("/")
+    };
+    let host = host::detect(disk_of);
     if json {
         let gpus: Vec<serde_json::Value> = gpus
             .iter()

@@ -64,13 +64,15 @@ impl ListingIndex {
 
     /// Rebuilds the snapshot from the registry at `at`.
     pub fn rebuild(&self, registry: &CredentialCache, at: Timestamp) {
+        // The position first: everything read after it includes at least that much of the log,
+        // so `wait_for(position)` never returns a snapshot that misses a write.
+        let position = registry.position();
         let applications: Vec<_> = registry
             .applications()
             .into_iter()
             .map(|(_, a)| a)
             .collect();
         let added = registry.added_models();
-        let position = registry.position();
         let snapshot = registry.with_fleet(|fleet| {
             registry.with_market(|market| {
                 ListingSnapshot::build(
@@ -102,9 +104,27 @@ impl ListingIndex {
 /// Keeps the snapshot current: rebuilds as soon as the registry applies new events, at the next
 /// instant the listings change with time alone (a schedule's minute, a price taking effect,
 /// maintenance starting or ending), and at least every [`LISTING_REFRESH_MAX`].
+/// The first snapshot is built by `AppState::load`; this waits for the first reason to rebuild.
 pub async fn run_listing_index(registry: CredentialCache, index: ListingIndex) {
     let mut position = registry.watch_position();
     loop {
+        // Events applied since the last build (including before this task started) rebuild at
+        // once; otherwise wait for new events or the next boundary.
+        if registry.position() > *index.built_at.borrow() {
+            position.mark_unchanged();
+        } else {
+            let wait = index
+                .current()
+                .next_change
+                .map(|next| {
+                    Duration::from_micros(
+                        u64::try_from(next.unix_micros() - now().unix_micros()).unwrap_or(0),
+                    )
+                })
+                .unwrap_or(LISTING_REFRESH_MAX)
+                .clamp(Duration::from_millis(1), LISTING_REFRESH_MAX);
+            let _ = tokio::time::timeout(wait, position.changed()).await;
+        }
         let at = now();
         // Building takes a core for a while at scale: off the async workers that serve requests.
         let (building, registry_for_build) = (index.clone(), registry.clone());
@@ -114,17 +134,6 @@ pub async fn run_listing_index(registry: CredentialCache, index: ListingIndex) {
         {
             tracing::error!("the listing snapshot build panicked; keeping the previous one");
         }
-        let wait = index
-            .current()
-            .next_change
-            .map(|next| {
-                Duration::from_micros(
-                    u64::try_from(next.unix_micros() - at.unix_micros()).unwrap_or(0),
-                )
-            })
-            .unwrap_or(LISTING_REFRESH_MAX)
-            .clamp(Duration::from_millis(1), LISTING_REFRESH_MAX);
-        let _ = tokio::time::timeout(wait, position.changed()).await;
     }
 }
 
