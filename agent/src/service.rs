@@ -261,6 +261,20 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
                             Duration::from_secs(u64::from(ack.heartbeat_interval_seconds.max(1)));
                     }
                 }
+                // The platform does not know this machine (its database was replaced, say):
+                // register again rather than send heartbeats it refuses.
+                Err(SendError::Refused { code, .. }) if code == "machine_not_registered" => {
+                    tracing::warn!("the platform does not know this machine: registering again");
+                    let host = crate::host::detect(&config.state_dir);
+                    queue_registration(
+                        &mut queue,
+                        identity.machine_id,
+                        host,
+                        gpus.clone(),
+                        source.is_simulated(),
+                        true,
+                    )?;
+                }
                 Err(error) => tracing::warn!(%error, "heartbeat failed"),
             }
         }
