@@ -242,6 +242,7 @@ fn kind_of(event: &AgentEvent) -> &'static str {
     match &event.body {
         gpunex_wire::fleet::AgentEventBody::Registration(_) => "registration",
         gpunex_wire::fleet::AgentEventBody::GpuCondition(_) => "gpu_condition",
+        gpunex_wire::fleet::AgentEventBody::Usage(_) => "usage",
     }
 }
 

@@ -177,7 +177,7 @@ fn settle(
     for result in &response.results {
         match result.status.as_str() {
             "recorded" => outcome.recorded += 1,
-            "duplicate" => outcome.duplicates += 1,
+            "duplicate" | "absorbed" => outcome.duplicates += 1,
             _ => {
                 queue.mark_rejected(result.event_id, &format!("{:?}", result.error))?;
                 outcome.rejected += 1;

@@ -224,6 +224,23 @@ pub async fn agent_events(
                 }
                 batch_gpus.extend(registration.gpus.iter().map(|g| g.gpu_uuid.clone()));
             }
+            wf::AgentEventBody::Usage(report) => {
+                if report.machine_id != machine_id {
+                    return Err(not_owned(report.machine_id));
+                }
+                let on_machine = state.credentials.with_market(|m| {
+                    m.rental(&report.rental_id)
+                        .map(|r| r.started.machine_id == machine_id)
+                });
+                if on_machine != Some(true) {
+                    return Err(ApiError::invalid(
+                        &at("body/rental_id"),
+                        "unknown_rental",
+                        "not a rental on this machine",
+                    ));
+                }
+                check_range_u64(&at("body/gpu_seconds"), report.gpu_seconds)?;
+            }
             wf::AgentEventBody::GpuCondition(report) => {
                 if report.machine_id != machine_id {
                     return Err(not_owned(report.machine_id));
@@ -267,22 +284,30 @@ pub async fn agent_events(
             .store
             .event_position(event.event_id)
             .await?
-            .map(|position| (position, "duplicate"));
+            .map(|position| (Some(position), "duplicate"));
         let (position, status) = match position {
             Some(found) => found,
             None => match &event.body {
                 wf::AgentEventBody::Registration(registration) => {
-                    register(&state, provider_id, event.event_id, occurred, registration).await?
+                    let (p, s) =
+                        register(&state, provider_id, event.event_id, occurred, registration)
+                            .await?;
+                    (Some(p), s)
                 }
                 wf::AgentEventBody::GpuCondition(report) => {
-                    condition(&state, provider_id, event.event_id, occurred, report).await?
+                    let (p, s) =
+                        condition(&state, provider_id, event.event_id, occurred, report).await?;
+                    (Some(p), s)
+                }
+                wf::AgentEventBody::Usage(report) => {
+                    crate::rentals::meter(&state, event.event_id, report).await?
                 }
             },
         };
         results.push(wf::AgentEventResult {
             event_id: event.event_id,
             status: status.to_owned(),
-            position: Some(position),
+            position,
             error: None,
         });
     }
@@ -291,6 +316,18 @@ pub async fn agent_events(
         state.credentials.wait_for(last).await?;
     }
     Ok(Json(wf::AgentEventsResponse { results }))
+}
+
+/// Counters are stored as signed 64-bit integers and summed: at most about 290,000 GPU-years.
+fn check_range_u64(field: &str, value: u64) -> Result<(), ApiError> {
+    if value > (i64::MAX as u64) / 1_000_000 {
+        return Err(ApiError::invalid(
+            field,
+            "out_of_range",
+            "an implausibly large counter",
+        ));
+    }
+    Ok(())
 }
 
 fn check_text(field: &str, text: &str) -> Result<(), ApiError> {

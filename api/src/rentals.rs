@@ -275,10 +275,11 @@ pub async fn end(
             .map(|uuid| m.lease_version(uuid))
             .collect()
     });
-    // The rental stream holds only `started` until it ends: ending twice fails on its version.
+    // At the rental stream's version as folded: ending twice (or racing a usage report) fails on
+    // it.
     let mut streams = vec![StreamAppend {
         stream_id: stream(format!("rental-{rental_id}")),
-        expected: ExpectedVersion::Exact(1),
+        expected: ExpectedVersion::Exact(rental.stream_version),
         events: vec![event(RentalEvent::Ended(ended))],
     }];
     for (uuid, version) in rental.started.gpu_uuids.iter().zip(versions) {
@@ -292,12 +293,24 @@ pub async fn end(
             }))],
         });
     }
+    let ended_meanwhile = || {
+        state
+            .credentials
+            .with_market(|m| m.rental(&rental_id).is_some_and(|r| r.ended.is_some()))
+    };
     let committed = state
         .store
         .append_streams(streams)
         .await
         .map_err(|error| match error {
-            AppendError::WrongExpectedVersion { .. } => rejection(RentalRejection::AlreadyEnded),
+            AppendError::WrongExpectedVersion { .. } if ended_meanwhile() => {
+                rejection(RentalRejection::AlreadyEnded)
+            }
+            AppendError::WrongExpectedVersion { .. } => ApiError::Conflict {
+                code: "concurrent_change",
+                detail: "the rental changed while it was being ended (usage was metered); retry"
+                    .to_owned(),
+            },
             AppendError::Store(error) => error.into(),
             other => ApiError::Conflict {
                 code: other.code(),
@@ -312,4 +325,114 @@ pub async fn end(
         .with_market(|m| m.rental(&rental_id).cloned())
         .ok_or(ApiError::NotFound("rental"))?;
     Ok(Json(view(&rental)))
+}
+
+/// Meters one usage report (an agent event): the charge beyond what the rental was already
+/// charged, at the rental's locked price, split into fee and net by the provider's tier, and
+/// posted. Appended to the rental's stream at its expected version under the report's id, so a
+/// re-sent report is a duplicate and two reports never charge the same seconds twice. A counter
+/// at or below the highest metered (or one that adds less than a micro-USDC) is `absorbed`.
+pub async fn meter(
+    state: &AppState,
+    report_id: Uuid,
+    report: &gpunex_wire::fleet::UsageReport,
+) -> Result<(Option<u64>, &'static str), ApiError> {
+    use gpunex_domain::metering::{FeeSchedule, charge_entry};
+    use gpunex_domain::rental::UsageMetered;
+    let fees = FeeSchedule::default();
+    for _attempt in 0..5 {
+        let head = state.store.head_position().await?;
+        state.credentials.wait_for(head).await?;
+        let rental = state
+            .credentials
+            .with_market(|m| m.rental(&report.rental_id).cloned())
+            .ok_or(ApiError::NotFound("rental"))?;
+        let tier = state
+            .credentials
+            .applications()
+            .into_iter()
+            .map(|(_, a)| a)
+            .find(|a| a.provider_id == Some(rental.started.provider_id))
+            .and_then(|a| a.tier)
+            .unwrap_or(gpunex_domain::onboarding::Tier::Community);
+        let mut meter = rental.meter;
+        let money = |e: gpunex_domain::money::MoneyError| ApiError::Unprocessable {
+            code: "usage_out_of_range",
+            detail: e.to_string(),
+        };
+        let Some(charge) = meter
+            .report(rental.started.price_per_gpu_hour, report.gpu_seconds)
+            .map_err(money)?
+            .filter(|c| c.amount.is_positive())
+        else {
+            return Ok((None, "absorbed"));
+        };
+        let (fee, net) = fees.split(charge.amount, tier).map_err(money)?;
+        let postings = charge_entry(
+            rental.started.renter_id,
+            rental.started.provider_id,
+            charge.amount,
+            fee,
+        )
+        .map_err(|e| ApiError::Unprocessable {
+            code: "usage_out_of_range",
+            detail: e.to_string(),
+        })?;
+        let event = DomainEvent::Rental(RentalEvent::UsageMetered(UsageMetered {
+            entry_id: report_id,
+            rental_id: report.rental_id,
+            renter_id: rental.started.renter_id,
+            provider_id: rental.started.provider_id,
+            report_id,
+            from_gpu_seconds: charge.from_gpu_seconds,
+            to_gpu_seconds: charge.to_gpu_seconds,
+            price_per_gpu_hour: rental.started.price_per_gpu_hour,
+            gross: charge.amount,
+            fee,
+            net,
+            fee_bp: fees.rate_bp(tier),
+            postings,
+        }));
+        let appended = state
+            .store
+            .append(
+                stream(format!("rental-{}", report.rental_id)),
+                ExpectedVersion::Exact(rental.stream_version),
+                vec![NewEvent::from_domain(
+                    report_id,
+                    &event,
+                    Metadata::actor(format!("agent:{}", report.machine_id)),
+                )],
+            )
+            .await;
+        match appended {
+            Ok(committed) => {
+                let position = committed.last_position();
+                state.credentials.wait_for(position).await?;
+                return Ok((
+                    Some(position),
+                    if committed.replayed {
+                        "duplicate"
+                    } else {
+                        "recorded"
+                    },
+                ));
+            }
+            Err(AppendError::WrongExpectedVersion { .. }) => continue,
+            Err(AppendError::IdempotencyConflict { .. }) => {
+                return Ok((state.store.event_position(report_id).await?, "duplicate"));
+            }
+            Err(AppendError::Store(error)) => return Err(error.into()),
+            Err(other) => {
+                return Err(ApiError::Conflict {
+                    code: other.code(),
+                    detail: other.to_string(),
+                });
+            }
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "concurrent_change",
+        detail: "the rental kept changing; retry".to_owned(),
+    })
 }

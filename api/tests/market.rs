@@ -883,6 +883,85 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
         "{outcomes:?}"
     );
 
+    // Usage, as the agent reports it: cumulative GPU-seconds, re-sent and out of order. The
+    // charges add up to round(2.00 x 7,200 / 3,600) = 4.000000 exactly, and each splits into the
+    // Community fee (20%, floored per charge) and the provider's net.
+    let usage = |seconds: u64| {
+        json!({
+            "event_id": Uuid::now_v7(),
+            "occurred_at": chrono::Utc::now().to_rfc3339(),
+            "kind": "usage",
+            "body": {"machine_id": h.machine, "rental_id": id, "gpu_seconds": seconds}
+        })
+    };
+    let first = usage(10);
+    let (status, answer) = call(
+        &base,
+        "POST",
+        "/v1/agent/events",
+        Some(&h.agent),
+        Some(json!({"events": [first.clone(), first.clone()]})),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "the same id twice in one request: {answer}"
+    );
+    let (status, answer) = call(
+        &base,
+        "POST",
+        "/v1/agent/events",
+        Some(&h.agent),
+        Some(json!({"events": [first.clone(), usage(5), usage(3_600)]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let statuses: Vec<&str> = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["recorded", "absorbed", "recorded"]);
+    let (_, answer) = call(
+        &base,
+        "POST",
+        "/v1/agent/events",
+        Some(&h.agent),
+        Some(json!({"events": [first, usage(7_200)]})),
+    )
+    .await;
+    assert_eq!(answer["results"][0]["status"], "duplicate");
+    assert_eq!(answer["results"][1]["status"], "recorded");
+    // Another machine's agent cannot meter this rental.
+    let (status, _) = call(&base, "POST", "/v1/agent/events", Some(&other.agent), Some(json!({"events": [{
+        "event_id": Uuid::now_v7(), "occurred_at": chrono::Utc::now().to_rfc3339(), "kind": "usage",
+        "body": {"machine_id": other.machine, "rental_id": id, "gpu_seconds": 99_999}
+    }]}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    state.store.run_projections().await.unwrap();
+    let (_, accounts) = call(&base, "GET", "/v1/ledger/accounts", Some(&admin), None).await;
+    let balance = |name: String| {
+        accounts["accounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["account"] == name.as_str())
+            .map(|a| a["balance_micro_usdc"].as_i64().unwrap())
+    };
+    let renter_id = rental["renter_id"].as_str().unwrap();
+    // Charges: 5,556 + 1,994,444 + 2,000,000; fees floor(20%): 1,111 + 398,888 + 400,000.
+    assert_eq!(
+        balance(format!("renter_receivable:{renter_id}")),
+        Some(4_000_000)
+    );
+    assert_eq!(balance("platform_revenue".to_owned()), Some(799_999));
+    assert_eq!(
+        balance(format!("provider_payable:{}", h.provider)),
+        Some(3_200_001)
+    );
+
     // Ended by the renter: its GPUs come back; ending twice is refused.
     let (status, ended) = call(
         &base,

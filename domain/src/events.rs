@@ -27,7 +27,7 @@ use crate::onboarding::{
     ApplicationApproved, ApplicationEvent, ApplicationRejected, ApplicationSubmitted,
     ApplicationWithdrawn, InformationProvided, InformationRequested,
 };
-use crate::rental::{GpuLease, RentalEnded, RentalEvent, RentalStarted};
+use crate::rental::{GpuLease, RentalEnded, RentalEvent, RentalStarted, UsageMetered};
 
 /// One entry of the catalog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +75,10 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(RENTAL_ENDED),
     v1(GPU_LEASED),
     v1(GPU_RELEASED),
+    v1(USAGE_METERED),
 ];
+
+pub const USAGE_METERED: &str = "rental.usage_metered";
 
 pub const RENTAL_STARTED: &str = "rental.started";
 pub const RENTAL_ENDED: &str = "rental.ended";
@@ -228,6 +231,7 @@ impl DomainEvent {
                 RentalEvent::Ended(_) => RENTAL_ENDED,
                 RentalEvent::GpuLeased(_) => GPU_LEASED,
                 RentalEvent::GpuReleased(_) => GPU_RELEASED,
+                RentalEvent::UsageMetered(_) => USAGE_METERED,
             },
         }
     }
@@ -278,6 +282,7 @@ impl DomainEvent {
                 RentalEvent::Started(e) => serde_json::to_value(e),
                 RentalEvent::Ended(e) => serde_json::to_value(e),
                 RentalEvent::GpuLeased(e) | RentalEvent::GpuReleased(e) => serde_json::to_value(e),
+                RentalEvent::UsageMetered(e) => serde_json::to_value(e),
             },
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
@@ -293,6 +298,9 @@ impl DomainEvent {
     pub fn journal_entry(&self) -> Option<(Uuid, &JournalEntry)> {
         match self {
             DomainEvent::AdjustmentPosted(event) => Some((event.entry_id, &event.postings)),
+            DomainEvent::Rental(RentalEvent::UsageMetered(event)) => {
+                Some((event.entry_id, &event.postings))
+            }
             DomainEvent::Application(_)
             | DomainEvent::Credential(_)
             | DomainEvent::Account(_)
@@ -473,6 +481,17 @@ fn decode_with(
         (GPU_LEASED, _) => DomainEvent::Rental(RentalEvent::GpuLeased(
             source.parse::<GpuLease>().map_err(json)?,
         )),
+        (USAGE_METERED, _) => {
+            let event: UsageMetered = source.parse().map_err(json)?;
+            let sums = event.fee.checked_add(event.net).ok() == Some(event.gross)
+                && event.postings.total() == event.gross;
+            if !sums {
+                return Err(malformed(
+                    "gross must equal fee + net and the posted total".to_owned(),
+                ));
+            }
+            DomainEvent::Rental(RentalEvent::UsageMetered(event))
+        }
         (GPU_RELEASED, _) => DomainEvent::Rental(RentalEvent::GpuReleased(
             source.parse::<GpuLease>().map_err(json)?,
         )),

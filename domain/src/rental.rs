@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::ledger::JournalEntry;
 use crate::money::Usdc;
 use crate::time::Timestamp;
 
@@ -80,12 +81,37 @@ pub struct GpuLease {
     pub at: Timestamp,
 }
 
+/// `rental.usage_metered`: a usage report moved the rental's cumulative GPU-seconds counter from
+/// `from_gpu_seconds` to `to_gpu_seconds`; the charge is the difference of the rounded cumulative
+/// totals (`domain::metering`), split into the platform fee and the provider's net, and posted.
+/// Appended to the rental's stream at its expected version, so two reports never charge the same
+/// seconds twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageMetered {
+    pub entry_id: Uuid,
+    pub rental_id: Uuid,
+    pub renter_id: Uuid,
+    pub provider_id: Uuid,
+    /// The agent's report (its queued event id), for the audit trail.
+    pub report_id: Uuid,
+    pub from_gpu_seconds: u64,
+    pub to_gpu_seconds: u64,
+    pub price_per_gpu_hour: Usdc,
+    pub gross: Usdc,
+    pub fee: Usdc,
+    pub net: Usdc,
+    pub fee_bp: u32,
+    pub postings: JournalEntry,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RentalEvent {
     Started(RentalStarted),
     Ended(RentalEnded),
     GpuLeased(GpuLease),
     GpuReleased(GpuLease),
+    UsageMetered(UsageMetered),
 }
 
 /// Why a rental cannot start or end.

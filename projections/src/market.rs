@@ -12,6 +12,7 @@ use gpunex_domain::gpu::{GPU_CATALOG, ModelAdded};
 use gpunex_domain::market::{
     self, GpuListingChanged, Hidden, MaintenanceAnnounced, MarketEvent, PriceSet, RankBreakdown,
 };
+use gpunex_domain::metering::Meter;
 use gpunex_domain::money::Usdc;
 use gpunex_domain::onboarding::{
     Application, ApplicationStatus, Availability, GpuModelChoice, Location, Tier,
@@ -44,6 +45,10 @@ pub struct Market {
 pub struct RentalState {
     pub started: RentalStarted,
     pub ended: Option<RentalEnded>,
+    /// The highest usage counter metered and the total charged.
+    pub meter: Meter,
+    /// The rental stream's version: the expected version of its next event.
+    pub stream_version: u64,
 }
 
 impl Market {
@@ -91,12 +96,26 @@ impl Market {
                     RentalState {
                         started: started.clone(),
                         ended: None,
+                        meter: Meter::default(),
+                        stream_version,
                     },
                 );
             }
             RentalEvent::Ended(ended) => {
                 if let Some(rental) = self.rentals.get_mut(&ended.rental_id) {
                     rental.ended = Some(ended.clone());
+                    rental.stream_version = stream_version;
+                }
+            }
+            RentalEvent::UsageMetered(metered) => {
+                if let Some(rental) = self.rentals.get_mut(&metered.rental_id) {
+                    rental.meter = Meter {
+                        gpu_seconds: metered.to_gpu_seconds,
+                        charged: Usdc::from_micros(
+                            rental.meter.charged.micros() + metered.gross.micros(),
+                        ),
+                    };
+                    rental.stream_version = stream_version;
                 }
             }
             RentalEvent::GpuLeased(lease) => {

@@ -29,6 +29,17 @@ pub enum AgentEventBody {
     Registration(Registration),
     /// A GPU condition started or ended.
     GpuCondition(GpuConditionReport),
+    /// A rental's cumulative GPU-seconds so far (all its GPUs together).
+    Usage(UsageReport),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageReport {
+    pub machine_id: Uuid,
+    pub rental_id: Uuid,
+    /// Cumulative since the rental started: duplicates and late reports change nothing.
+    pub gpu_seconds: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,7 +76,8 @@ pub const AGENT_EVENTS_PER_REQUEST_MAX: usize = 100;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentEventResult {
     pub event_id: Uuid,
-    /// `recorded`, `duplicate` (delivered before: nothing new was written) or `rejected`
+    /// `recorded`, `duplicate` (delivered before: nothing new was written), `absorbed` (taken,
+    /// but it changes nothing: a usage counter at or below one already metered) or `rejected`
     /// (never accepted; do not resend).
     pub status: String,
     /// Log position of the event (recorded or duplicate).
