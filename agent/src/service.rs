@@ -40,7 +40,8 @@ pub async fn identity(queue: &Queue, client: &Client) -> anyhow::Result<AgentIde
         SendError::Refused { status: 403, .. } => anyhow::anyhow!(
             "this token is not an agent token ({error}); issue one for this machine from the provider dashboard"
         ),
-        _ => anyhow::anyhow!("cannot confirm the agent token: {error}"),
+        // Keep the send error in the chain: `identity_patiently` retries the transient ones.
+        _ => anyhow::Error::new(error).context("cannot confirm the agent token"),
     })?;
     queue.set_state(IDENTITY_KEY, &serde_json::to_string(&identity)?)?;
     Ok(identity)
@@ -52,8 +53,12 @@ pub async fn identity_patiently(queue: &Queue, client: &Client) -> anyhow::Resul
     loop {
         match identity(queue, client).await {
             Ok(identity) => return Ok(identity),
-            Err(error) if error.to_string().starts_with("cannot confirm") => {
-                tracing::warn!(%error, "waiting for the platform");
+            Err(error)
+                if error
+                    .downcast_ref::<SendError>()
+                    .is_some_and(SendError::is_transient) =>
+            {
+                tracing::warn!(error = format!("{error:#}"), "waiting for the platform");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(30));
             }
