@@ -144,6 +144,12 @@ impl Client {
         .await
     }
 
+    /// The rentals this machine must run or stop.
+    pub async fn assignments(&self) -> Result<gpunex_wire::fleet::Assignments, SendError> {
+        self.call(reqwest::Method::GET, "/v1/agent/assignments", None::<&()>)
+            .await
+    }
+
     pub async fn machine(&self) -> Result<MachineView, SendError> {
         self.call(reqwest::Method::GET, "/v1/agent/machine", None::<&()>)
             .await

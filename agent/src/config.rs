@@ -12,6 +12,18 @@ pub const DEFAULT_CONFIG_FILE: &str = "/etc/gpunex/agent.toml";
 pub const DEFAULT_SERVER_URL: &str = "http://127.0.0.1:8080";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/gpunex-agent";
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+pub const DEFAULT_USAGE_INTERVAL: Duration = Duration::from_secs(60);
+pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+
+/// How renters' workloads run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// Containers through the Docker Engine API (production).
+    Docker { socket: PathBuf },
+    /// A child process of the agent with only the rented GPUs visible (tests, development).
+    Process,
+}
 
 /// The config file (TOML). Every key is optional; unknown keys are an error.
 #[derive(Debug, Default, Deserialize)]
@@ -22,6 +34,10 @@ pub struct FileConfig {
     pub state_dir: Option<PathBuf>,
     pub heartbeat_interval: Option<String>,
     pub simulate: Option<String>,
+    pub runtime: Option<String>,
+    pub docker_socket: Option<PathBuf>,
+    pub poll_interval: Option<String>,
+    pub usage_interval: Option<String>,
 }
 
 /// What flags and the environment gave (clap fills these).
@@ -34,6 +50,10 @@ pub struct Overrides {
     pub heartbeat_interval: Option<String>,
     pub simulate: Option<String>,
     pub simulate_condition_every: Option<u32>,
+    pub runtime: Option<String>,
+    pub docker_socket: Option<PathBuf>,
+    pub poll_interval: Option<String>,
+    pub usage_interval: Option<String>,
 }
 
 /// The agent's effective configuration.
@@ -45,6 +65,11 @@ pub struct Config {
     /// `None`: use what the server asks for (15 s until it says).
     pub heartbeat_interval: Option<Duration>,
     pub simulate: Option<SimSpec>,
+    pub runtime: RuntimeKind,
+    /// How often the agent asks for its assignments.
+    pub poll_interval: Duration,
+    /// How often running jobs' usage counters are reported.
+    pub usage_interval: Duration,
 }
 
 impl Config {
@@ -78,7 +103,34 @@ impl Config {
             }
             None => None,
         };
+        let runtime = match overrides.runtime.or(file.runtime).as_deref() {
+            None | Some("docker") => RuntimeKind::Docker {
+                socket: overrides
+                    .docker_socket
+                    .or(file.docker_socket)
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_DOCKER_SOCKET)),
+            },
+            Some("process") => RuntimeKind::Process,
+            Some(other) => anyhow::bail!("runtime must be docker or process, got `{other}`"),
+        };
+        let interval = |text: Option<String>, default: Duration, what: &str| match text {
+            Some(text) => parse_duration(&text).map_err(|e| anyhow::anyhow!("{what}: {e}")),
+            None => Ok(default),
+        };
+        let poll_interval = interval(
+            overrides.poll_interval.or(file.poll_interval),
+            DEFAULT_POLL_INTERVAL,
+            "poll interval",
+        )?;
+        let usage_interval = interval(
+            overrides.usage_interval.or(file.usage_interval),
+            DEFAULT_USAGE_INTERVAL,
+            "usage interval",
+        )?;
         Ok(Config {
+            runtime,
+            poll_interval,
+            usage_interval,
             server_url,
             token: overrides.token.or(file.token).map(|t| t.trim().to_owned()),
             state_dir: overrides

@@ -13,7 +13,9 @@ mod client;
 mod config;
 mod detect;
 mod host;
+mod jobs;
 mod queue;
+mod runtime;
 mod service;
 mod simulate;
 
@@ -33,7 +35,8 @@ use crate::detect::GpuSource;
     version,
     about = "GPUnex host agent: detects your NVIDIA GPUs, registers them with GPUnex and reports their presence and health.",
     after_help = "Settings come from flags, then environment variables, then the config file \
-                  (TOML; keys server_url, token, state_dir, heartbeat_interval, simulate), then defaults."
+                  (TOML; keys server_url, token, state_dir, heartbeat_interval, simulate, runtime, \
+                  docker_socket, poll_interval, usage_interval), then defaults."
 )]
 struct Cli {
     /// Config file (TOML). Default: /etc/gpunex/agent.toml when it exists.
@@ -69,6 +72,20 @@ struct Cli {
         requires = "simulate"
     )]
     simulate_condition_every: Option<u32>,
+    /// How renters' workloads run: `docker` (containers through the Docker Engine API, with only
+    /// the rented GPUs and no host directory) or `process` (a child process with only the rented
+    /// GPUs visible: tests and development) [default: docker].
+    #[arg(long, env = "GPUNEX_RUNTIME", global = true)]
+    runtime: Option<String>,
+    /// The Docker Engine API socket [default: /var/run/docker.sock].
+    #[arg(long, env = "GPUNEX_DOCKER_SOCKET", global = true)]
+    docker_socket: Option<PathBuf>,
+    /// How often to ask the platform for rentals to run or stop [default: 5s].
+    #[arg(long, env = "GPUNEX_POLL_INTERVAL", global = true)]
+    poll_interval: Option<String>,
+    /// How often to report running jobs' cumulative GPU-seconds [default: 60s].
+    #[arg(long, env = "GPUNEX_USAGE_INTERVAL", global = true)]
+    usage_interval: Option<String>,
     /// Log as one JSON object per line.
     #[arg(long, env = "GPUNEX_LOG_JSON", global = true)]
     log_json: bool,
@@ -175,6 +192,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         heartbeat_interval: cli.heartbeat_interval,
         simulate: cli.simulate,
         simulate_condition_every: cli.simulate_condition_every,
+        runtime: cli.runtime,
+        docker_socket: cli.docker_socket,
+        poll_interval: cli.poll_interval,
+        usage_interval: cli.usage_interval,
     })?;
     match cli.command {
         Command::Detect { json } => detect_command(&config, json),

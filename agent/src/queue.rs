@@ -243,6 +243,8 @@ fn kind_of(event: &AgentEvent) -> &'static str {
         gpunex_wire::fleet::AgentEventBody::Registration(_) => "registration",
         gpunex_wire::fleet::AgentEventBody::GpuCondition(_) => "gpu_condition",
         gpunex_wire::fleet::AgentEventBody::Usage(_) => "usage",
+        gpunex_wire::fleet::AgentEventBody::JobStarted(_) => "job_started",
+        gpunex_wire::fleet::AgentEventBody::JobEnded(_) => "job_ended",
     }
 }
 

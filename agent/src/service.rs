@@ -12,9 +12,11 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::client::{Client, SendError};
-use crate::config::{Config, DEFAULT_HEARTBEAT_INTERVAL};
+use crate::config::{Config, DEFAULT_HEARTBEAT_INTERVAL, RuntimeKind};
 use crate::detect::{GpuSource, Reading};
+use crate::jobs::Jobs;
 use crate::queue::{Queue, now_text};
+use crate::runtime::Runtime;
 
 const IDENTITY_KEY: &str = "identity";
 const REGISTERED_KEY: &str = "registered_fingerprint";
@@ -194,8 +196,9 @@ fn settle(
     queue.mark_delivered(&done)
 }
 
-/// The long-running service: detect, register, then each interval sample the GPUs, queue
-/// condition changes, deliver the queue and send a heartbeat. Stops on SIGTERM or Ctrl-C.
+/// The long-running service: detect, register, then each tick sample the GPUs, queue condition
+/// changes, follow the rentals assigned to this machine (start, meter, stop, report), deliver the
+/// queue, and send a heartbeat when one is due. Stops on SIGTERM or Ctrl-C.
 pub async fn run(config: &Config) -> anyhow::Result<()> {
     // Without a driver, fail at once with one sentence, before waiting on anything.
     let nvml = match config.simulate {
@@ -236,7 +239,18 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
     let mut interval = config
         .heartbeat_interval
         .unwrap_or(DEFAULT_HEARTBEAT_INTERVAL);
+    let runtime = match &config.runtime {
+        RuntimeKind::Docker { socket } => Runtime::docker(socket.clone()),
+        RuntimeKind::Process => Runtime::process(config.state_dir.join("jobs")),
+    };
+    let mut jobs = Jobs::open(
+        &mut queue,
+        runtime,
+        identity.machine_id,
+        config.usage_interval,
+    )?;
     let mut previous: Vec<GpuSample> = Vec::new();
+    let mut last_beat: Option<std::time::Instant> = None;
     let mut shutdown = std::pin::pin!(shutdown_signal());
     tracing::info!(machine_id = %identity.machine_id, server = client.base(), "agent running");
     loop {
@@ -248,12 +262,23 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
             &previous,
             &mut active,
         )?;
+        let assignments = match client.assignments().await {
+            Ok(answer) => Some(answer.assignments),
+            Err(error) => {
+                tracing::warn!(%error, "cannot fetch assignments");
+                None
+            }
+        };
+        jobs.step(&mut queue, assignments.as_deref(), &active)
+            .await?;
         let delivered = deliver(&mut queue, &client).await?;
         let registration_pending = queue
             .pending(1)?
             .iter()
             .any(|e| matches!(e.body, AgentEventBody::Registration(_)));
-        if !delivered.stalled && !registration_pending {
+        let beat_due = last_beat.is_none_or(|at| at.elapsed() >= interval);
+        if beat_due && !delivered.stalled && !registration_pending {
+            last_beat = Some(std::time::Instant::now());
             let beat = Heartbeat {
                 machine_id: identity.machine_id,
                 gpus: samples.clone(),
@@ -285,8 +310,9 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
         }
         previous = samples;
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(interval.min(config.poll_interval)) => {}
             () = &mut shutdown => {
+                jobs.shutdown(&mut queue).await?;
                 // One last attempt to hand over what is queued; what is left stays on disk.
                 let _ = tokio::time::timeout(Duration::from_secs(5), deliver(&mut queue, &client)).await;
                 tracing::info!("agent stopped");

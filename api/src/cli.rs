@@ -110,6 +110,15 @@ pub struct FleetArgs {
     /// this in production.
     #[arg(long, env = "GPUNEX_DEV_MODE")]
     pub dev_mode: bool,
+    /// A rental whose machine stays offline longer than this ends as interrupted by the provider.
+    #[arg(long, env = "GPUNEX_RENTAL_GRACE", default_value = "10m", value_parser = parse_duration)]
+    pub rental_grace: std::time::Duration,
+    /// Platform fee for Community providers, in basis points of each charge (2000 = 20%).
+    #[arg(long, env = "GPUNEX_FEE_COMMUNITY_BP", default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub fee_community_bp: u32,
+    /// Platform fee for Enterprise providers, in basis points (1500 = 15%).
+    #[arg(long, env = "GPUNEX_FEE_ENTERPRISE_BP", default_value_t = 1_500, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub fee_enterprise_bp: u32,
 }
 
 impl FleetArgs {
@@ -126,6 +135,11 @@ impl FleetArgs {
             offline_grace: self.offline_grace,
             telemetry_retention: self.telemetry_retention,
             dev_mode: self.dev_mode,
+            rental_grace: self.rental_grace,
+            fees: gpunex_domain::metering::FeeSchedule {
+                community_bp: self.fee_community_bp,
+                enterprise_bp: self.fee_enterprise_bp,
+            },
         })
     }
 }

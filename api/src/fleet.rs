@@ -41,6 +41,11 @@ pub struct FleetConfig {
     pub telemetry_retention: Duration,
     /// Simulated machines may be listed to renters (development deployments only).
     pub dev_mode: bool,
+    /// A rental whose machine stays offline longer than this (from its last heartbeat) ends as
+    /// interrupted by the provider (`network_loss`).
+    pub rental_grace: Duration,
+    /// The platform fee per provider tier, charged on each metered usage.
+    pub fees: gpunex_domain::metering::FeeSchedule,
 }
 
 impl Default for FleetConfig {
@@ -50,6 +55,8 @@ impl Default for FleetConfig {
             offline_grace: Duration::from_secs(60),
             telemetry_retention: Duration::from_secs(24 * 3_600),
             dev_mode: false,
+            rental_grace: Duration::from_secs(600),
+            fees: gpunex_domain::metering::FeeSchedule::default(),
         }
     }
 }
@@ -88,7 +95,7 @@ const OUTAGE_STREAM: &str = "platform-outages";
 
 /// The provider and machine an agent token is bound to. The binding alone is not trusted: a
 /// machine already registered to another provider is refused whatever the token says.
-fn agent_of(state: &AppState, caller: &Caller) -> Result<(Uuid, Uuid), ApiError> {
+pub(crate) fn agent_of(state: &AppState, caller: &Caller) -> Result<(Uuid, Uuid), ApiError> {
     caller.require(&[Allow::Agent])?;
     let Role::Agent {
         provider_id,
@@ -109,7 +116,7 @@ fn agent_of(state: &AppState, caller: &Caller) -> Result<(Uuid, Uuid), ApiError>
     Ok((provider_id, machine_id))
 }
 
-fn not_owned(named: Uuid) -> ApiError {
+pub(crate) fn not_owned(named: Uuid) -> ApiError {
     ApiError::Denied {
         code: "machine_not_owned",
         detail: format!(
@@ -228,18 +235,40 @@ pub async fn agent_events(
                 if report.machine_id != machine_id {
                     return Err(not_owned(report.machine_id));
                 }
-                let on_machine = state.credentials.with_market(|m| {
-                    m.rental(&report.rental_id)
-                        .map(|r| r.started.machine_id == machine_id)
-                });
-                if on_machine != Some(true) {
+                rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))?;
+                check_range_u64(&at("body/gpu_seconds"), report.gpu_seconds)?;
+            }
+            wf::AgentEventBody::JobStarted(report) => {
+                if report.machine_id != machine_id {
+                    return Err(not_owned(report.machine_id));
+                }
+                rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))?;
+                if !matches!(report.runtime.as_str(), "docker" | "process") {
                     return Err(ApiError::invalid(
-                        &at("body/rental_id"),
-                        "unknown_rental",
-                        "not a rental on this machine",
+                        &at("body/runtime"),
+                        "invalid_runtime",
+                        "docker or process",
                     ));
                 }
+                check_text(&at("body/handle"), &report.handle)?;
+            }
+            wf::AgentEventBody::JobEnded(report) => {
+                if report.machine_id != machine_id {
+                    return Err(not_owned(report.machine_id));
+                }
+                rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))?;
                 check_range_u64(&at("body/gpu_seconds"), report.gpu_seconds)?;
+                let job = gpunex_domain::rental::JobEnded {
+                    rental_id: report.rental_id,
+                    machine_id,
+                    cause: report.cause,
+                    evidence: report.evidence.clone(),
+                    gpu_seconds: report.gpu_seconds,
+                    ended_at: occurred,
+                };
+                gpunex_domain::rental::check_job_end(&job).map_err(|e| {
+                    ApiError::invalid(&at("body/evidence"), e.code(), e.to_string())
+                })?;
             }
             wf::AgentEventBody::GpuCondition(report) => {
                 if report.machine_id != machine_id {
@@ -300,7 +329,25 @@ pub async fn agent_events(
                     (Some(p), s)
                 }
                 wf::AgentEventBody::Usage(report) => {
-                    crate::rentals::meter(&state, event.event_id, report).await?
+                    crate::rentals::meter(
+                        &state,
+                        event.event_id,
+                        machine_id,
+                        report.rental_id,
+                        report.gpu_seconds,
+                    )
+                    .await?
+                }
+                wf::AgentEventBody::JobStarted(report) => {
+                    let (p, s) =
+                        crate::rentals::job_started(&state, event.event_id, occurred, report)
+                            .await?;
+                    (Some(p), s)
+                }
+                wf::AgentEventBody::JobEnded(report) => {
+                    let (p, s) =
+                        crate::rentals::job_ended(&state, event.event_id, occurred, report).await?;
+                    (Some(p), s)
                 }
             },
         };
@@ -316,6 +363,26 @@ pub async fn agent_events(
         state.credentials.wait_for(last).await?;
     }
     Ok(Json(wf::AgentEventsResponse { results }))
+}
+
+fn rental_on_machine(
+    state: &AppState,
+    rental_id: Uuid,
+    machine_id: Uuid,
+    field: &str,
+) -> Result<(), ApiError> {
+    let on_machine = state.credentials.with_market(|m| {
+        m.rental(&rental_id)
+            .map(|r| r.started.machine_id == machine_id)
+    });
+    if on_machine != Some(true) {
+        return Err(ApiError::invalid(
+            field,
+            "unknown_rental",
+            "not a rental on this machine",
+        ));
+    }
+    Ok(())
 }
 
 /// Counters are stored as signed 64-bit integers and summed: at most about 290,000 GPU-years.
@@ -730,6 +797,7 @@ async fn watch_once(
             Err(other) => return Err(append_failure(other)),
         }
     }
+    crate::rentals::end_abandoned(store, registry, config.rental_grace, started).await?;
     if at.unix_micros() - *last_prune > 60 * MICROS_PER_SECOND {
         let retention = i64::try_from(config.telemetry_retention.as_micros()).unwrap_or(i64::MAX);
         let deleted = store.prune_telemetry(at.unix_micros() - retention).await?;

@@ -605,11 +605,20 @@ fn sort_name(sort: SortBy) -> &'static str {
     }
 }
 
-/// `GET /v1/listings?model=&min_vram_gb=&country=&region=&max_price_usdc=&tier=&min_gpus=&min_reliability=&sort=&after=&limit=`
-pub async fn search(
-    State(state): State<AppState>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<wm::ListingPage>, ApiError> {
+/// A listing search as parsed from its query parameters.
+pub(crate) struct SearchRequest {
+    pub filter: SearchFilter,
+    pub sort: SortBy,
+    pub after: Option<(i64, String)>,
+    pub limit: usize,
+}
+
+/// Parses search parameters (`GET /v1/listings`, and a rental's `filter`), reporting every bad
+/// one at once.
+pub(crate) fn parse_search(
+    state: &AppState,
+    query: &HashMap<String, String>,
+) -> Result<SearchRequest, ApiError> {
     let mut errors = Vec::new();
     let mut bad = |field: &str, code: &str, message: String| {
         errors.push(wire::FieldError {
@@ -753,6 +762,25 @@ pub async fn search(
         min_gpus_on_machine: min_gpus,
         min_reliability_bp,
     };
+    Ok(SearchRequest {
+        filter,
+        sort,
+        after,
+        limit,
+    })
+}
+
+/// `GET /v1/listings?model=&min_vram_gb=&country=&region=&max_price_usdc=&tier=&min_gpus=&min_reliability=&sort=&after=&limit=`
+pub async fn search(
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<wm::ListingPage>, ApiError> {
+    let SearchRequest {
+        filter,
+        sort,
+        after,
+        limit,
+    } = parse_search(&state, &query)?;
     let snapshot = state.listings.current();
     let (page, more) = snapshot.search(&filter, sort, after.as_ref(), limit);
     let next_after = more

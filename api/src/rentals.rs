@@ -38,6 +38,9 @@ fn rejection(error: RentalRejection) -> ApiError {
         RentalRejection::InvalidEvidence => {
             ApiError::invalid("evidence", error.code(), error.to_string())
         }
+        RentalRejection::InvalidWorkload(_) => {
+            ApiError::invalid("workload", error.code(), error.to_string())
+        }
         RentalRejection::NotAvailable(_) | RentalRejection::AlreadyEnded => ApiError::Conflict {
             code: error.code(),
             detail: error.to_string(),
@@ -69,6 +72,17 @@ fn view(rental: &RentalState) -> wr::RentalView {
             .map(|e| timestamp(e.ended_at.unix_micros())),
         cause: rental.ended.as_ref().map(|e| e.cause),
         evidence: rental.ended.as_ref().map(|e| e.evidence.clone()),
+        workload: started.workload.clone(),
+        job_status: match (&rental.job_started, &rental.job_ended) {
+            (_, Some(_)) => "ended",
+            (Some(_), None) => "running",
+            (None, None) => "pending",
+        }
+        .to_owned(),
+        job_cause: rental.job_ended.as_ref().map(|j| j.cause),
+        job_evidence: rental.job_ended.as_ref().map(|j| j.evidence.clone()),
+        gpu_seconds: rental.meter.gpu_seconds,
+        charged_micro_usdc: rental.meter.charged.micros(),
     }
 }
 
@@ -94,9 +108,27 @@ pub async fn rent(
     };
     let request: wr::RentRequest = serde_json::from_value(body)
         .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?;
-    rental::check_gpus(&request.gpu_uuids).map_err(rejection)?;
+    rental::validate_workload(&request.workload).map_err(rejection)?;
     let at = now();
     let snapshot = state.listings.current();
+    let gpu_uuids = match (&request.filter, request.gpus) {
+        (None, None) => request.gpu_uuids.clone(),
+        (Some(filter), Some(count)) if request.gpu_uuids.is_empty() => {
+            pick(&state, &snapshot, filter, count)?
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "body",
+                "invalid_body",
+                "name either gpu_uuids, or gpus and a filter",
+            ));
+        }
+    };
+    rental::check_gpus(&gpu_uuids).map_err(rejection)?;
+    let request = wr::RentRequest {
+        gpu_uuids,
+        ..request
+    };
     let mut listings = Vec::with_capacity(request.gpu_uuids.len());
     for uuid in &request.gpu_uuids {
         let listing = snapshot
@@ -142,6 +174,7 @@ pub async fn rent(
         model_id: first.model_id.to_string(),
         price_per_gpu_hour: price,
         started_at: at,
+        workload: Some(request.workload.clone()),
     };
     let meta = Metadata::actor(caller.actor());
     let event = |e: RentalEvent| {
@@ -230,8 +263,61 @@ pub async fn list(
     Ok(Json(rentals))
 }
 
+/// The GPUs of a rental asked for by filter: in rank order, the first machine with `count`
+/// matching GPUs listed, its best-ranked ones.
+fn pick(
+    state: &AppState,
+    snapshot: &gpunex_projections::market::ListingSnapshot,
+    filter: &std::collections::BTreeMap<String, String>,
+    count: u32,
+) -> Result<Vec<String>, ApiError> {
+    if count == 0 || count as usize > rental::RENTAL_GPUS_MAX {
+        return Err(ApiError::invalid(
+            "gpus",
+            "invalid_gpus",
+            format!("1 to {}", rental::RENTAL_GPUS_MAX),
+        ));
+    }
+    let query: HashMap<String, String> = filter
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "sort" | "after" | "limit"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let search = crate::market::parse_search(state, &query).map_err(|error| match error {
+        ApiError::InvalidRequest(errors) => ApiError::InvalidRequest(
+            errors
+                .into_iter()
+                .map(|mut e| {
+                    e.field = format!("filter/{}", e.field);
+                    e
+                })
+                .collect(),
+        ),
+        other => other,
+    })?;
+    let (ranked, _) = snapshot.search(
+        &search.filter,
+        gpunex_projections::market::SortBy::Rank,
+        None,
+        usize::MAX,
+    );
+    let mut per_machine: HashMap<Uuid, Vec<String>> = HashMap::new();
+    for listing in ranked {
+        let gpus = per_machine.entry(listing.machine_id).or_default();
+        gpus.push(listing.gpu_uuid.to_string());
+        if gpus.len() == count as usize {
+            return Ok(std::mem::take(gpus));
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "no_match",
+        detail: format!("no machine has {count} listed GPUs matching the filter"),
+    })
+}
+
 /// `POST /v1/rentals/{rental_id}/end`: the renter (or an admin, for the platform) ends it; its
-/// GPUs are released and listed again.
+/// GPUs are released and listed again. The agent learns it from its assignments and stops the
+/// job.
 pub async fn end(
     State(state): State<AppState>,
     caller: Caller,
@@ -253,21 +339,50 @@ pub async fn end(
         Role::Admin => EndCause::Platform,
         _ => EndCause::RenterCancelled,
     };
-    let at = now();
     let ended = rental::end(
         rental_id,
         rental.ended.is_some(),
         cause,
-        at,
+        now(),
         &caller.actor(),
         &request.evidence,
     )
     .map_err(rejection)?;
-    let meta = Metadata::actor(caller.actor());
+    let position = finish(
+        &state.store,
+        &state.credentials,
+        &rental,
+        ended,
+        Vec::new(),
+        Metadata::actor(caller.actor()),
+    )
+    .await?;
+    state.listings.wait_for(position).await;
+    let rental = state
+        .credentials
+        .with_market(|m| m.rental(&rental_id).cloned())
+        .ok_or(ApiError::NotFound("rental"))?;
+    Ok(Json(view(&rental)))
+}
+
+/// Ends a rental: `before` (events of the rental's own stream, such as the job's end), then
+/// `rental.ended`, appended at the rental stream's version as folded, with one release per GPU.
+/// Ending twice, or racing a usage report, fails on the version. Returns the last position,
+/// already folded.
+async fn finish(
+    store: &gpunex_store::Store,
+    registry: &crate::auth::CredentialCache,
+    rental: &RentalState,
+    ended: rental::RentalEnded,
+    before: Vec<(Uuid, RentalEvent)>,
+    meta: Metadata,
+) -> Result<u64, ApiError> {
+    let rental_id = rental.started.rental_id;
+    let at = ended.ended_at;
     let event = |e: RentalEvent| {
         NewEvent::from_domain(Uuid::now_v7(), &DomainEvent::Rental(e), meta.clone())
     };
-    let versions: Vec<u64> = state.credentials.with_market(|m| {
+    let versions: Vec<u64> = registry.with_market(|m| {
         rental
             .started
             .gpu_uuids
@@ -275,12 +390,15 @@ pub async fn end(
             .map(|uuid| m.lease_version(uuid))
             .collect()
     });
-    // At the rental stream's version as folded: ending twice (or racing a usage report) fails on
-    // it.
+    let mut own: Vec<NewEvent> = before
+        .into_iter()
+        .map(|(id, e)| NewEvent::from_domain(id, &DomainEvent::Rental(e), meta.clone()))
+        .collect();
+    own.push(event(RentalEvent::Ended(ended)));
     let mut streams = vec![StreamAppend {
         stream_id: stream(format!("rental-{rental_id}")),
         expected: ExpectedVersion::Exact(rental.stream_version),
-        events: vec![event(RentalEvent::Ended(ended))],
+        events: own,
     }];
     for (uuid, version) in rental.started.gpu_uuids.iter().zip(versions) {
         streams.push(StreamAppend {
@@ -293,13 +411,9 @@ pub async fn end(
             }))],
         });
     }
-    let ended_meanwhile = || {
-        state
-            .credentials
-            .with_market(|m| m.rental(&rental_id).is_some_and(|r| r.ended.is_some()))
-    };
-    let committed = state
-        .store
+    let ended_meanwhile =
+        || registry.with_market(|m| m.rental(&rental_id).is_some_and(|r| r.ended.is_some()));
+    let committed = store
         .append_streams(streams)
         .await
         .map_err(|error| match error {
@@ -318,50 +432,79 @@ pub async fn end(
             },
         })?;
     let position = committed.last_position();
-    state.credentials.wait_for(position).await?;
-    state.listings.wait_for(position).await;
-    let rental = state
+    registry.wait_for(position).await?;
+    Ok(position)
+}
+
+/// The provider's tier, which sets the fee (Community until approved otherwise).
+fn tier_of(state: &AppState, provider_id: Uuid) -> gpunex_domain::onboarding::Tier {
+    state
         .credentials
-        .with_market(|m| m.rental(&rental_id).cloned())
-        .ok_or(ApiError::NotFound("rental"))?;
-    Ok(Json(view(&rental)))
+        .applications()
+        .into_iter()
+        .map(|(_, a)| a)
+        .find(|a| a.provider_id == Some(provider_id))
+        .and_then(|a| a.tier)
+        .unwrap_or(gpunex_domain::onboarding::Tier::Community)
+}
+
+/// The most GPU-seconds a rental can be billed for now: its GPUs times the seconds its machine
+/// was online between the start and the end (or now). An offline transition is dated at the last
+/// heartbeat, so nothing after it counts: no heartbeat, no meter.
+pub fn online_gpu_seconds(
+    registry: &crate::auth::CredentialCache,
+    rental: &RentalState,
+    now: gpunex_domain::time::Timestamp,
+) -> u64 {
+    let transitions = registry
+        .with_fleet(|f| {
+            f.machine(&rental.started.machine_id)
+                .map(|m| m.transitions.clone())
+        })
+        .unwrap_or_default();
+    let until = rental.ended.as_ref().map_or(now, |e| e.ended_at).min(now);
+    let window = gpunex_domain::fleet::Span {
+        from: rental.started.started_at,
+        until,
+    };
+    let micros = gpunex_domain::fleet::online_micros(&transitions, window);
+    let seconds = u64::try_from(micros / 1_000_000).unwrap_or(0);
+    seconds.saturating_mul(rental.started.gpu_uuids.len() as u64)
 }
 
 /// Meters one usage report (an agent event): the charge beyond what the rental was already
 /// charged, at the rental's locked price, split into fee and net by the provider's tier, and
-/// posted. Appended to the rental's stream at its expected version under the report's id, so a
-/// re-sent report is a duplicate and two reports never charge the same seconds twice. A counter
-/// at or below the highest metered (or one that adds less than a micro-USDC) is `absorbed`.
+/// posted. The counter is capped at the GPU-seconds the machine was online during the rental.
+/// Appended to the rental's stream at its expected version under the report's id, so a re-sent
+/// report is a duplicate and two reports never charge the same seconds twice. A counter at or
+/// below the highest metered (or one that adds less than a micro-USDC) is `absorbed`.
 pub async fn meter(
     state: &AppState,
     report_id: Uuid,
-    report: &gpunex_wire::fleet::UsageReport,
+    machine_id: Uuid,
+    rental_id: Uuid,
+    gpu_seconds: u64,
 ) -> Result<(Option<u64>, &'static str), ApiError> {
-    use gpunex_domain::metering::{FeeSchedule, charge_entry};
+    use gpunex_domain::metering::charge_entry;
     use gpunex_domain::rental::UsageMetered;
-    let fees = FeeSchedule::default();
+    let fees = state.fleet.fees;
     for _attempt in 0..5 {
         let head = state.store.head_position().await?;
         state.credentials.wait_for(head).await?;
         let rental = state
             .credentials
-            .with_market(|m| m.rental(&report.rental_id).cloned())
+            .with_market(|m| m.rental(&rental_id).cloned())
             .ok_or(ApiError::NotFound("rental"))?;
-        let tier = state
-            .credentials
-            .applications()
-            .into_iter()
-            .map(|(_, a)| a)
-            .find(|a| a.provider_id == Some(rental.started.provider_id))
-            .and_then(|a| a.tier)
-            .unwrap_or(gpunex_domain::onboarding::Tier::Community);
+        let tier = tier_of(state, rental.started.provider_id);
+        let online = online_gpu_seconds(&state.credentials, &rental, now());
+        let billable = gpu_seconds.min(online);
         let mut meter = rental.meter;
         let money = |e: gpunex_domain::money::MoneyError| ApiError::Unprocessable {
             code: "usage_out_of_range",
             detail: e.to_string(),
         };
         let Some(charge) = meter
-            .report(rental.started.price_per_gpu_hour, report.gpu_seconds)
+            .report(rental.started.price_per_gpu_hour, billable)
             .map_err(money)?
             .filter(|c| c.amount.is_positive())
         else {
@@ -380,7 +523,7 @@ pub async fn meter(
         })?;
         let event = DomainEvent::Rental(RentalEvent::UsageMetered(UsageMetered {
             entry_id: report_id,
-            rental_id: report.rental_id,
+            rental_id,
             renter_id: rental.started.renter_id,
             provider_id: rental.started.provider_id,
             report_id,
@@ -392,16 +535,17 @@ pub async fn meter(
             net,
             fee_bp: fees.rate_bp(tier),
             postings,
+            reported_gpu_seconds: (gpu_seconds > billable).then_some(gpu_seconds),
         }));
         let appended = state
             .store
             .append(
-                stream(format!("rental-{}", report.rental_id)),
+                stream(format!("rental-{rental_id}")),
                 ExpectedVersion::Exact(rental.stream_version),
                 vec![NewEvent::from_domain(
                     report_id,
                     &event,
-                    Metadata::actor(format!("agent:{}", report.machine_id)),
+                    Metadata::actor(format!("agent:{machine_id}")),
                 )],
             )
             .await;
@@ -435,4 +579,318 @@ pub async fn meter(
         code: "concurrent_change",
         detail: "the rental kept changing; retry".to_owned(),
     })
+}
+
+/// Appends one event to a rental's stream at its version, retrying when usage moved it.
+async fn append_to_rental(
+    state: &AppState,
+    rental_id: Uuid,
+    event_id: Uuid,
+    event: RentalEvent,
+    meta: Metadata,
+) -> Result<(u64, &'static str), ApiError> {
+    for _attempt in 0..5 {
+        let version = state
+            .credentials
+            .with_market(|m| m.rental(&rental_id).map(|r| r.stream_version))
+            .ok_or(ApiError::NotFound("rental"))?;
+        let appended = state
+            .store
+            .append(
+                stream(format!("rental-{rental_id}")),
+                ExpectedVersion::Exact(version),
+                vec![NewEvent::from_domain(
+                    event_id,
+                    &DomainEvent::Rental(event.clone()),
+                    meta.clone(),
+                )],
+            )
+            .await;
+        match appended {
+            Ok(committed) => {
+                let position = committed.last_position();
+                state.credentials.wait_for(position).await?;
+                let status = if committed.replayed {
+                    "duplicate"
+                } else {
+                    "recorded"
+                };
+                return Ok((position, status));
+            }
+            Err(AppendError::WrongExpectedVersion { .. }) => {
+                let head = state.store.head_position().await?;
+                state.credentials.wait_for(head).await?;
+            }
+            Err(AppendError::IdempotencyConflict { .. }) => {
+                let position = state.store.event_position(event_id).await?.unwrap_or(0);
+                return Ok((position, "duplicate"));
+            }
+            Err(AppendError::Store(error)) => return Err(error.into()),
+            Err(other) => {
+                return Err(ApiError::Conflict {
+                    code: other.code(),
+                    detail: other.to_string(),
+                });
+            }
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "concurrent_change",
+        detail: "the rental kept changing; retry".to_owned(),
+    })
+}
+
+/// An agent started a rental's workload (`rental.job_started`, under the agent's event id).
+pub async fn job_started(
+    state: &AppState,
+    event_id: Uuid,
+    occurred: gpunex_domain::time::Timestamp,
+    report: &gpunex_wire::fleet::JobStartedReport,
+) -> Result<(u64, &'static str), ApiError> {
+    let started = rental::JobStarted {
+        rental_id: report.rental_id,
+        machine_id: report.machine_id,
+        runtime: report.runtime.clone(),
+        handle: report.handle.clone(),
+        started_at: occurred,
+    };
+    append_to_rental(
+        state,
+        report.rental_id,
+        event_id,
+        RentalEvent::JobStarted(started),
+        Metadata::actor(format!("agent:{}", report.machine_id)),
+    )
+    .await
+}
+
+/// An agent's job ended: its final counter is metered (under an id derived from the event's),
+/// then `rental.job_ended` is recorded under the event's id; if the rental was still active, it
+/// ends with the job's cause and evidence and its GPUs are released.
+pub async fn job_ended(
+    state: &AppState,
+    event_id: Uuid,
+    occurred: gpunex_domain::time::Timestamp,
+    report: &gpunex_wire::fleet::JobEndedReport,
+) -> Result<(u64, &'static str), ApiError> {
+    let usage_id = gpunex_domain::fleet::derived_event_id(event_id, 1);
+    meter(
+        state,
+        usage_id,
+        report.machine_id,
+        report.rental_id,
+        report.gpu_seconds,
+    )
+    .await?;
+    let meta = Metadata::actor(format!("agent:{}", report.machine_id));
+    for _attempt in 0..5 {
+        let rental = state
+            .credentials
+            .with_market(|m| m.rental(&report.rental_id).cloned())
+            .ok_or(ApiError::NotFound("rental"))?;
+        let at = occurred.max(rental.started.started_at).min(now());
+        let job = rental::JobEnded {
+            rental_id: report.rental_id,
+            machine_id: report.machine_id,
+            cause: report.cause,
+            evidence: report.evidence.clone(),
+            gpu_seconds: report.gpu_seconds,
+            ended_at: at,
+        };
+        if rental.ended.is_some() {
+            return append_to_rental(
+                state,
+                report.rental_id,
+                event_id,
+                RentalEvent::JobEnded(job),
+                meta,
+            )
+            .await;
+        }
+        let ended = rental::RentalEnded {
+            rental_id: report.rental_id,
+            cause: report.cause,
+            ended_at: at,
+            ended_by: format!("agent:{}", report.machine_id),
+            evidence: report.evidence.summary(),
+        };
+        match finish(
+            &state.store,
+            &state.credentials,
+            &rental,
+            ended,
+            vec![(event_id, RentalEvent::JobEnded(job))],
+            meta.clone(),
+        )
+        .await
+        {
+            Ok(position) => {
+                state.listings.wait_for(position).await;
+                return Ok((position, "recorded"));
+            }
+            // Ended meanwhile (the renter cancelled) or metered: look again.
+            Err(ApiError::Conflict { .. }) => {
+                if let Some(position) = state.store.event_position(event_id).await? {
+                    return Ok((position, "duplicate"));
+                }
+                let head = state.store.head_position().await?;
+                state.credentials.wait_for(head).await?;
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "concurrent_change",
+        detail: "the rental kept changing; retry".to_owned(),
+    })
+}
+
+/// Longest an agent's assignment poll may wait for a change.
+pub const ASSIGNMENTS_WAIT_MAX_SECONDS: u64 = 30;
+
+fn assignments_of(state: &AppState, machine_id: Uuid) -> Vec<gpunex_wire::fleet::Assignment> {
+    state.credentials.with_market(|m| {
+        m.assignments_of(machine_id)
+            .into_iter()
+            .map(|r| gpunex_wire::fleet::Assignment {
+                rental_id: r.started.rental_id,
+                gpu_uuids: r.started.gpu_uuids.clone(),
+                workload: r.started.workload.clone(),
+                started_at: timestamp(r.started.started_at.unix_micros()),
+                status: if r.ended.is_some() { "ended" } else { "active" }.to_owned(),
+                end_cause: r.ended.as_ref().map(|e| e.cause),
+                job_started: r.job_started.is_some(),
+            })
+            .collect()
+    })
+}
+
+/// A fingerprint of an answer, for long polls (change detection only).
+fn version_of(assignments: &[gpunex_wire::fleet::Assignment]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(assignments)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// `GET /v1/agent/assignments?since=V&wait_seconds=W`: the rentals this machine must run
+/// (active) or stop (ended while their job runs). With `since` (the `version` of the previous
+/// answer) and `wait_seconds`, waits up to that long for the assignments to differ (long poll).
+pub async fn assignments(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<gpunex_wire::fleet::Assignments>, ApiError> {
+    let (_, machine_id) = crate::fleet::agent_of(&state, &caller)?;
+    let wait = match query.get("wait_seconds") {
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= ASSIGNMENTS_WAIT_MAX_SECONDS)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "wait_seconds",
+                    "out_of_range",
+                    format!("a whole number up to {ASSIGNMENTS_WAIT_MAX_SECONDS}"),
+                )
+            })?,
+        None => 0,
+    };
+    let since = query.get("since");
+    if let Some(key) = query
+        .keys()
+        .find(|k| !matches!(k.as_str(), "wait_seconds" | "since"))
+    {
+        return Err(ApiError::invalid(
+            key,
+            "unknown_parameter",
+            "known: since, wait_seconds",
+        ));
+    }
+    let mut positions = state.credentials.watch_position();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(wait);
+    loop {
+        positions.borrow_and_update();
+        let now = assignments_of(&state, machine_id);
+        let version = version_of(&now);
+        if since != Some(&version)
+            || wait == 0
+            || !matches!(
+                tokio::time::timeout_at(deadline, positions.changed()).await,
+                Ok(Ok(()))
+            )
+        {
+            return Ok(Json(gpunex_wire::fleet::Assignments {
+                assignments: now,
+                version,
+            }));
+        }
+    }
+}
+
+/// Ends, as interrupted by the provider (`network_loss`), every active rental whose machine has
+/// been offline for longer than `grace` (counted from its last heartbeat). The rental ends at the
+/// last heartbeat: nothing after it is billed. Run by the presence watchdog, which passes when it
+/// started watching.
+pub async fn end_abandoned(
+    store: &gpunex_store::Store,
+    registry: &crate::auth::CredentialCache,
+    grace: std::time::Duration,
+    watching_since: gpunex_domain::time::Timestamp,
+) -> Result<usize, ApiError> {
+    let at = now();
+    let grace_micros = i64::try_from(grace.as_micros()).unwrap_or(i64::MAX);
+    let rentals: Vec<RentalState> =
+        registry.with_market(|m| m.active_rentals().into_iter().cloned().collect());
+    let mut ended = 0;
+    for rental in rentals {
+        let offline = registry.with_fleet(|f| {
+            f.machine(&rental.started.machine_id)
+                .filter(|m| !m.online)
+                .and_then(|m| m.since)
+        });
+        let Some(last_heartbeat) = offline else {
+            continue;
+        };
+        // Silence while the platform itself was down does not count against the machine.
+        if !gpunex_domain::fleet::offline_due(last_heartbeat, watching_since, at, grace_micros) {
+            continue;
+        }
+        let ended_at = last_heartbeat.max(rental.started.started_at);
+        let evidence = format!(
+            "machine {} offline: last heartbeat {}, no heartbeat for {} s (grace {} s)",
+            rental.started.machine_id,
+            timestamp(last_heartbeat.unix_micros()),
+            (at.unix_micros() - last_heartbeat.unix_micros()) / 1_000_000,
+            grace.as_secs(),
+        );
+        let end = rental::RentalEnded {
+            rental_id: rental.started.rental_id,
+            cause: EndCause::NetworkLoss,
+            ended_at,
+            ended_by: "system:watchdog".to_owned(),
+            evidence,
+        };
+        match finish(
+            store,
+            registry,
+            &rental,
+            end,
+            Vec::new(),
+            Metadata::actor("system:watchdog"),
+        )
+        .await
+        {
+            Ok(_) => {
+                tracing::warn!(rental_id = %rental.started.rental_id, "rental ended: machine offline past the grace period");
+                ended += 1;
+            }
+            // Ended or metered meanwhile: the next pass looks again.
+            Err(ApiError::Conflict { .. }) => {}
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(ended)
 }

@@ -210,7 +210,7 @@ pub fn endpoints() -> crate::routes::Routes {
         )
         .post(
             "/v1/agent/events",
-            "deliver events from the agent's durable queue (registration, GPU conditions)",
+            "deliver events from the agent's durable queue (registration, GPU conditions, usage, jobs)",
             AGENT,
             fleet::agent_events,
         )
@@ -219,6 +219,12 @@ pub fn endpoints() -> crate::routes::Routes {
             "presence and per-GPU telemetry",
             AGENT,
             fleet::heartbeat,
+        )
+        .get(
+            "/v1/agent/assignments",
+            "the rentals this machine must run or stop (long poll with since and wait_seconds)",
+            AGENT,
+            rentals::assignments,
         )
         .get(
             "/v1/agent/identity",

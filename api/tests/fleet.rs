@@ -27,6 +27,7 @@ fn config() -> FleetConfig {
         offline_grace: Duration::from_millis(1_000),
         telemetry_retention: Duration::from_secs(3_600),
         dev_mode: false,
+        ..FleetConfig::default()
     }
 }
 

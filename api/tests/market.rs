@@ -13,7 +13,9 @@ use uuid::Uuid;
 conformance!(
     prices_schedules_and_maintenance_decide_what_is_listed,
     search_filters_sorts_pages_and_ranks,
-    rentals_lock_the_price_and_never_double_book
+    rentals_lock_the_price_and_never_double_book,
+    agents_run_jobs_and_report_how_they_end,
+    a_rental_on_a_silent_machine_ends_at_its_last_heartbeat
 );
 
 mod common;
@@ -700,6 +702,14 @@ async fn search_filters_sorts_pages_and_ranks(db: &TestDb) {
     let _ = (c.agent, a.agent, b.agent);
 }
 
+/// A rental of `gpus` running a short command.
+fn rent_body(gpus: Value) -> Value {
+    json!({
+        "gpu_uuids": gpus,
+        "workload": {"image": "nvidia/cuda:12.4.1-base-ubuntu22.04", "command": ["sleep", "1"]}
+    })
+}
+
 async fn renter(base: &str, admin: &str) -> String {
     let (status, issued) = call(
         base,
@@ -757,7 +767,7 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
         "POST",
         "/v1/rentals",
         Some(&r1),
-        Some(json!({"gpu_uuids": [h.gpus[0], h.gpus[1]]})),
+        Some(rent_body(json!([h.gpus[0], h.gpus[1]]))),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{rental}");
@@ -825,7 +835,7 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
             "POST",
             "/v1/rentals",
             Some(&r2),
-            Some(json!({"gpu_uuids": gpus})),
+            Some(rent_body(json!(gpus))),
         )
         .await;
         assert_eq!(got, status, "{problem}");
@@ -840,7 +850,7 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
             "POST",
             "/v1/rentals",
             Some(&h.token),
-            Some(json!({"gpu_uuids": [h.gpus[2]]}))
+            Some(rent_body(json!([h.gpus[2]])))
         )
         .await
         .0,
@@ -858,7 +868,7 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
                 "POST",
                 "/v1/rentals",
                 Some(&token),
-                Some(json!({"gpu_uuids": [gpu]})),
+                Some(rent_body(json!([gpu]))),
             )
             .await
             .0
@@ -883,9 +893,20 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
         "{outcomes:?}"
     );
 
-    // Usage, as the agent reports it: cumulative GPU-seconds, re-sent and out of order. The
-    // charges add up to round(2.00 x 7,200 / 3,600) = 4.000000 exactly, and each splits into the
-    // Community fee (20%, floored per charge) and the provider's net.
+    // Usage, as the agent reports it: cumulative GPU-seconds, re-sent and out of order. Nothing
+    // can be billed beyond the time the machine was online since the rental started (2 GPUs x
+    // elapsed seconds): wait until 6 GPU-seconds are possible, and keep the heartbeats going.
+    let started_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    let beat = json!({"machine_id": h.machine, "gpus": []});
+    call(
+        &base,
+        "POST",
+        "/v1/agent/heartbeat",
+        Some(&h.agent),
+        Some(beat),
+    )
+    .await;
     let usage = |seconds: u64| {
         json!({
             "event_id": Uuid::now_v7(),
@@ -894,7 +915,7 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
             "body": {"machine_id": h.machine, "rental_id": id, "gpu_seconds": seconds}
         })
     };
-    let first = usage(10);
+    let first = usage(2);
     let (status, answer) = call(
         &base,
         "POST",
@@ -913,7 +934,7 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
         "POST",
         "/v1/agent/events",
         Some(&h.agent),
-        Some(json!({"events": [first.clone(), usage(5), usage(3_600)]})),
+        Some(json!({"events": [first.clone(), usage(1), usage(5)]})),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{answer}");
@@ -929,7 +950,7 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
         "POST",
         "/v1/agent/events",
         Some(&h.agent),
-        Some(json!({"events": [first, usage(7_200)]})),
+        Some(json!({"events": [first, usage(6)]})),
     )
     .await;
     assert_eq!(answer["results"][0]["status"], "duplicate");
@@ -951,15 +972,35 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
             .map(|a| a["balance_micro_usdc"].as_i64().unwrap())
     };
     let renter_id = rental["renter_id"].as_str().unwrap();
-    // Charges: 5,556 + 1,994,444 + 2,000,000; fees floor(20%): 1,111 + 398,888 + 400,000.
+    // At 2.00 USDC per GPU-hour the cumulative totals are round(2,000,000 x S / 3,600) for S = 2,
+    // 5, 6: 1,111, 2,778, 3,333, so the charges are 1,111 + 1,667 + 555 = 3,333. Fees, floor(20%)
+    // of each: 222 + 333 + 111 = 666; the provider's net 2,667.
     assert_eq!(
         balance(format!("renter_receivable:{renter_id}")),
-        Some(4_000_000)
+        Some(3_333)
     );
-    assert_eq!(balance("platform_revenue".to_owned()), Some(799_999));
+    assert_eq!(balance("platform_revenue".to_owned()), Some(666));
     assert_eq!(
         balance(format!("provider_payable:{}", h.provider)),
-        Some(3_200_001)
+        Some(2_667)
+    );
+    // No heartbeat, no meter: a counter beyond the machine's online time is billed only up to it.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let (_, answer) = call(
+        &base,
+        "POST",
+        "/v1/agent/events",
+        Some(&h.agent),
+        Some(json!({"events": [usage(7_200)]})),
+    )
+    .await;
+    assert_eq!(answer["results"][0]["status"], "recorded", "{answer}");
+    let (_, metered) = call(&base, "GET", &format!("/v1/rentals/{id}"), Some(&r1), None).await;
+    let billed = metered["gpu_seconds"].as_u64().unwrap();
+    let elapsed = started_at.elapsed().as_secs() + 1;
+    assert!(
+        (6..=2 * elapsed).contains(&billed),
+        "billed {billed} GPU-seconds in {elapsed} s"
     );
 
     // Ended by the renter: its GPUs come back; ending twice is refused.
@@ -998,9 +1039,439 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
         "POST",
         "/v1/rentals",
         Some(&r2),
-        Some(json!({"gpu_uuids": [h.gpus[0]]})),
+        Some(rent_body(json!([h.gpus[0]]))),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{next}");
     assert_eq!(next["price_per_gpu_hour_usdc"], "3.000000");
+}
+
+fn agent_event(kind: &str, body: Value) -> Value {
+    json!({"events": [{
+        "event_id": Uuid::now_v7(), "occurred_at": chrono::Utc::now().to_rfc3339(),
+        "kind": kind, "body": body
+    }]})
+}
+
+async fn assignments(base: &str, h: &Host, query: &str) -> Value {
+    let (status, answer) = call(
+        base,
+        "GET",
+        &format!("/v1/agent/assignments{query}"),
+        Some(&h.agent),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    answer
+}
+
+async fn agents_run_jobs_and_report_how_they_end(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let spec = |email, count| Spec {
+        email,
+        tier: "enterprise",
+        model: "h100-80gb",
+        device: 0x2330,
+        vram_mib: 81_559,
+        count,
+        country: "DE",
+        region: "Hesse",
+    };
+    let h = host(&base, &admin, spec("jobs@example.com", 4)).await;
+    let small = host(&base, &admin, spec("small@example.com", 1)).await;
+    set_price(&base, &h, "h100-80gb", "2.00").await;
+    set_price(&base, &small, "h100-80gb", "1.00").await;
+    let r = renter(&base, &admin).await;
+    let workload = json!({"image": "nvidia/cuda:12.4.1-base-ubuntu22.04", "command": ["python", "train.py"],
+                          "env": {"EPOCHS": "1"}});
+
+    // By filter: the best-ranked machine with two matching GPUs listed (the cheaper host has one).
+    let head = state.store.head_position().await.unwrap();
+    for (body, status, code) in [
+        (
+            json!({"gpus": 2, "filter": {"model": "h100-80gb", "colour": "red"}, "workload": workload}),
+            StatusCode::BAD_REQUEST,
+            "unknown_parameter",
+        ),
+        (
+            json!({"gpus": 5, "filter": {"model": "h100-80gb"}, "workload": workload}),
+            StatusCode::CONFLICT,
+            "no_match",
+        ),
+        (
+            json!({"gpus": 2, "filter": {}, "gpu_uuids": [h.gpus[0]], "workload": workload}),
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+        ),
+        (
+            json!({"gpus": 2, "filter": {}, "workload": {"image": "nvidia/cuda", "env": {"CUDA_VISIBLE_DEVICES": "0"}}}),
+            StatusCode::BAD_REQUEST,
+            "invalid_workload",
+        ),
+        (
+            json!({"gpu_uuids": [h.gpus[0]]}),
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+        ),
+    ] {
+        let (got, problem) = call(&base, "POST", "/v1/rentals", Some(&r), Some(body)).await;
+        assert_eq!(got, status, "{problem}");
+        let found = problem["code"].as_str() == Some(code)
+            || problem["errors"][0]["code"].as_str() == Some(code);
+        assert!(found, "{code}: {problem}");
+    }
+    assert_eq!(state.store.head_position().await.unwrap(), head);
+    let (status, rental) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        Some(&r),
+        Some(json!({"gpus": 2, "filter": {"model": "h100-80gb", "country": "de"}, "workload": workload})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{rental}");
+    assert_eq!(rental["machine_id"], json!(h.machine));
+    assert_eq!(rental["job_status"], "pending");
+    let id = rental["rental_id"].as_str().unwrap().to_owned();
+    let gpus: Vec<String> = serde_json::from_value(rental["gpu_uuids"].clone()).unwrap();
+
+    // The agent learns it, with the workload and only the rented GPUs; another agent does not.
+    let first = assignments(&base, &h, "").await;
+    assert_eq!(first["assignments"].as_array().unwrap().len(), 1);
+    let assignment = &first["assignments"][0];
+    assert_eq!(assignment["rental_id"], json!(id));
+    assert_eq!(assignment["gpu_uuids"], json!(gpus));
+    assert_eq!(
+        assignment["workload"]["command"],
+        json!(["python", "train.py"])
+    );
+    assert_eq!(
+        (
+            assignment["status"].as_str(),
+            assignment["job_started"].as_bool()
+        ),
+        (Some("active"), Some(false))
+    );
+    assert_eq!(
+        assignments(&base, &small, "").await["assignments"],
+        json!([])
+    );
+    let (status, _) = call(
+        &base,
+        "GET",
+        "/v1/agent/assignments?wait_seconds=99",
+        Some(&h.agent),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // The job starts, then completes: the final counter is metered and the rental ends
+    // `completed`, its GPUs listed again.
+    let (status, answer) = call(&base, "POST", "/v1/agent/events", Some(&h.agent), Some(agent_event(
+        "job_started", json!({"machine_id": h.machine, "rental_id": id, "runtime": "process", "handle": "4242"}),
+    ))).await;
+    assert_eq!(
+        (status, answer["results"][0]["status"].as_str()),
+        (StatusCode::OK, Some("recorded")),
+        "{answer}"
+    );
+    let (_, running) = call(&base, "GET", &format!("/v1/rentals/{id}"), Some(&r), None).await;
+    assert_eq!(running["job_status"], "running");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let ended = agent_event(
+        "job_ended",
+        json!({"machine_id": h.machine, "rental_id": id, "cause": "completed",
+        "evidence": {"exit_code": 0, "signal": null, "gpu_uuid": null, "condition": null, "detail": ""},
+        "gpu_seconds": 2}),
+    );
+    let (status, answer) = call(
+        &base,
+        "POST",
+        "/v1/agent/events",
+        Some(&h.agent),
+        Some(ended.clone()),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["results"][0]["status"].as_str()),
+        (StatusCode::OK, Some("recorded")),
+        "{answer}"
+    );
+    let (_, again) = call(
+        &base,
+        "POST",
+        "/v1/agent/events",
+        Some(&h.agent),
+        Some(ended),
+    )
+    .await;
+    assert_eq!(again["results"][0]["status"], "duplicate");
+    let (_, done) = call(&base, "GET", &format!("/v1/rentals/{id}"), Some(&r), None).await;
+    assert_eq!(
+        (done["status"].as_str(), done["cause"].as_str()),
+        (Some("ended"), Some("completed")),
+        "{done}"
+    );
+    assert_eq!(
+        (
+            done["job_status"].as_str(),
+            done["job_evidence"]["exit_code"].as_i64()
+        ),
+        (Some("ended"), Some(0))
+    );
+    // 2 GPU-seconds at 2.00/h: round(1,111.1) = 1,111 micro-USDC.
+    assert_eq!(
+        (
+            done["gpu_seconds"].as_u64(),
+            done["charged_micro_usdc"].as_i64()
+        ),
+        (Some(2), Some(1_111))
+    );
+    let listed = uuids(&search(&base, "").await);
+    assert!(gpus.iter().all(|g| listed.contains(g)));
+    assert_eq!(assignments(&base, &h, "").await["assignments"], json!([]));
+
+    // Long poll: the agent waits; a new rental wakes it at once.
+    let since = assignments(&base, &h, "").await["version"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let poll = {
+        let (base, agent) = (base.clone(), h.agent.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let (_, answer) = call(
+                &base,
+                "GET",
+                &format!("/v1/agent/assignments?since={since}&wait_seconds=20"),
+                Some(&agent),
+                None,
+            )
+            .await;
+            (answer, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, cancelled) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        Some(&r),
+        Some(rent_body(json!([h.gpus[3]]))),
+    )
+    .await;
+    let cancel_id = cancelled["rental_id"].as_str().unwrap().to_owned();
+    let (woken, waited) = poll.await.unwrap();
+    assert_eq!(woken["assignments"][0]["rental_id"], json!(cancel_id));
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+
+    // The renter cancels a running job: the agent is told to stop it and reports the cause.
+    call(&base, "POST", "/v1/agent/events", Some(&h.agent), Some(agent_event(
+        "job_started", json!({"machine_id": h.machine, "rental_id": cancel_id, "runtime": "process", "handle": "4243"}),
+    ))).await;
+    call(
+        &base,
+        "POST",
+        &format!("/v1/rentals/{cancel_id}/end"),
+        Some(&r),
+        None,
+    )
+    .await;
+    let told = assignments(&base, &h, "").await;
+    assert_eq!(
+        (
+            told["assignments"][0]["status"].as_str(),
+            told["assignments"][0]["end_cause"].as_str()
+        ),
+        (Some("ended"), Some("renter_cancelled")),
+        "{told}"
+    );
+    let (_, answer) = call(&base, "POST", "/v1/agent/events", Some(&h.agent), Some(agent_event(
+        "job_ended", json!({"machine_id": h.machine, "rental_id": cancel_id, "cause": "renter_cancelled",
+            "evidence": {"exit_code": null, "signal": 15, "gpu_uuid": null, "condition": null, "detail": "stopped: the rental ended"},
+            "gpu_seconds": 0}),
+    ))).await;
+    assert_eq!(answer["results"][0]["status"], "recorded", "{answer}");
+    let (_, view) = call(
+        &base,
+        "GET",
+        &format!("/v1/rentals/{cancel_id}"),
+        Some(&r),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (view["cause"].as_str(), view["job_cause"].as_str()),
+        (Some("renter_cancelled"), Some("renter_cancelled"))
+    );
+    assert_eq!(assignments(&base, &h, "").await["assignments"], json!([]));
+
+    // A GPU fault interrupts a job: the provider's side, with the GPU and condition as evidence.
+    let (_, faulty) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        Some(&r),
+        Some(rent_body(json!([h.gpus[2]]))),
+    )
+    .await;
+    let fault_id = faulty["rental_id"].as_str().unwrap().to_owned();
+    let (status, answer) = call(&base, "POST", "/v1/agent/events", Some(&h.agent), Some(agent_event(
+        "job_ended", json!({"machine_id": h.machine, "rental_id": fault_id, "cause": "hardware_fault",
+            "evidence": {"exit_code": null, "signal": 9, "gpu_uuid": h.gpus[2], "condition": "lost", "detail": "stopped: GPU fell off the bus"},
+            "gpu_seconds": 0}),
+    ))).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (_, view) = call(
+        &base,
+        "GET",
+        &format!("/v1/rentals/{fault_id}"),
+        Some(&r),
+        None,
+    )
+    .await;
+    assert_eq!(view["cause"], "hardware_fault");
+    assert!(
+        view["evidence"].as_str().unwrap().contains(&h.gpus[2]),
+        "{view}"
+    );
+    assert_eq!(view["job_evidence"]["condition"], "lost");
+    // Bad reports are refused whole, writing nothing.
+    let head = state.store.head_position().await.unwrap();
+    for body in [
+        agent_event(
+            "job_started",
+            json!({"machine_id": h.machine, "rental_id": id, "runtime": "vm", "handle": "1"}),
+        ),
+        agent_event(
+            "job_started",
+            json!({"machine_id": h.machine, "rental_id": Uuid::now_v7(), "runtime": "process", "handle": "1"}),
+        ),
+        agent_event(
+            "job_ended",
+            json!({"machine_id": h.machine, "rental_id": id, "cause": "completed",
+            "evidence": {"exit_code": 0, "signal": null, "gpu_uuid": "not a gpu", "condition": null, "detail": ""}, "gpu_seconds": 1}),
+        ),
+    ] {
+        let (status, _) = call(
+            &base,
+            "POST",
+            "/v1/agent/events",
+            Some(&h.agent),
+            Some(body),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+    assert_eq!(state.store.head_position().await.unwrap(), head);
+}
+
+async fn a_rental_on_a_silent_machine_ends_at_its_last_heartbeat(db: &TestDb) {
+    let config = gpunex_api::fleet::FleetConfig {
+        heartbeat_interval: Duration::from_millis(100),
+        offline_grace: Duration::from_millis(400),
+        rental_grace: Duration::from_millis(600),
+        ..gpunex_api::fleet::FleetConfig::default()
+    };
+    let state = AppState::load(db.open().await)
+        .await
+        .unwrap()
+        .with_fleet_config(config);
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let h = host(
+        &base,
+        &admin,
+        Spec {
+            email: "silent@example.com",
+            tier: "community",
+            model: "h100-80gb",
+            device: 0x2330,
+            vram_mib: 81_559,
+            count: 1,
+            country: "DE",
+            region: "Hesse",
+        },
+    )
+    .await;
+    set_price(&base, &h, "h100-80gb", "2.00").await;
+    let r = renter(&base, &admin).await;
+    let (_, rental) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        Some(&r),
+        Some(rent_body(json!([h.gpus[0]]))),
+    )
+    .await;
+    let id = rental["rental_id"].as_str().unwrap().to_owned();
+    // One more heartbeat a second later, then silence.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let (status, _) = call(
+        &base,
+        "POST",
+        "/v1/agent/heartbeat",
+        Some(&h.agent),
+        Some(json!({"machine_id": h.machine, "gpus": []})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let watchdog = tokio::spawn(gpunex_api::fleet::run_watchdog(
+        state.store.clone(),
+        state.credentials.clone(),
+        config,
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let view = loop {
+        let (_, view) = call(&base, "GET", &format!("/v1/rentals/{id}"), Some(&r), None).await;
+        if view["status"] == "ended" || Instant::now() > deadline {
+            break view;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    watchdog.abort();
+    assert_eq!(
+        (view["status"].as_str(), view["cause"].as_str()),
+        (Some("ended"), Some("network_loss")),
+        "{view}"
+    );
+    assert!(
+        view["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("last heartbeat"),
+        "{view}"
+    );
+    // Ended at the last heartbeat: about a second after it started, not when the watchdog noticed.
+    let at =
+        |field: &str| chrono::DateTime::parse_from_rfc3339(view[field].as_str().unwrap()).unwrap();
+    let lasted = at("ended_at") - at("started_at");
+    assert!(
+        (900..1_900).contains(&lasted.num_milliseconds()),
+        "{lasted}"
+    );
+    // Usage the agent counted while unreachable is billed only up to the last heartbeat.
+    let (_, answer) = call(
+        &base,
+        "POST",
+        "/v1/agent/events",
+        Some(&h.agent),
+        Some(agent_event(
+            "usage",
+            json!({"machine_id": h.machine, "rental_id": id, "gpu_seconds": 30}),
+        )),
+    )
+    .await;
+    assert_eq!(answer["results"][0]["status"], "recorded", "{answer}");
+    let (_, view) = call(&base, "GET", &format!("/v1/rentals/{id}"), Some(&r), None).await;
+    assert_eq!(view["gpu_seconds"], 1, "{view}");
+    // The GPU is free again (listed once the machine is back online).
+    assert_eq!(
+        state.credentials.with_market(|m| m.lease_of(&h.gpus[0])),
+        None
+    );
 }

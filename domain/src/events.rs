@@ -27,7 +27,9 @@ use crate::onboarding::{
     ApplicationApproved, ApplicationEvent, ApplicationRejected, ApplicationSubmitted,
     ApplicationWithdrawn, InformationProvided, InformationRequested,
 };
-use crate::rental::{GpuLease, RentalEnded, RentalEvent, RentalStarted, UsageMetered};
+use crate::rental::{
+    GpuLease, JobEnded, JobStarted, RentalEnded, RentalEvent, RentalStarted, UsageMetered,
+};
 
 /// One entry of the catalog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +78,8 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(GPU_LEASED),
     v1(GPU_RELEASED),
     v1(USAGE_METERED),
+    v1(JOB_STARTED),
+    v1(JOB_ENDED),
 ];
 
 pub const USAGE_METERED: &str = "rental.usage_metered";
@@ -84,6 +88,8 @@ pub const RENTAL_STARTED: &str = "rental.started";
 pub const RENTAL_ENDED: &str = "rental.ended";
 pub const GPU_LEASED: &str = "rental.gpu_leased";
 pub const GPU_RELEASED: &str = "rental.gpu_released";
+pub const JOB_STARTED: &str = "rental.job_started";
+pub const JOB_ENDED: &str = "rental.job_ended";
 
 pub const PRICE_SET: &str = "market.price_set";
 pub const AVAILABILITY_SET: &str = "market.availability_set";
@@ -232,6 +238,8 @@ impl DomainEvent {
                 RentalEvent::GpuLeased(_) => GPU_LEASED,
                 RentalEvent::GpuReleased(_) => GPU_RELEASED,
                 RentalEvent::UsageMetered(_) => USAGE_METERED,
+                RentalEvent::JobStarted(_) => JOB_STARTED,
+                RentalEvent::JobEnded(_) => JOB_ENDED,
             },
         }
     }
@@ -283,6 +291,8 @@ impl DomainEvent {
                 RentalEvent::Ended(e) => serde_json::to_value(e),
                 RentalEvent::GpuLeased(e) | RentalEvent::GpuReleased(e) => serde_json::to_value(e),
                 RentalEvent::UsageMetered(e) => serde_json::to_value(e),
+                RentalEvent::JobStarted(e) => serde_json::to_value(e),
+                RentalEvent::JobEnded(e) => serde_json::to_value(e),
             },
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
@@ -494,6 +504,12 @@ fn decode_with(
         }
         (GPU_RELEASED, _) => DomainEvent::Rental(RentalEvent::GpuReleased(
             source.parse::<GpuLease>().map_err(json)?,
+        )),
+        (JOB_STARTED, _) => DomainEvent::Rental(RentalEvent::JobStarted(
+            source.parse::<JobStarted>().map_err(json)?,
+        )),
+        (JOB_ENDED, _) => DomainEvent::Rental(RentalEvent::JobEnded(
+            source.parse::<JobEnded>().map_err(json)?,
         )),
         (TOKEN_REVOKED, _) => DomainEvent::Credential(CredentialEvent::Revoked(
             source.parse::<TokenRevoked>().map_err(json)?,

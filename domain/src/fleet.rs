@@ -743,6 +743,34 @@ impl Span {
     }
 }
 
+/// Microseconds a machine was online inside `window`, from its presence transitions (`(online,
+/// at)`, oldest first; before the first one it was offline). An online state still open at the end
+/// counts up to `window.until`: the caller passes the instant it knows the machine alive until.
+/// An offline transition is dated at the last heartbeat, so time after it never counts.
+pub fn online_micros(transitions: &[(bool, Timestamp)], window: Span) -> i64 {
+    let mut total = 0_i64;
+    let mut online_since: Option<Timestamp> = None;
+    let mut add = |from: Timestamp, until: Timestamp| {
+        let from = from.max(window.from);
+        let until = until.min(window.until);
+        total += (until.unix_micros() - from.unix_micros()).max(0);
+    };
+    for &(online, at) in transitions {
+        match (online, online_since) {
+            (true, None) => online_since = Some(at),
+            (false, Some(since)) => {
+                add(since, at);
+                online_since = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(since) = online_since {
+        add(since, window.until);
+    }
+    total
+}
+
 /// Sorted, non-overlapping spans covering the same time as `spans` (empty ones dropped).
 pub fn merge(spans: &[Span]) -> Vec<Span> {
     let mut sorted: Vec<Span> = spans.iter().copied().filter(|s| s.until > s.from).collect();
@@ -1150,5 +1178,26 @@ mod tests {
             assert_eq!(id.get_version_num(), 7);
             assert!(ids[..i].iter().all(|other| other != id));
         }
+    }
+
+    #[test]
+    fn online_time_counts_only_between_online_and_the_last_heartbeat() {
+        let t = |s: i64| Timestamp::from_unix_micros(s * 1_000_000);
+        let window = Span {
+            from: t(100),
+            until: t(1_000),
+        };
+        assert_eq!(online_micros(&[], window), 0);
+        // Online from before the window, offline (last heartbeat) at 400, back at 700, still on.
+        let transitions = [(true, t(50)), (false, t(400)), (true, t(700))];
+        assert_eq!(online_micros(&transitions, window), (300 + 300) * 1_000_000);
+        // A repeated online changes nothing; offline before any online neither.
+        let noisy = [
+            (false, t(10)),
+            (true, t(50)),
+            (true, t(60)),
+            (false, t(400)),
+        ];
+        assert_eq!(online_micros(&noisy, window), 300 * 1_000_000);
     }
 }

@@ -6,9 +6,12 @@
 //! the same append as `rental.started`: of two renters racing for a GPU, one append fails on the
 //! expected version, so both can never get it. Ending appends `rental.gpu_released` the same way.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::fleet::GpuCondition;
 use crate::ledger::JournalEntry;
 use crate::money::Usdc;
 use crate::time::Timestamp;
@@ -29,6 +32,167 @@ pub struct RentalStarted {
     /// The provider's price per GPU per hour in force at `started_at`, kept for the whole rental.
     pub price_per_gpu_hour: Usdc,
     pub started_at: Timestamp,
+    /// What the agent runs on the rented GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
+}
+
+/// Longest container image reference, command argument, environment value (characters).
+pub const WORKLOAD_TEXT_MAX: usize = 4_096;
+/// Most command arguments and environment variables.
+pub const WORKLOAD_ITEMS_MAX: usize = 64;
+
+/// What a rental runs. The Docker runtime runs `command` in `image` (or the image's own command
+/// when `command` is empty); the process runtime (tests, development) runs `command` directly.
+/// Either way only the rented GPUs are visible and no host directory is mounted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    pub image: String,
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Variables the runtime sets itself: a workload may not override which GPUs it sees.
+pub const RESERVED_ENV: [&str; 4] = [
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "GPUNEX_RENTAL_ID",
+    "GPUNEX_GPU_UUIDS",
+];
+
+/// Checks a workload: an image reference (`[registry/]name[:tag][@digest]`, at most 4,096
+/// characters of `[a-z0-9._/:@-]`), at most 64 arguments, at most 64 environment variables named
+/// `[A-Z_][A-Z0-9_]*` (not one the runtime sets), texts without NUL.
+pub fn validate_workload(workload: &Workload) -> Result<(), RentalRejection> {
+    let bad = |detail: &str| Err(RentalRejection::InvalidWorkload(detail.to_owned()));
+    let image = &workload.image;
+    if image.is_empty()
+        || image.len() > WORKLOAD_TEXT_MAX
+        || !image.bytes().all(|b| {
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || matches!(b, b'.' | b'_' | b'/' | b':' | b'@' | b'-')
+        })
+    {
+        return bad("image must be a container image reference such as nvidia/cuda:12.4.1-base");
+    }
+    if workload.command.len() > WORKLOAD_ITEMS_MAX || workload.env.len() > WORKLOAD_ITEMS_MAX {
+        return bad("at most 64 command arguments and 64 environment variables");
+    }
+    let text_ok = |t: &str| t.chars().count() <= WORKLOAD_TEXT_MAX && !t.contains('\0');
+    if !workload.command.iter().all(|a| text_ok(a)) {
+        return bad("command arguments must be at most 4,096 characters, without NUL");
+    }
+    if workload.command.first().is_some_and(|c| c.is_empty()) {
+        return bad("the command's program must not be empty");
+    }
+    for (name, value) in &workload.env {
+        let mut bytes = name.bytes();
+        let first_ok = bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_uppercase() || b == b'_');
+        if !first_ok
+            || !bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            || name.len() > 128
+        {
+            return bad("environment variable names must match [A-Z_][A-Z0-9_]*");
+        }
+        if RESERVED_ENV.contains(&name.as_str()) {
+            return bad(
+                "the runtime sets CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES and GPUNEX_*",
+            );
+        }
+        if !text_ok(value) {
+            return bad("environment values must be at most 4,096 characters, without NUL");
+        }
+    }
+    Ok(())
+}
+
+/// `rental.job_started`: the agent started the rental's workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobStarted {
+    pub rental_id: Uuid,
+    pub machine_id: Uuid,
+    /// `docker` or `process`.
+    pub runtime: String,
+    /// The runtime's handle (container id, process id).
+    pub handle: String,
+    /// The agent's clock.
+    pub started_at: Timestamp,
+}
+
+/// What the agent saw when a job stopped: the evidence a cause is judged on later.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobEvidence {
+    /// The workload's exit status, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, when one did.
+    pub signal: Option<i32>,
+    /// A GPU whose condition stopped the job, and the condition.
+    pub gpu_uuid: Option<String>,
+    pub condition: Option<GpuCondition>,
+    /// What happened, in words (at most 500 characters).
+    pub detail: String,
+}
+
+impl JobEvidence {
+    /// One line for the rental's `evidence`.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(code) = self.exit_code {
+            parts.push(format!("exit code {code}"));
+        }
+        if let Some(signal) = self.signal {
+            parts.push(format!("signal {signal}"));
+        }
+        if let (Some(gpu), Some(condition)) = (&self.gpu_uuid, self.condition) {
+            parts.push(format!("{gpu}: {condition:?}"));
+        }
+        if !self.detail.is_empty() {
+            parts.push(self.detail.clone());
+        }
+        let text = parts.join("; ");
+        text.chars().take(500).collect()
+    }
+}
+
+/// `rental.job_ended`: the workload stopped, completed or interrupted, with the cause the agent
+/// assigns and its evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobEnded {
+    pub rental_id: Uuid,
+    pub machine_id: Uuid,
+    pub cause: EndCause,
+    pub evidence: JobEvidence,
+    /// The agent's final cumulative GPU-seconds for the rental.
+    pub gpu_seconds: u64,
+    /// The agent's clock.
+    pub ended_at: Timestamp,
+}
+
+/// Checks an agent's job end: the cause must be one an agent can know (not the renter's
+/// cancellation unless the rental already ended that way), the evidence bounded.
+pub fn check_job_end(ended: &JobEnded) -> Result<(), RentalRejection> {
+    let detail = &ended.evidence.detail;
+    if detail.chars().count() > 500 || detail.chars().any(|c| c.is_control() && c != '\n') {
+        return Err(RentalRejection::InvalidEvidence);
+    }
+    if ended
+        .evidence
+        .gpu_uuid
+        .as_deref()
+        .is_some_and(|g| !crate::fleet::valid_gpu_uuid(g))
+    {
+        return Err(RentalRejection::InvalidEvidence);
+    }
+    Ok(())
 }
 
 /// Why a rental ended: the evidence decides later whose fault an interruption was.
@@ -103,6 +267,10 @@ pub struct UsageMetered {
     pub net: Usdc,
     pub fee_bp: u32,
     pub postings: JournalEntry,
+    /// The agent's counter when it was above what the machine was online for (`to_gpu_seconds`
+    /// is then the online limit: no heartbeat, no meter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_gpu_seconds: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +280,8 @@ pub enum RentalEvent {
     GpuLeased(GpuLease),
     GpuReleased(GpuLease),
     UsageMetered(UsageMetered),
+    JobStarted(JobStarted),
+    JobEnded(JobEnded),
 }
 
 /// Why a rental cannot start or end.
@@ -127,6 +297,8 @@ pub enum RentalRejection {
     AlreadyEnded,
     #[error("the evidence must be at most 500 characters")]
     InvalidEvidence,
+    #[error("invalid workload: {0}")]
+    InvalidWorkload(String),
 }
 
 impl RentalRejection {
@@ -137,6 +309,7 @@ impl RentalRejection {
             RentalRejection::MixedMachines => "mixed_machines",
             RentalRejection::AlreadyEnded => "already_ended",
             RentalRejection::InvalidEvidence => "invalid_evidence",
+            RentalRejection::InvalidWorkload(_) => "invalid_workload",
         }
     }
 }
@@ -202,6 +375,67 @@ mod tests {
             Err(RentalRejection::AlreadyEnded)
         );
         assert!(EndCause::HardwareFault.is_provider_fault());
+        assert!(EndCause::NetworkLoss.is_provider_fault());
         assert!(!EndCause::RenterCancelled.is_provider_fault());
+    }
+
+    #[test]
+    fn workloads_are_checked() {
+        let ok = Workload {
+            image: "nvidia/cuda:12.4.1-base-ubuntu22.04".to_owned(),
+            command: vec!["nvidia-smi".to_owned()],
+            env: BTreeMap::from([("BATCH_SIZE".to_owned(), "64".to_owned())]),
+        };
+        assert_eq!(validate_workload(&ok), Ok(()));
+        let with = |f: &dyn Fn(&mut Workload)| {
+            let mut w = ok.clone();
+            f(&mut w);
+            validate_workload(&w).map_err(|e| e.code())
+        };
+        assert_eq!(
+            with(&|w| w.image = "Bad Image".to_owned()),
+            Err("invalid_workload")
+        );
+        assert_eq!(with(&|w| w.image.clear()), Err("invalid_workload"));
+        assert_eq!(
+            with(&|w| {
+                w.env
+                    .insert("CUDA_VISIBLE_DEVICES".to_owned(), "0,1,2".to_owned());
+            }),
+            Err("invalid_workload")
+        );
+        assert_eq!(
+            with(&|w| {
+                w.env.insert("lower".to_owned(), "x".to_owned());
+            }),
+            Err("invalid_workload")
+        );
+        assert_eq!(
+            with(&|w| w.command = vec![String::new()]),
+            Err("invalid_workload")
+        );
+        assert_eq!(
+            with(&|w| w.command = vec!["a\0b".to_owned()]),
+            Err("invalid_workload")
+        );
+        assert_eq!(
+            with(&|w| w.command = vec!["x".to_owned(); 65]),
+            Err("invalid_workload")
+        );
+    }
+
+    #[test]
+    fn job_evidence_reads_as_one_line() {
+        let evidence = JobEvidence {
+            exit_code: None,
+            signal: Some(9),
+            gpu_uuid: Some("GPU-0a".to_owned()),
+            condition: Some(GpuCondition::Lost),
+            detail: "GPU fell off the bus".to_owned(),
+        };
+        assert_eq!(
+            evidence.summary(),
+            "signal 9; GPU-0a: Lost; GPU fell off the bus"
+        );
     }
 }

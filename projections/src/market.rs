@@ -3,7 +3,7 @@
 //! instant. Building is pure (`ListingSnapshot::build(.., now)`); the API rebuilds the snapshot
 //! whenever the log moves and at least once a second, and answers searches from it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use gpunex_domain::DomainEvent;
@@ -17,7 +17,7 @@ use gpunex_domain::money::Usdc;
 use gpunex_domain::onboarding::{
     Application, ApplicationStatus, Availability, GpuModelChoice, Location, Tier,
 };
-use gpunex_domain::rental::{RentalEnded, RentalEvent, RentalStarted};
+use gpunex_domain::rental::{JobEnded, JobStarted, RentalEnded, RentalEvent, RentalStarted};
 use gpunex_domain::time::{MICROS_PER_DAY, Timestamp};
 use uuid::Uuid;
 
@@ -38,6 +38,8 @@ pub struct Market {
     leases: HashMap<String, Uuid>,
     /// Each GPU lease stream's version: the expected version of its next lease or release.
     lease_versions: HashMap<String, u64>,
+    /// Per machine, the rentals its agent must act on (see [`Market::assignments_of`]).
+    open_by_machine: HashMap<Uuid, BTreeSet<Uuid>>,
 }
 
 /// A rental as folded: how it started and, once over, how it ended.
@@ -49,6 +51,9 @@ pub struct RentalState {
     pub meter: Meter,
     /// The rental stream's version: the expected version of its next event.
     pub stream_version: u64,
+    /// The agent's reports on the workload.
+    pub job_started: Option<JobStarted>,
+    pub job_ended: Option<JobEnded>,
 }
 
 impl Market {
@@ -89,6 +94,35 @@ impl Market {
     }
 
     fn apply_rental(&mut self, stream_version: u64, event: &RentalEvent) {
+        self.apply_rental_state(stream_version, event);
+        let rental_id = match event {
+            RentalEvent::Started(e) => e.rental_id,
+            RentalEvent::Ended(e) => e.rental_id,
+            RentalEvent::JobStarted(e) => e.rental_id,
+            RentalEvent::JobEnded(e) => e.rental_id,
+            RentalEvent::UsageMetered(_)
+            | RentalEvent::GpuLeased(_)
+            | RentalEvent::GpuReleased(_) => return,
+        };
+        if let Some(rental) = self.rentals.get(&rental_id) {
+            let open = rental.ended.is_none()
+                || (rental.job_started.is_some() && rental.job_ended.is_none());
+            let machine = rental.started.machine_id;
+            if open {
+                self.open_by_machine
+                    .entry(machine)
+                    .or_default()
+                    .insert(rental_id);
+            } else if let Some(set) = self.open_by_machine.get_mut(&machine) {
+                set.remove(&rental_id);
+                if set.is_empty() {
+                    self.open_by_machine.remove(&machine);
+                }
+            }
+        }
+    }
+
+    fn apply_rental_state(&mut self, stream_version: u64, event: &RentalEvent) {
         match event {
             RentalEvent::Started(started) => {
                 self.rentals.insert(
@@ -98,6 +132,8 @@ impl Market {
                         ended: None,
                         meter: Meter::default(),
                         stream_version,
+                        job_started: None,
+                        job_ended: None,
                     },
                 );
             }
@@ -115,6 +151,18 @@ impl Market {
                             rental.meter.charged.micros() + metered.gross.micros(),
                         ),
                     };
+                    rental.stream_version = stream_version;
+                }
+            }
+            RentalEvent::JobStarted(job) => {
+                if let Some(rental) = self.rentals.get_mut(&job.rental_id) {
+                    rental.job_started = Some(job.clone());
+                    rental.stream_version = stream_version;
+                }
+            }
+            RentalEvent::JobEnded(job) => {
+                if let Some(rental) = self.rentals.get_mut(&job.rental_id) {
+                    rental.job_ended = Some(job.clone());
                     rental.stream_version = stream_version;
                 }
             }
@@ -146,6 +194,30 @@ impl Market {
             .collect();
         found.sort_by_key(|r| std::cmp::Reverse(r.started.rental_id));
         found
+    }
+
+    /// A machine's rentals the agent must act on: those still active, and those ended whose job
+    /// the agent has not yet reported ended (it must stop them). Oldest first.
+    pub fn assignments_of(&self, machine_id: Uuid) -> Vec<&RentalState> {
+        self.open_by_machine
+            .get(&machine_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.rentals.get(id))
+            .collect()
+    }
+
+    /// Every rental still active.
+    pub fn active_rentals(&self) -> Vec<&RentalState> {
+        self.rentals
+            .values()
+            .filter(|r| r.ended.is_none())
+            .collect()
+    }
+
+    /// Every rental, in no order.
+    pub fn all_rentals(&self) -> impl Iterator<Item = &RentalState> {
+        self.rentals.values()
     }
 
     /// The rental holding a GPU now, if any.

@@ -31,6 +31,56 @@ pub enum AgentEventBody {
     GpuCondition(GpuConditionReport),
     /// A rental's cumulative GPU-seconds so far (all its GPUs together).
     Usage(UsageReport),
+    /// The agent started a rental's workload.
+    JobStarted(JobStartedReport),
+    /// A rental's workload stopped: completed, or interrupted with a cause and its evidence.
+    JobEnded(JobEndedReport),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobStartedReport {
+    pub machine_id: Uuid,
+    pub rental_id: Uuid,
+    /// `docker` or `process`.
+    pub runtime: String,
+    /// The container id or process id.
+    pub handle: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobEndedReport {
+    pub machine_id: Uuid,
+    pub rental_id: Uuid,
+    /// `completed` when the workload exited by itself; otherwise who or what stopped it:
+    /// `hardware_fault`, `network_loss`, `host_shutdown` (the provider's side),
+    /// `renter_cancelled` or `platform` (the rental was ended).
+    pub cause: gpunex_domain::rental::EndCause,
+    pub evidence: gpunex_domain::rental::JobEvidence,
+    /// The final cumulative GPU-seconds (metered like a usage report).
+    pub gpu_seconds: u64,
+}
+
+/// `GET /v1/agent/assignments?since=&wait_seconds=`: the rentals this machine must run or stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignments {
+    pub assignments: Vec<Assignment>,
+    /// Identifies this answer: pass it as `since` to wait for a different one.
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub rental_id: Uuid,
+    pub gpu_uuids: Vec<String>,
+    pub workload: Option<gpunex_domain::rental::Workload>,
+    pub started_at: String,
+    /// `active`: run it; `ended`: stop it and report the job ended with `end_cause`.
+    pub status: String,
+    pub end_cause: Option<gpunex_domain::rental::EndCause>,
+    /// Whether the platform has recorded the job started.
+    pub job_started: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

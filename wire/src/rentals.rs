@@ -1,15 +1,25 @@
 //! Rentals.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use gpunex_domain::rental::EndCause;
+pub use gpunex_domain::rental::{EndCause, JobEvidence, Workload};
 
-/// `POST /v1/rentals`: GPUs of one machine, as listed (`GET /v1/listings`).
+/// `POST /v1/rentals`: either `gpu_uuids` (GPUs of one machine, as listed by `GET /v1/listings`)
+/// or `gpus` and a `filter` (the search parameters of `GET /v1/listings`: the best-ranked machine
+/// with that many matching GPUs listed is taken), and the workload to run on them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RentRequest {
+    #[serde(default)]
     pub gpu_uuids: Vec<String>,
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    #[serde(default)]
+    pub filter: Option<BTreeMap<String, String>>,
+    pub workload: Workload,
 }
 
 /// `POST /v1/rentals/{id}/end`
@@ -37,4 +47,13 @@ pub struct RentalView {
     pub ended_at: Option<String>,
     pub cause: Option<EndCause>,
     pub evidence: Option<String>,
+    pub workload: Option<Workload>,
+    /// `pending` (the agent has not started it), `running`, or `ended`.
+    pub job_status: String,
+    /// How the job ended, as the agent reported it.
+    pub job_cause: Option<EndCause>,
+    pub job_evidence: Option<JobEvidence>,
+    /// Usage metered so far, and what it was charged.
+    pub gpu_seconds: u64,
+    pub charged_micro_usdc: i64,
 }

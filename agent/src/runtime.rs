@@ -1,0 +1,523 @@
+//! Where renters' workloads run.
+//!
+//! - [`Runtime::Docker`] (production): a container through the Docker Engine API on its Unix
+//!   socket, with only the rented GPUs (an NVIDIA device request naming their UUIDs), no host
+//!   directory mounted, no privileges, `no-new-privileges`. Containers outlive an agent restart:
+//!   the agent finds them again by id.
+//! - [`Runtime::Process`] (tests and development): the workload's command as a child process in
+//!   its own process group and scratch directory, with a clean environment in which only the
+//!   rented GPUs are visible (`CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES`). A child does not
+//!   outlive the agent.
+
+use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpunex_domain::rental::Workload;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// How long a stopped workload gets between SIGTERM and SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How a workload stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Exit {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub detail: String,
+}
+
+pub enum Runtime {
+    Docker(Docker),
+    Process(Processes),
+}
+
+impl Runtime {
+    pub fn docker(socket: PathBuf) -> Runtime {
+        Runtime::Docker(Docker { socket })
+    }
+
+    pub fn process(jobs_dir: PathBuf) -> Runtime {
+        Runtime::Process(Processes {
+            jobs_dir,
+            children: HashMap::new(),
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Runtime::Docker(_) => "docker",
+            Runtime::Process(_) => "process",
+        }
+    }
+
+    /// Whether a job survives an agent restart (and can be found again by its handle).
+    pub fn survives_restart(&self) -> bool {
+        matches!(self, Runtime::Docker(_))
+    }
+
+    /// Starts a workload on `gpus`; returns its handle (container id, process id).
+    pub async fn start(
+        &mut self,
+        rental_id: Uuid,
+        gpus: &[String],
+        workload: &Workload,
+    ) -> anyhow::Result<String> {
+        match self {
+            Runtime::Docker(docker) => docker.start(rental_id, gpus, workload).await,
+            Runtime::Process(processes) => processes.start(rental_id, gpus, workload),
+        }
+    }
+
+    /// `Some` once the workload has stopped by itself.
+    pub async fn exited(&mut self, handle: &str) -> anyhow::Result<Option<Exit>> {
+        match self {
+            Runtime::Docker(docker) => docker.exited(handle).await,
+            Runtime::Process(processes) => Ok(processes.exited(handle)),
+        }
+    }
+
+    /// Stops a workload (SIGTERM, then SIGKILL after [`STOP_GRACE`]) and says how it ended.
+    pub async fn stop(&mut self, handle: &str) -> anyhow::Result<Exit> {
+        match self {
+            Runtime::Docker(docker) => docker.stop(handle).await,
+            Runtime::Process(processes) => Ok(processes.stop(handle).await),
+        }
+    }
+
+    /// Removes what is left of a stopped workload.
+    pub async fn remove(&mut self, handle: &str) {
+        match self {
+            Runtime::Docker(docker) => {
+                let path = format!("/containers/{handle}?force=true&v=true");
+                if let Err(error) = docker.call("DELETE", &path, None).await {
+                    tracing::warn!(%error, container = handle, "could not remove the container");
+                }
+            }
+            Runtime::Process(processes) => {
+                processes.children.remove(handle);
+            }
+        }
+    }
+}
+
+/// The environment every workload gets: which rental, and which GPUs.
+fn gpu_env(rental_id: Uuid, gpus: &[String]) -> Vec<(String, String)> {
+    let list = gpus.join(",");
+    vec![
+        ("CUDA_VISIBLE_DEVICES".to_owned(), list.clone()),
+        ("NVIDIA_VISIBLE_DEVICES".to_owned(), list.clone()),
+        ("GPUNEX_RENTAL_ID".to_owned(), rental_id.to_string()),
+        ("GPUNEX_GPU_UUIDS".to_owned(), list),
+    ]
+}
+
+pub struct Processes {
+    jobs_dir: PathBuf,
+    children: HashMap<String, tokio::process::Child>,
+}
+
+impl Processes {
+    fn start(
+        &mut self,
+        rental_id: Uuid,
+        gpus: &[String],
+        workload: &Workload,
+    ) -> anyhow::Result<String> {
+        let Some((program, args)) = workload.command.split_first() else {
+            anyhow::bail!("the process runtime runs a command, and the workload has none");
+        };
+        let dir = self.jobs_dir.join(rental_id.to_string());
+        std::fs::create_dir_all(&dir)?;
+        let log = std::fs::File::create(dir.join("output.log"))?;
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .env_clear()
+            .env(
+                "PATH",
+                std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned()),
+            )
+            .env("HOME", &dir)
+            .envs(&workload.env)
+            .envs(gpu_env(rental_id, gpus))
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start `{program}`: {e}"))?;
+        let pid = child
+            .id()
+            .ok_or_else(|| anyhow::anyhow!("the process exited at once"))?;
+        let handle = pid.to_string();
+        self.children.insert(handle.clone(), child);
+        Ok(handle)
+    }
+
+    fn exited(&mut self, handle: &str) -> Option<Exit> {
+        let Some(child) = self.children.get_mut(handle) else {
+            return Some(Exit {
+                detail: "the process is not a child of this agent (it did not survive a restart)"
+                    .to_owned(),
+                ..Exit::default()
+            });
+        };
+        match child.try_wait() {
+            Ok(Some(status)) => Some(exit_of(status)),
+            Ok(None) => None,
+            Err(error) => Some(Exit {
+                detail: format!("cannot wait for the process: {error}"),
+                ..Exit::default()
+            }),
+        }
+    }
+
+    async fn stop(&mut self, handle: &str) -> Exit {
+        let Some(child) = self.children.get_mut(handle) else {
+            return Exit {
+                detail: "the process is not a child of this agent".to_owned(),
+                ..Exit::default()
+            };
+        };
+        if let Ok(Some(status)) = child.try_wait() {
+            return exit_of(status);
+        }
+        let group = handle.parse::<i32>().ok().map(nix::unistd::Pid::from_raw);
+        let signal_group = |signal| {
+            if let Some(group) = group {
+                let _ = nix::sys::signal::killpg(group, signal);
+            }
+        };
+        signal_group(nix::sys::signal::Signal::SIGTERM);
+        match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+            Ok(Ok(status)) => exit_of(status),
+            _ => {
+                signal_group(nix::sys::signal::Signal::SIGKILL);
+                let _ = child.kill().await;
+                match child.wait().await {
+                    Ok(status) => exit_of(status),
+                    Err(error) => Exit {
+                        detail: format!("cannot wait for the process: {error}"),
+                        ..Exit::default()
+                    },
+                }
+            }
+        }
+    }
+}
+
+fn exit_of(status: std::process::ExitStatus) -> Exit {
+    Exit {
+        exit_code: status.code(),
+        signal: status.signal(),
+        detail: String::new(),
+    }
+}
+
+/// A Docker Engine API client on its Unix socket (API 1.41+: device requests).
+pub struct Docker {
+    socket: PathBuf,
+}
+
+/// The container a rental runs in: its image and command, only its GPUs (an NVIDIA device
+/// request by UUID), no host directory, no privileges, no restart.
+pub fn container_spec(rental_id: Uuid, gpus: &[String], workload: &Workload) -> Value {
+    let mut env: Vec<String> = workload
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.extend(
+        gpu_env(rental_id, gpus)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}")),
+    );
+    let mut spec = json!({
+        "Image": workload.image,
+        "Env": env,
+        "Labels": {"io.gpunex.rental_id": rental_id.to_string()},
+        "HostConfig": {
+            "DeviceRequests": [{
+                "Driver": "nvidia",
+                "DeviceIDs": gpus,
+                "Capabilities": [["gpu", "compute", "utility"]],
+            }],
+            "Binds": [],
+            "Mounts": [],
+            "Privileged": false,
+            "SecurityOpt": ["no-new-privileges:true"],
+            "CapDrop": ["NET_RAW", "MKNOD", "AUDIT_WRITE"],
+            "PidsLimit": 32_768,
+            "IpcMode": "private",
+            "ShmSize": 8_u64 << 30,
+            "NetworkMode": "bridge",
+            "RestartPolicy": {"Name": "no"},
+            "AutoRemove": false,
+        },
+    });
+    if !workload.command.is_empty() {
+        spec["Cmd"] = json!(workload.command);
+    }
+    spec
+}
+
+/// `application/x-www-form-urlencoded`-style escaping for a query value.
+fn escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl Docker {
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(u16, Vec<u8>)> {
+        call_unix(&self.socket, method, path, body).await
+    }
+
+    async fn json(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let (status, bytes) = self.call(method, path, body).await?;
+        if !(200..300).contains(&status) {
+            let message = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v["message"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(300).collect());
+            anyhow::bail!("Docker answered {status} to {method} {path}: {message}");
+        }
+        if bytes.is_empty() {
+            return Ok(Value::Null);
+        }
+        Ok(serde_json::from_slice(&bytes)?)
+    }
+
+    async fn start(
+        &self,
+        rental_id: Uuid,
+        gpus: &[String],
+        workload: &Workload,
+    ) -> anyhow::Result<String> {
+        // Pull (a no-op when present). The answer is a stream of JSON progress lines; an error
+        // arrives as a line with `error`.
+        let (status, bytes) = self
+            .call(
+                "POST",
+                &format!("/images/create?fromImage={}", escape(&workload.image)),
+                None,
+            )
+            .await?;
+        let text = String::from_utf8_lossy(&bytes);
+        let failed = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find_map(|v| v["error"].as_str().map(str::to_owned));
+        if !(200..300).contains(&status) || failed.is_some() {
+            anyhow::bail!(
+                "cannot pull {}: {}",
+                workload.image,
+                failed.unwrap_or_else(|| format!("Docker answered {status}"))
+            );
+        }
+        let created = self
+            .json(
+                "POST",
+                &format!("/containers/create?name=gpunex-{rental_id}"),
+                Some(&container_spec(rental_id, gpus, workload)),
+            )
+            .await?;
+        let id = created["Id"]
+            .as_str()
+            .ok_or_else(|| anyhow::anyhow!("Docker created a container without an id"))?
+            .to_owned();
+        self.json("POST", &format!("/containers/{id}/start"), None)
+            .await?;
+        Ok(id)
+    }
+
+    async fn inspect(&self, handle: &str) -> anyhow::Result<Option<Value>> {
+        let (status, bytes) = self
+            .call("GET", &format!("/containers/{handle}/json"), None)
+            .await?;
+        match status {
+            404 => Ok(None),
+            200 => Ok(Some(serde_json::from_slice(&bytes)?)),
+            _ => anyhow::bail!("Docker answered {status} to inspecting {handle}"),
+        }
+    }
+
+    async fn exited(&self, handle: &str) -> anyhow::Result<Option<Exit>> {
+        let Some(container) = self.inspect(handle).await? else {
+            return Ok(Some(Exit {
+                detail: "the container is gone".to_owned(),
+                ..Exit::default()
+            }));
+        };
+        let state = &container["State"];
+        if state["Running"].as_bool() == Some(true) {
+            return Ok(None);
+        }
+        if matches!(state["Status"].as_str(), Some("created" | "restarting")) {
+            return Ok(None);
+        }
+        let mut detail = state["Error"].as_str().unwrap_or_default().to_owned();
+        if state["OOMKilled"].as_bool() == Some(true) {
+            detail = "out of memory (OOM killed)".to_owned();
+        }
+        Ok(Some(Exit {
+            exit_code: state["ExitCode"]
+                .as_i64()
+                .and_then(|c| i32::try_from(c).ok()),
+            signal: None,
+            detail,
+        }))
+    }
+
+    async fn stop(&self, handle: &str) -> anyhow::Result<Exit> {
+        let (status, _) = self
+            .call(
+                "POST",
+                &format!("/containers/{handle}/stop?t={}", STOP_GRACE.as_secs()),
+                None,
+            )
+            .await?;
+        // 304: already stopped; 404: gone.
+        if !matches!(status, 204 | 304 | 404) {
+            anyhow::bail!("Docker answered {status} to stopping {handle}");
+        }
+        Ok(self.exited(handle).await?.unwrap_or_default())
+    }
+}
+
+/// One HTTP/1.1 request on a Unix socket.
+async fn call_unix(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> anyhow::Result<(u16, Vec<u8>)> {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach Docker at {}: {e}", socket.display()))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let bytes = match body {
+        Some(body) => Bytes::from(serde_json::to_vec(body)?),
+        None => Bytes::new(),
+    };
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "docker")
+        .header("content-type", "application/json")
+        .body(Full::new(bytes))?;
+    let response = tokio::time::timeout(Duration::from_secs(600), sender.send_request(request))
+        .await
+        .map_err(|_| anyhow::anyhow!("Docker did not answer {method} {path} in 10 minutes"))??;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes().to_vec();
+    Ok((status, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn workload(command: &[&str]) -> Workload {
+        Workload {
+            image: "nvidia/cuda:12.4.1-base-ubuntu22.04".to_owned(),
+            command: command.iter().map(|s| (*s).to_owned()).collect(),
+            env: BTreeMap::from([("EPOCHS".to_owned(), "3".to_owned())]),
+        }
+    }
+
+    #[test]
+    fn containers_get_only_their_gpus_and_no_host_directory() {
+        let gpus = vec!["GPU-aa".to_owned(), "GPU-bb".to_owned()];
+        let rental = Uuid::nil();
+        let spec = container_spec(rental, &gpus, &workload(&["python", "train.py"]));
+        let host = &spec["HostConfig"];
+        assert_eq!(
+            host["DeviceRequests"][0]["DeviceIDs"],
+            json!(["GPU-aa", "GPU-bb"])
+        );
+        assert_eq!(host["DeviceRequests"].as_array().map(Vec::len), Some(1));
+        assert_eq!(host["Binds"], json!([]));
+        assert_eq!(host["Mounts"], json!([]));
+        assert_eq!(host["Privileged"], json!(false));
+        assert!(host.get("Devices").is_none() && host.get("VolumesFrom").is_none());
+        assert_eq!(spec["Cmd"], json!(["python", "train.py"]));
+        let env: Vec<&str> = spec["Env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(env.contains(&"EPOCHS=3"));
+        assert!(env.contains(&"CUDA_VISIBLE_DEVICES=GPU-aa,GPU-bb"));
+        // No command: the image's own.
+        assert!(
+            container_spec(rental, &gpus, &workload(&[]))
+                .get("Cmd")
+                .is_none()
+        );
+        assert_eq!(escape("nvidia/cuda:12.4"), "nvidia%2Fcuda%3A12.4");
+    }
+
+    #[tokio::test]
+    async fn a_process_sees_only_its_gpus_and_stops_on_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut runtime = Runtime::process(dir.path().to_owned());
+        let gpus = vec!["GPU-aa".to_owned()];
+        let rental = Uuid::now_v7();
+        // The agent's own environment (cargo sets CARGO_PKG_NAME for tests) does not leak.
+        let script =
+            "echo \"$CUDA_VISIBLE_DEVICES $GPUNEX_RENTAL_ID ${CARGO_PKG_NAME:-none}\"; exit 3";
+        let handle = runtime
+            .start(rental, &gpus, &workload(&["sh", "-c", script]))
+            .await
+            .unwrap();
+        let exit = loop {
+            if let Some(exit) = runtime.exited(&handle).await.unwrap() {
+                break exit;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(exit.exit_code, Some(3));
+        let output =
+            std::fs::read_to_string(dir.path().join(rental.to_string()).join("output.log"))
+                .unwrap();
+        assert_eq!(output.trim(), format!("GPU-aa {rental} none"));
+
+        let handle = runtime
+            .start(Uuid::now_v7(), &gpus, &workload(&["sleep", "30"]))
+            .await
+            .unwrap();
+        assert_eq!(runtime.exited(&handle).await.unwrap(), None);
+        let exit = runtime.stop(&handle).await;
+        assert_eq!(exit.unwrap().signal, Some(15));
+        let error = runtime
+            .start(Uuid::now_v7(), &gpus, &workload(&[]))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("runs a command"), "{error}");
+    }
+}
