@@ -90,6 +90,9 @@ if $dry_run; then
 else
     docker rm -f gpunex-agent >/dev/null 2>&1 || true
 fi
-run docker run -d --name gpunex-agent --restart unless-stopped "${common[@]}" "$image" run
+# The service starts renters' containers through the host's Docker Engine API (each with only
+# its rented GPUs and no host directory): it needs the Docker socket.
+run docker run -d --name gpunex-agent --restart unless-stopped "${common[@]}" \
+    -v /var/run/docker.sock:/var/run/docker.sock "$image" run
 echo
 echo "Done. Check it with:  docker ps | grep gpunex-agent   and   docker exec gpunex-agent gpunex-agent status"

@@ -113,7 +113,10 @@ fn a_dry_run_checks_the_host_writes_a_private_config_and_prints_the_container() 
         ),
         "{stdout}"
     );
-    assert!(stdout.contains("gpunex/agent:latest run"), "{stdout}");
+    assert!(
+        stdout.contains("-v /var/run/docker.sock:/var/run/docker.sock gpunex/agent:latest run"),
+        "the service reaches the Docker Engine API to run jobs: {stdout}"
+    );
 }
 
 #[test]

@@ -74,6 +74,8 @@ pub struct CredentialCache {
     fleet: Arc<RwLock<Fleet>>,
     /// Prices, schedules, maintenance, delistings (only from the subscription).
     market: Arc<RwLock<Market>>,
+    /// Providers' earnings lines (only from the subscription).
+    earnings: Arc<RwLock<gpunex_projections::earnings::Earnings>>,
     /// Sticky: a credential event this binary cannot read.
     undecodable: Arc<AtomicBool>,
     /// Cleared while the follower cannot read the log.
@@ -90,6 +92,7 @@ impl Default for CredentialCache {
             models: Arc::default(),
             fleet: Arc::default(),
             market: Arc::default(),
+            earnings: Arc::default(),
             undecodable: Arc::default(),
             behind: Arc::default(),
         }
@@ -146,6 +149,7 @@ impl CredentialCache {
                 || e.event_type.starts_with("platform.")
                 || e.event_type.starts_with("market.")
                 || e.event_type.starts_with("rental.")
+                || e.event_type == gpunex_domain::events::ADJUSTMENT_POSTED
         };
         for event in events.iter().filter(relevant) {
             match event.decode() {
@@ -159,6 +163,9 @@ impl CredentialCache {
                     }
                     if let Ok(mut market) = self.market.write() {
                         market.apply(event.stream_version, &decoded);
+                    }
+                    if let Ok(mut earnings) = self.earnings.write() {
+                        earnings.apply(event.position, event.recorded_at_us, &decoded);
                     }
                 }
                 Err(error) => {
@@ -184,6 +191,18 @@ impl CredentialCache {
         self.applications.read().ok()?.get(id).cloned()
     }
 
+    /// The application that made a provider (its tier, contact, time zone).
+    pub fn provider_application(
+        &self,
+        provider_id: &Uuid,
+    ) -> Option<gpunex_domain::onboarding::Application> {
+        self.applications
+            .read()
+            .ok()?
+            .of_provider(provider_id)
+            .cloned()
+    }
+
     /// Every application with the log position of its submission, in that order.
     pub fn applications(&self) -> Vec<(u64, gpunex_domain::onboarding::Application)> {
         self.applications
@@ -196,6 +215,17 @@ impl CredentialCache {
     pub fn with_fleet<T>(&self, read: impl FnOnce(&Fleet) -> T) -> T {
         match self.fleet.read() {
             Ok(fleet) => read(&fleet),
+            Err(poisoned) => read(&poisoned.into_inner()),
+        }
+    }
+
+    /// Reads the providers' earnings as of the registry's position.
+    pub fn with_earnings<T>(
+        &self,
+        read: impl FnOnce(&gpunex_projections::earnings::Earnings) -> T,
+    ) -> T {
+        match self.earnings.read() {
+            Ok(earnings) => read(&earnings),
             Err(poisoned) => read(&poisoned.into_inner()),
         }
     }

@@ -201,6 +201,14 @@ pub enum AuditCommand {
         #[arg(long)]
         expect_head_position: Option<u64>,
     },
+    /// Check usage money to the micro-USDC from the events: every line's charge, fee, split and
+    /// postings; renter charges = provider earnings + platform fees; per rental, billed =
+    /// earned GPU-seconds <= online GPU-seconds. Exit 0 when all agree, 1 listing every mismatch.
+    Reconcile {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

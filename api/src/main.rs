@@ -94,6 +94,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(1));
             }
         }
+        Command::Audit {
+            command: AuditCommand::Reconcile { json },
+        } => {
+            let store = cli::open_store(&cli.database_url).await?;
+            let head = store.head_position().await?;
+            let bar = cli::progress_bar(head, "reconciling");
+            let reconciler =
+                gpunex_api::reconcile::replay(&store, head, &|p| bar.set_position(p)).await?;
+            bar.finish_and_clear();
+            let report = reconciler.check(gpunex_api::tokens::now(), None);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                gpunex_api::reconcile::print(&report);
+            }
+            if !report.is_clean() {
+                return Ok(ExitCode::from(1));
+            }
+        }
         Command::Projections { command } => {
             let store = cli::open_store(&cli.database_url).await?;
             match command {

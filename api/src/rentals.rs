@@ -440,10 +440,7 @@ async fn finish(
 fn tier_of(state: &AppState, provider_id: Uuid) -> gpunex_domain::onboarding::Tier {
     state
         .credentials
-        .applications()
-        .into_iter()
-        .map(|(_, a)| a)
-        .find(|a| a.provider_id == Some(provider_id))
+        .provider_application(&provider_id)
         .and_then(|a| a.tier)
         .unwrap_or(gpunex_domain::onboarding::Tier::Community)
 }

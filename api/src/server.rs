@@ -60,7 +60,9 @@ pub fn endpoints() -> crate::routes::Routes {
         ADMIN, ADMIN_FINANCE, ADMIN_PROVIDER, ADMIN_RENTER, ADMIN_USER, AGENT, FLEET_READERS,
         PROVIDER_DASHBOARD, PUBLIC, RENTAL_LISTERS, RENTAL_READERS, RENTER, USER,
     };
-    use crate::{accounts as acc, applications as app, fleet, market, rentals, tokens as tok};
+    use crate::{
+        accounts as acc, applications as app, earnings, fleet, market, rentals, tokens as tok,
+    };
     crate::routes::Routes::default()
         .get("/healthz", "the process is up", PUBLIC, healthz)
         .get(
@@ -219,6 +221,36 @@ pub fn endpoints() -> crate::routes::Routes {
             "presence and per-GPU telemetry",
             AGENT,
             fleet::heartbeat,
+        )
+        .get(
+            "/v1/providers/{provider_id}/earnings",
+            "this week, this month, all time, pending balance, per GPU and per model (tz, from, to)",
+            PROVIDER_DASHBOARD,
+            earnings::summary,
+        )
+        .get(
+            "/v1/providers/{provider_id}/earnings/daily",
+            "earnings per local day over from..to (at most 366 days)",
+            PROVIDER_DASHBOARD,
+            earnings::daily,
+        )
+        .get(
+            "/v1/providers/{provider_id}/earnings/statement.csv",
+            "every usage line of from..to as CSV, naming its rental and usage event",
+            PROVIDER_DASHBOARD,
+            earnings::statement,
+        )
+        .get(
+            "/v1/audit/reconcile",
+            "usage money checked to the micro-USDC from the events, and the earnings projection against them",
+            ADMIN_FINANCE,
+            crate::reconcile::endpoint,
+        )
+        .get(
+            "/v1/earnings",
+            "every provider's earnings in a period, pending balances and platform totals",
+            ADMIN_FINANCE,
+            earnings::finance,
         )
         .get(
             "/v1/agent/assignments",

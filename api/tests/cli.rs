@@ -10,6 +10,7 @@ const GPUNEX: &str = env!("CARGO_BIN_EXE_gpunex");
 
 conformance!(
     audit_verify_exits_zero_when_clean_and_one_with_each_difference,
+    audit_reconcile_lists_every_mismatch,
     migrate_and_tail_the_log
 );
 
@@ -322,4 +323,126 @@ async fn events_tail_follows_new_commits() {
     assert_eq!(next().await["position"], 5);
     tail.start_kill().unwrap();
     tail.wait().await.unwrap();
+}
+
+/// Usage events written straight to the log (as a buggy or tampered writer could): `gpunex audit
+/// reconcile` recomputes every line and rental and names each mismatch.
+async fn audit_reconcile_lists_every_mismatch(db: &TestDb) {
+    use gpunex_domain::DomainEvent;
+    use gpunex_domain::fleet::{FleetEvent, MachineOffline, MachineOnline};
+    use gpunex_domain::metering::charge_entry;
+    use gpunex_domain::money::Usdc;
+    use gpunex_domain::rental::{RentalEvent, RentalStarted, UsageMetered};
+    use gpunex_domain::time::Timestamp;
+    use gpunex_store::{ExpectedVersion, Metadata, NewEvent};
+    use uuid::Uuid;
+
+    let store = db.open().await;
+    let empty = gpunex(db, &["audit", "reconcile"]);
+    assert_eq!(empty.status.code(), Some(0), "{}", stdout(&empty));
+    let (renter, provider, machine) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let t = |s: i64| Timestamp::from_unix_micros(1_700_000_000_000_000 + s * 1_000_000);
+    let append = |stream: String, event: DomainEvent| {
+        let store = store.clone();
+        async move {
+            store
+                .append(
+                    gpunex_domain::StreamId::parse(stream).unwrap(),
+                    ExpectedVersion::Any,
+                    vec![NewEvent::from_domain(
+                        Uuid::now_v7(),
+                        &event,
+                        Metadata::actor("test"),
+                    )],
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // Online from 0 to 100 s (last heartbeat): one GPU can earn at most 100 GPU-seconds.
+    append(
+        format!("machine-{machine}"),
+        DomainEvent::Fleet(FleetEvent::MachineOnline(MachineOnline {
+            machine_id: machine,
+            provider_id: provider,
+            at: t(0),
+        })),
+    )
+    .await;
+    append(
+        format!("machine-{machine}"),
+        DomainEvent::Fleet(FleetEvent::MachineOffline(MachineOffline {
+            machine_id: machine,
+            provider_id: provider,
+            last_heartbeat_at: t(100),
+            detected_at: t(160),
+            grace_seconds: 60,
+        })),
+    )
+    .await;
+    let rental = Uuid::now_v7();
+    let price = Usdc::from_micros(3_600_000);
+    append(
+        format!("rental-{rental}"),
+        DomainEvent::Rental(RentalEvent::Started(RentalStarted {
+            rental_id: rental,
+            renter_id: renter,
+            provider_id: provider,
+            machine_id: machine,
+            gpu_uuids: vec!["GPU-0a".to_owned()],
+            model_id: "h100-80gb".to_owned(),
+            price_per_gpu_hour: price,
+            started_at: t(0),
+            workload: None,
+        })),
+    )
+    .await;
+    let usage = |from: u64, to: u64, gross: i64, fee: i64| {
+        let (gross, fee) = (Usdc::from_micros(gross), Usdc::from_micros(fee));
+        DomainEvent::Rental(RentalEvent::UsageMetered(UsageMetered {
+            entry_id: Uuid::now_v7(),
+            rental_id: rental,
+            renter_id: renter,
+            provider_id: provider,
+            report_id: Uuid::now_v7(),
+            from_gpu_seconds: from,
+            to_gpu_seconds: to,
+            price_per_gpu_hour: price,
+            gross,
+            fee,
+            net: Usdc::from_micros(gross.micros() - fee.micros()),
+            fee_bp: 2_000,
+            postings: charge_entry(renter, provider, gross, fee).unwrap(),
+            reported_gpu_seconds: None,
+        }))
+    };
+    // Right: 60 s at 3.60/h is 60,000 micro-USDC, fee 12,000.
+    append(format!("rental-{rental}"), usage(0, 60, 60_000, 12_000)).await;
+    let clean = gpunex(db, &["audit", "reconcile"]);
+    assert_eq!(clean.status.code(), Some(0), "{}", stdout(&clean));
+    assert!(stdout(&clean).contains("no mismatch"), "{}", stdout(&clean));
+    // Wrong: overcharged (70,000 for 60 s), a fee off the rate, and beyond the online time.
+    append(format!("rental-{rental}"), usage(60, 120, 70_000, 14_000)).await;
+    append(format!("rental-{rental}"), usage(120, 180, 60_000, 11_000)).await;
+    let dirty = gpunex(db, &["audit", "reconcile"]);
+    assert_eq!(dirty.status.code(), Some(1), "{}", stdout(&dirty));
+    let text = stdout(&dirty);
+    for kind in [
+        "line_charge",
+        "line_fee",
+        "rental_charge",
+        "rental_beyond_online",
+    ] {
+        assert!(text.contains(kind), "{kind}: {text}");
+    }
+    let json = gpunex(db, &["audit", "reconcile", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["totals"]["renter_charges_micro_usdc"], 190_000);
+    assert_eq!(report["totals"]["platform_fees_micro_usdc"], 37_000);
+    assert_eq!(report["totals"]["provider_earnings_micro_usdc"], 153_000);
+    assert_eq!(
+        report["mismatches"].as_array().unwrap().len(),
+        4,
+        "{report}"
+    );
 }

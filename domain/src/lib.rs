@@ -9,6 +9,7 @@
 )]
 
 pub mod accounts;
+pub mod calendar;
 pub mod credentials;
 pub mod events;
 pub mod fleet;

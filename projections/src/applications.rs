@@ -13,6 +13,8 @@ pub struct Applications {
     /// Log position of each application's submission: the order reviewers page in (commit
     /// order, so a later submission can never sort before a page already read).
     submitted_position: HashMap<Uuid, u64>,
+    /// The application that made each provider (approved applications carry a provider id).
+    by_provider: HashMap<Uuid, Uuid>,
 }
 
 impl Applications {
@@ -26,12 +28,20 @@ impl Applications {
         }
         let current = self.by_id.remove(&id);
         if let Some(next) = evolve(current, event) {
+            if let Some(provider_id) = next.provider_id {
+                self.by_provider.insert(provider_id, id);
+            }
             self.by_id.insert(id, next);
         }
     }
 
     pub fn get(&self, application_id: &Uuid) -> Option<&Application> {
         self.by_id.get(application_id)
+    }
+
+    /// The application that made a provider.
+    pub fn of_provider(&self, provider_id: &Uuid) -> Option<&Application> {
+        self.by_id.get(self.by_provider.get(provider_id)?)
     }
 
     /// Every application with the log position of its submission, in that order.

@@ -13,9 +13,11 @@
 pub mod accounts;
 pub mod applications;
 pub mod credentials;
+pub mod earnings;
 pub mod fleet;
 pub mod ledger;
 pub mod market;
+pub mod reconcile;
 pub mod runner;
 
 use gpunex_domain::{DomainEvent, StreamId};

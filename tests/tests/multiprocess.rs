@@ -169,7 +169,17 @@ async fn killed_writer(db: &TestDb) {
     }
     child.start_kill().unwrap();
     child.wait().await.unwrap();
-    let stored_by_child = store.head_position().await.unwrap();
+    // PostgreSQL finishes a COMMIT it had already received when the client died: let the head
+    // settle before reading what the child stored.
+    let mut stored_by_child = store.head_position().await.unwrap();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = store.head_position().await.unwrap();
+        if now == stored_by_child {
+            break;
+        }
+        stored_by_child = now;
+    }
     assert!(
         stored_by_child < (CRASH_BATCHES * CRASH_BATCH_EVENTS) as u64,
         "killed before the end"

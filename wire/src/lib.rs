@@ -231,6 +231,7 @@ pub struct Approval {
     pub tier: String,
 }
 
+pub mod earnings;
 pub mod fleet;
 
 pub mod market;

@@ -1,0 +1,385 @@
+//! The provider's earnings dashboard and the finance view, answered from the earnings
+//! projection (`gpunex_projections::earnings`), never by replaying the log.
+//!
+//! Periods are local calendar days in the provider's time zone (the one of its weekly
+//! availability, else UTC; `tz` overrides): this week starts on Monday, this month on the 1st.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use chrono::NaiveDate;
+use chrono_tz::Tz;
+use gpunex_domain::calendar::{self, CalendarError};
+use gpunex_domain::money::Usdc;
+use gpunex_domain::onboarding::Availability;
+use gpunex_domain::time::Timestamp;
+use gpunex_projections::earnings::{Earnings, Line, Sums};
+use gpunex_wire::earnings as we;
+use uuid::Uuid;
+
+use crate::auth::{Allow, Caller};
+use crate::error::ApiError;
+use crate::server::{AppState, timestamp};
+use crate::tokens::now;
+
+fn usdc(micros: i64) -> String {
+    Usdc::from_micros(micros).to_string()
+}
+
+pub fn totals(sums: Sums) -> we::Totals {
+    we::Totals {
+        gross_micro_usdc: sums.gross,
+        fee_micro_usdc: sums.fee,
+        net_micro_usdc: sums.net,
+        gross_usdc: usdc(sums.gross),
+        fee_usdc: usdc(sums.fee),
+        net_usdc: usdc(sums.net),
+        gpu_seconds: sums.gpu_seconds,
+        lines: sums.lines,
+    }
+}
+
+fn calendar_error(field: &str, error: CalendarError) -> ApiError {
+    let code = match error {
+        CalendarError::UnknownZone(_) => "unknown_time_zone",
+        CalendarError::BadDate(_) => "invalid_date",
+        CalendarError::BadRange => "invalid_range",
+    };
+    ApiError::invalid(field, code, error.to_string())
+}
+
+/// The query of an earnings request: the zone and an optional day range.
+struct Range {
+    zone: Tz,
+    zone_name: String,
+    days: Option<(NaiveDate, NaiveDate)>,
+}
+
+fn parse_range(
+    query: &HashMap<String, String>,
+    default_zone: String,
+    extra: &[&str],
+) -> Result<Range, ApiError> {
+    if let Some(key) = query
+        .keys()
+        .find(|k| !["tz", "from", "to"].contains(&k.as_str()) && !extra.contains(&k.as_str()))
+    {
+        return Err(ApiError::invalid(
+            key,
+            "unknown_parameter",
+            "known: tz, from, to",
+        ));
+    }
+    let zone_name = query.get("tz").cloned().unwrap_or(default_zone);
+    let zone = calendar::zone(&zone_name).map_err(|e| calendar_error("tz", e))?;
+    let day = |name: &str| {
+        query
+            .get(name)
+            .map(|t| calendar::date(t).map_err(|e| calendar_error(name, e)))
+            .transpose()
+    };
+    let days = match (day("from")?, day("to")?) {
+        (Some(from), Some(to)) => {
+            calendar::days(from, to).map_err(|e| calendar_error("to", e))?;
+            Some((from, to))
+        }
+        (None, None) => None,
+        _ => {
+            return Err(ApiError::invalid(
+                "from",
+                "invalid_range",
+                "give both from and to (YYYY-MM-DD), or neither",
+            ));
+        }
+    };
+    Ok(Range {
+        zone,
+        zone_name,
+        days,
+    })
+}
+
+/// The provider's time zone: its weekly availability's, else UTC.
+fn provider_zone(state: &AppState, provider_id: Uuid) -> String {
+    match state
+        .credentials
+        .with_market(|m| m.availability(provider_id))
+    {
+        Availability::Weekly { time_zone, .. } => time_zone,
+        _ => "UTC".to_owned(),
+    }
+}
+
+/// `[first, last]` local days as instants `[from, until)`.
+fn span(zone: Tz, first: NaiveDate, last: NaiveDate) -> (Timestamp, Timestamp) {
+    let after = last.succ_opt().unwrap_or(last);
+    (
+        calendar::day_start(zone, first),
+        calendar::day_start(zone, after),
+    )
+}
+
+fn period(
+    earnings: &Earnings,
+    provider_id: Uuid,
+    zone: Tz,
+    first: NaiveDate,
+    last: NaiveDate,
+) -> we::Period {
+    let (from, until) = span(zone, first, last);
+    we::Period {
+        first_day: first.to_string(),
+        last_day: last.to_string(),
+        from: timestamp(from.unix_micros()),
+        until: timestamp(until.unix_micros()),
+        totals: totals(earnings.sums(provider_id, from, until)),
+    }
+}
+
+fn check_provider(state: &AppState, provider_id: Uuid) -> Result<(), ApiError> {
+    if state
+        .credentials
+        .provider_application(&provider_id)
+        .is_some()
+    {
+        Ok(())
+    } else {
+        Err(ApiError::NotFound("provider"))
+    }
+}
+
+/// `GET /v1/providers/{provider_id}/earnings?tz=&from=&to=`: this week, this month, all time,
+/// the pending balance, and per GPU and per model over `from..=to` (default: this month).
+pub async fn summary(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<we::EarningsSummary>, ApiError> {
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        provider_id,
+    )?;
+    check_provider(&state, provider_id)?;
+    let range = parse_range(&query, provider_zone(&state, provider_id), &[])?;
+    let at = now();
+    let zone = range.zone;
+    let week = calendar::week_of(zone, at);
+    let month = calendar::month_of(zone, at);
+    let month_last = calendar::next_month(month).pred_opt().unwrap_or(month);
+    let (first, last) = range.days.unwrap_or((month, month_last));
+    let summary = state.credentials.with_earnings(|earnings| {
+        let chosen = period(earnings, provider_id, zone, first, last);
+        let (from, until) = span(zone, first, last);
+        let lines = earnings.lines(provider_id, from, until);
+        we::EarningsSummary {
+            provider_id,
+            time_zone: range.zone_name.clone(),
+            as_of: timestamp(at.unix_micros()),
+            this_week: period(
+                earnings,
+                provider_id,
+                zone,
+                week,
+                week + chrono::Days::new(6),
+            ),
+            this_month: period(earnings, provider_id, zone, month, month_last),
+            all_time: totals(earnings.lifetime(provider_id)),
+            pending_balance_micro_usdc: earnings.pending_balance(provider_id),
+            pending_balance_usdc: usdc(earnings.pending_balance(provider_id)),
+            period: chosen,
+            per_gpu: Earnings::per_gpu(lines)
+                .into_iter()
+                .map(|(gpu_uuid, (model_id, sums))| we::GpuEarnings {
+                    gpu_uuid,
+                    model_id,
+                    totals: totals(sums),
+                })
+                .collect(),
+            per_model: Earnings::per_model(lines)
+                .into_iter()
+                .map(|(model_id, sums)| we::ModelEarnings {
+                    model_id,
+                    totals: totals(sums),
+                })
+                .collect(),
+        }
+    });
+    Ok(Json(summary))
+}
+
+/// `GET /v1/providers/{provider_id}/earnings/daily?from=&to=&tz=`: one entry per local day
+/// (at most 366), empty days included.
+pub async fn daily(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<we::DailyEarnings>, ApiError> {
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        provider_id,
+    )?;
+    check_provider(&state, provider_id)?;
+    let range = parse_range(&query, provider_zone(&state, provider_id), &[])?;
+    let (first, last) = range.days.ok_or_else(|| {
+        ApiError::invalid("from", "required", "from and to (YYYY-MM-DD) are required")
+    })?;
+    let days = calendar::days(first, last).map_err(|e| calendar_error("to", e))?;
+    let zone = range.zone;
+    let answer = state.credentials.with_earnings(|earnings| {
+        let days: Vec<we::Day> = days
+            .iter()
+            .map(|day| {
+                let (from, until) = span(zone, *day, *day);
+                we::Day {
+                    date: day.to_string(),
+                    from: timestamp(from.unix_micros()),
+                    until: timestamp(until.unix_micros()),
+                    totals: totals(earnings.sums(provider_id, from, until)),
+                }
+            })
+            .collect();
+        let (from, until) = span(zone, first, last);
+        we::DailyEarnings {
+            provider_id,
+            time_zone: range.zone_name.clone(),
+            days,
+            totals: totals(earnings.sums(provider_id, from, until)),
+        }
+    });
+    Ok(Json(answer))
+}
+
+/// The statement's columns.
+pub const STATEMENT_HEADER: &str = "recorded_at,position,usage_event_id,agent_report_id,rental_id,machine_id,model_id,gpu_uuids,from_gpu_seconds,to_gpu_seconds,gpu_seconds,price_per_gpu_hour_usdc,gross_usdc,fee_bp,fee_usdc,net_usdc";
+
+/// One statement row. Every field is an id, a number or a catalog id: nothing needs quoting,
+/// and GPU UUIDs are separated by spaces.
+pub fn statement_row(line: &Line) -> String {
+    format!(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        timestamp(line.at.unix_micros()),
+        line.position,
+        line.entry_id,
+        line.report_id,
+        line.rental.rental_id,
+        line.rental.machine_id,
+        line.rental.model_id,
+        line.rental.gpu_uuids.join(" "),
+        line.from_gpu_seconds,
+        line.to_gpu_seconds,
+        line.gpu_seconds(),
+        line.price_per_gpu_hour,
+        line.gross,
+        line.fee_bp,
+        line.fee,
+        line.net,
+    )
+}
+
+/// `GET /v1/providers/{provider_id}/earnings/statement.csv?from=&to=&tz=`: every usage line of
+/// the period, each naming its rental and the usage event (and agent report) it comes from, and
+/// a last `total` row.
+pub async fn statement(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        provider_id,
+    )?;
+    check_provider(&state, provider_id)?;
+    let range = parse_range(&query, provider_zone(&state, provider_id), &[])?;
+    let (first, last) = range.days.ok_or_else(|| {
+        ApiError::invalid("from", "required", "from and to (YYYY-MM-DD) are required")
+    })?;
+    let (from, until) = span(range.zone, first, last);
+    let body = state.credentials.with_earnings(|earnings| {
+        let lines = earnings.lines(provider_id, from, until);
+        let mut body = String::with_capacity(64 + lines.len() * 300);
+        body.push_str(STATEMENT_HEADER);
+        body.push('\n');
+        for line in lines {
+            body.push_str(&statement_row(line));
+            body.push('\n');
+        }
+        let sums = earnings.sums(provider_id, from, until);
+        body.push_str(&format!(
+            "total,,,,,,,,,,{},,{},,{},{}\n",
+            sums.gpu_seconds,
+            usdc(sums.gross),
+            usdc(sums.fee),
+            usdc(sums.net)
+        ));
+        body
+    });
+    let filename = format!("gpunex-earnings-{provider_id}-{first}-{last}.csv");
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{filename}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// `GET /v1/earnings?from=&to=&tz=` (finance): every provider's earnings in the period (default:
+/// this month, UTC), their pending balances, and the platform's totals.
+pub async fn finance(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<we::FinanceEarnings>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    let range = parse_range(&query, "UTC".to_owned(), &[])?;
+    let zone = range.zone;
+    let month = calendar::month_of(zone, now());
+    let month_last = calendar::next_month(month).pred_opt().unwrap_or(month);
+    let (first, last) = range.days.unwrap_or((month, month_last));
+    let (from, until) = span(zone, first, last);
+    let answer = state.credentials.with_earnings(|earnings| {
+        let mut all = Sums::default();
+        let providers = earnings
+            .providers()
+            .into_iter()
+            .map(|provider_id| {
+                let sums = earnings.sums(provider_id, from, until);
+                all = Sums {
+                    gross: all.gross + sums.gross,
+                    fee: all.fee + sums.fee,
+                    net: all.net + sums.net,
+                    gpu_seconds: all.gpu_seconds + sums.gpu_seconds,
+                    lines: all.lines + sums.lines,
+                };
+                let pending = earnings.pending_balance(provider_id);
+                we::ProviderTotals {
+                    provider_id,
+                    period: totals(sums),
+                    pending_balance_micro_usdc: pending,
+                    pending_balance_usdc: usdc(pending),
+                }
+            })
+            .collect();
+        we::FinanceEarnings {
+            time_zone: range.zone_name.clone(),
+            first_day: first.to_string(),
+            last_day: last.to_string(),
+            from: timestamp(from.unix_micros()),
+            until: timestamp(until.unix_micros()),
+            providers,
+            totals: totals(all),
+            all_time: totals(earnings.totals()),
+        }
+    });
+    Ok(Json(answer))
+}

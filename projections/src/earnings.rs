@@ -1,0 +1,399 @@
+//! Providers' earnings: every metered usage line, per provider, in log order, with running sums,
+//! so a total over any time range is two binary searches and a subtraction, and the lines of a
+//! range (for a statement, or per GPU and per model) are one slice.
+//!
+//! A line is dated when its `rental.usage_metered` event was recorded. Within a provider the
+//! dates never go backwards (a line recorded "earlier" than the one before it, which two servers'
+//! clocks could produce, takes the previous date), so ranges are contiguous slices.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use gpunex_domain::DomainEvent;
+use gpunex_domain::ledger::{Account, Side};
+use gpunex_domain::money::Usdc;
+use gpunex_domain::rental::{RentalEvent, UsageMetered};
+use gpunex_domain::time::Timestamp;
+use uuid::Uuid;
+
+/// What a line needs of its rental.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RentalRef {
+    pub rental_id: Uuid,
+    pub renter_id: Uuid,
+    pub provider_id: Uuid,
+    pub machine_id: Uuid,
+    pub model_id: String,
+    pub gpu_uuids: Vec<String>,
+}
+
+/// One metered usage, as earned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub position: u64,
+    pub at: Timestamp,
+    pub entry_id: Uuid,
+    pub report_id: Uuid,
+    pub rental: Arc<RentalRef>,
+    pub from_gpu_seconds: u64,
+    pub to_gpu_seconds: u64,
+    pub price_per_gpu_hour: Usdc,
+    pub gross: Usdc,
+    pub fee: Usdc,
+    pub net: Usdc,
+    pub fee_bp: u32,
+}
+
+impl Line {
+    pub fn gpu_seconds(&self) -> u64 {
+        self.to_gpu_seconds - self.from_gpu_seconds
+    }
+}
+
+/// Sums of lines, in micro-USDC and GPU-seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sums {
+    pub gross: i64,
+    pub fee: i64,
+    pub net: i64,
+    pub gpu_seconds: u64,
+    pub lines: u64,
+}
+
+impl Sums {
+    fn add(&mut self, gross: i64, fee: i64, net: i64, gpu_seconds: u64, lines: u64) {
+        self.gross += gross;
+        self.fee += fee;
+        self.net += net;
+        self.gpu_seconds += gpu_seconds;
+        self.lines += lines;
+    }
+
+    /// Adds other sums.
+    pub fn add_sums(&mut self, other: Sums) {
+        self.add(
+            other.gross,
+            other.fee,
+            other.net,
+            other.gpu_seconds,
+            other.lines,
+        );
+    }
+
+    /// Adds one usage line.
+    pub fn add_line(&mut self, gross: i64, fee: i64, net: i64, gpu_seconds: u64) {
+        self.add(gross, fee, net, gpu_seconds, 1);
+    }
+
+    fn minus(self, other: Sums) -> Sums {
+        Sums {
+            gross: self.gross - other.gross,
+            fee: self.fee - other.fee,
+            net: self.net - other.net,
+            gpu_seconds: self.gpu_seconds - other.gpu_seconds,
+            lines: self.lines - other.lines,
+        }
+    }
+
+    fn of(line: &Line) -> Sums {
+        Sums {
+            gross: line.gross.micros(),
+            fee: line.fee.micros(),
+            net: line.net.micros(),
+            gpu_seconds: line.gpu_seconds(),
+            lines: 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct ProviderLines {
+    lines: Vec<Line>,
+    /// `running[i]`: the sums of `lines[..=i]`.
+    running: Vec<Sums>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Earnings {
+    rentals: HashMap<Uuid, Arc<RentalRef>>,
+    providers: HashMap<Uuid, ProviderLines>,
+    totals: Sums,
+    /// Net of the adjustments posted to each provider's payable account (credits positive).
+    adjustments: HashMap<Uuid, i64>,
+}
+
+/// `n` shares of `amount` as equal as can be: the first `amount mod n` shares get one more unit.
+pub fn equal_shares(amount: i64, n: usize) -> Vec<i64> {
+    let n_i = i64::try_from(n.max(1)).unwrap_or(i64::MAX);
+    let (base, extra) = (amount.div_euclid(n_i), amount.rem_euclid(n_i));
+    (0..n_i).map(|i| base + i64::from(i < extra)).collect()
+}
+
+impl Earnings {
+    /// Applies one event of the log at `position`, recorded at `recorded_at_us`.
+    pub fn apply(&mut self, position: u64, recorded_at_us: i64, event: &DomainEvent) {
+        match event {
+            DomainEvent::Rental(RentalEvent::Started(started)) => {
+                self.rentals.insert(
+                    started.rental_id,
+                    Arc::new(RentalRef {
+                        rental_id: started.rental_id,
+                        renter_id: started.renter_id,
+                        provider_id: started.provider_id,
+                        machine_id: started.machine_id,
+                        model_id: started.model_id.clone(),
+                        gpu_uuids: started.gpu_uuids.clone(),
+                    }),
+                );
+            }
+            DomainEvent::Rental(RentalEvent::UsageMetered(metered)) => {
+                self.add_line(position, recorded_at_us, metered);
+            }
+            DomainEvent::AdjustmentPosted(adjustment) => {
+                for posting in adjustment.postings.lines() {
+                    if let Account::ProviderPayable(provider) = posting.account {
+                        let amount = posting.amount_micro_usdc.micros();
+                        *self.adjustments.entry(provider).or_default() += match posting.side {
+                            Side::Credit => amount,
+                            Side::Debit => -amount,
+                        };
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn add_line(&mut self, position: u64, recorded_at_us: i64, metered: &UsageMetered) {
+        let Some(rental) = self.rentals.get(&metered.rental_id).cloned() else {
+            return;
+        };
+        let provider = self.providers.entry(metered.provider_id).or_default();
+        let at = provider
+            .lines
+            .last()
+            .map_or(recorded_at_us, |l| l.at.unix_micros().max(recorded_at_us));
+        let line = Line {
+            position,
+            at: Timestamp::from_unix_micros(at),
+            entry_id: metered.entry_id,
+            report_id: metered.report_id,
+            rental,
+            from_gpu_seconds: metered.from_gpu_seconds,
+            to_gpu_seconds: metered.to_gpu_seconds,
+            price_per_gpu_hour: metered.price_per_gpu_hour,
+            gross: metered.gross,
+            fee: metered.fee,
+            net: metered.net,
+            fee_bp: metered.fee_bp,
+        };
+        let mut running = provider.running.last().copied().unwrap_or_default();
+        let sums = Sums::of(&line);
+        running.add(sums.gross, sums.fee, sums.net, sums.gpu_seconds, 1);
+        self.totals
+            .add(sums.gross, sums.fee, sums.net, sums.gpu_seconds, 1);
+        provider.lines.push(line);
+        provider.running.push(running);
+    }
+
+    /// The providers with earnings, in id order.
+    pub fn providers(&self) -> Vec<Uuid> {
+        let mut ids: Vec<Uuid> = self.providers.keys().copied().collect();
+        ids.sort();
+        ids
+    }
+
+    /// Everything ever metered.
+    pub fn totals(&self) -> Sums {
+        self.totals
+    }
+
+    fn bounds(lines: &[Line], from: Timestamp, until: Timestamp) -> (usize, usize) {
+        let start = lines.partition_point(|l| l.at < from);
+        let end = lines.partition_point(|l| l.at < until).max(start);
+        (start, end)
+    }
+
+    /// A provider's lines dated in `[from, until)`, oldest first.
+    pub fn lines(&self, provider_id: Uuid, from: Timestamp, until: Timestamp) -> &[Line] {
+        let Some(provider) = self.providers.get(&provider_id) else {
+            return &[];
+        };
+        let (start, end) = Earnings::bounds(&provider.lines, from, until);
+        &provider.lines[start..end]
+    }
+
+    /// A provider's sums over `[from, until)`.
+    pub fn sums(&self, provider_id: Uuid, from: Timestamp, until: Timestamp) -> Sums {
+        let Some(provider) = self.providers.get(&provider_id) else {
+            return Sums::default();
+        };
+        let (start, end) = Earnings::bounds(&provider.lines, from, until);
+        let upto = |i: usize| {
+            i.checked_sub(1)
+                .map_or(Sums::default(), |i| provider.running[i])
+        };
+        upto(end).minus(upto(start))
+    }
+
+    /// What a provider is owed now: everything earned, plus adjustments, less what was paid
+    /// (payouts do not exist yet: nothing is paid).
+    pub fn pending_balance(&self, provider_id: Uuid) -> i64 {
+        self.lifetime(provider_id).net + self.adjustments.get(&provider_id).copied().unwrap_or(0)
+    }
+
+    /// A provider's sums over the lines at log positions up to `position`.
+    pub fn lifetime_upto(&self, provider_id: Uuid, position: u64) -> Sums {
+        let Some(provider) = self.providers.get(&provider_id) else {
+            return Sums::default();
+        };
+        let end = provider.lines.partition_point(|l| l.position <= position);
+        end.checked_sub(1)
+            .map_or(Sums::default(), |i| provider.running[i])
+    }
+
+    /// A provider's sums over all time.
+    pub fn lifetime(&self, provider_id: Uuid) -> Sums {
+        self.providers
+            .get(&provider_id)
+            .and_then(|p| p.running.last().copied())
+            .unwrap_or_default()
+    }
+
+    /// Per GPU: each line's gross, fee and GPU-seconds shared equally among its rental's GPUs
+    /// ([`equal_shares`], in the rental's GPU order), and net = gross - fee per share, so every
+    /// GPU's gross = fee + net and the shares add up to the lines exactly.
+    pub fn per_gpu(lines: &[Line]) -> BTreeMap<String, (String, Sums)> {
+        let mut per: BTreeMap<String, (String, Sums)> = BTreeMap::new();
+        for line in lines {
+            let gpus = &line.rental.gpu_uuids;
+            let gross = equal_shares(line.gross.micros(), gpus.len());
+            let fee = equal_shares(line.fee.micros(), gpus.len());
+            let seconds = equal_shares(
+                i64::try_from(line.gpu_seconds()).unwrap_or(i64::MAX),
+                gpus.len(),
+            );
+            for (i, gpu) in gpus.iter().enumerate() {
+                let entry = per
+                    .entry(gpu.clone())
+                    .or_insert_with(|| (line.rental.model_id.clone(), Sums::default()));
+                entry.1.add(
+                    gross[i],
+                    fee[i],
+                    gross[i] - fee[i],
+                    u64::try_from(seconds[i]).unwrap_or(0),
+                    1,
+                );
+            }
+        }
+        per
+    }
+
+    /// Per model.
+    pub fn per_model(lines: &[Line]) -> BTreeMap<String, Sums> {
+        let mut per: BTreeMap<String, Sums> = BTreeMap::new();
+        for line in lines {
+            let sums = Sums::of(line);
+            per.entry(line.rental.model_id.clone()).or_default().add(
+                sums.gross,
+                sums.fee,
+                sums.net,
+                sums.gpu_seconds,
+                1,
+            );
+        }
+        per
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpunex_domain::ledger::{JournalEntry, Posting};
+    use gpunex_domain::rental::RentalStarted;
+
+    fn id(n: u128) -> Uuid {
+        Uuid::from_u128(n)
+    }
+
+    fn started(provider: Uuid, gpus: &[&str]) -> RentalStarted {
+        RentalStarted {
+            rental_id: id(1),
+            renter_id: id(2),
+            provider_id: provider,
+            machine_id: id(3),
+            gpu_uuids: gpus.iter().map(|g| (*g).to_owned()).collect(),
+            model_id: "h100-80gb".to_owned(),
+            price_per_gpu_hour: Usdc::from_micros(2_000_000),
+            started_at: Timestamp::from_unix_micros(0),
+            workload: None,
+        }
+    }
+
+    fn metered(rental: &RentalStarted, to: u64, gross: i64, fee: i64) -> DomainEvent {
+        let postings = JournalEntry::new(vec![
+            Posting::debit(
+                Account::RenterReceivable(rental.renter_id),
+                Usdc::from_micros(gross),
+            ),
+            Posting::credit(
+                Account::ProviderPayable(rental.provider_id),
+                Usdc::from_micros(gross - fee),
+            ),
+            Posting::credit(Account::PlatformRevenue, Usdc::from_micros(fee)),
+        ])
+        .unwrap();
+        DomainEvent::Rental(RentalEvent::UsageMetered(UsageMetered {
+            entry_id: id(u128::from(to)),
+            rental_id: rental.rental_id,
+            renter_id: rental.renter_id,
+            provider_id: rental.provider_id,
+            report_id: id(u128::from(to) + 1_000),
+            from_gpu_seconds: 0,
+            to_gpu_seconds: to,
+            price_per_gpu_hour: rental.price_per_gpu_hour,
+            gross: Usdc::from_micros(gross),
+            fee: Usdc::from_micros(fee),
+            net: Usdc::from_micros(gross - fee),
+            fee_bp: 2_000,
+            postings,
+            reported_gpu_seconds: None,
+        }))
+    }
+
+    #[test]
+    fn ranges_sum_by_date_and_shares_add_up() {
+        let provider = id(4);
+        let mut earnings = Earnings::default();
+        let rental = started(provider, &["GPU-a", "GPU-b", "GPU-c"]);
+        earnings.apply(
+            1,
+            0,
+            &DomainEvent::Rental(RentalEvent::Started(rental.clone())),
+        );
+        let t = Timestamp::from_unix_micros;
+        earnings.apply(2, 100, &metered(&rental, 10, 1_001, 200));
+        earnings.apply(3, 200, &metered(&rental, 20, 2_000, 400));
+        // Recorded "before" the previous line (another server's clock): dated at 200.
+        earnings.apply(4, 150, &metered(&rental, 30, 3_000, 600));
+        assert_eq!(earnings.sums(provider, t(0), t(1_000)).gross, 6_001);
+        assert_eq!(earnings.sums(provider, t(101), t(1_000)).gross, 5_000);
+        assert_eq!(earnings.sums(provider, t(100), t(200)).net, 801);
+        assert_eq!(earnings.sums(provider, t(300), t(200)), Sums::default());
+        assert_eq!(earnings.lines(provider, t(200), t(201)).len(), 2);
+        assert_eq!(earnings.lifetime(provider).lines, 3);
+        assert_eq!(earnings.totals().fee, 1_200);
+
+        let all = earnings.lines(provider, t(0), t(1_000));
+        let per_gpu = Earnings::per_gpu(all);
+        let gross: i64 = per_gpu.values().map(|(_, s)| s.gross).sum();
+        let net: i64 = per_gpu.values().map(|(_, s)| s.net).sum();
+        assert_eq!((gross, net), (6_001, 4_801));
+        // 1,001 over three GPUs: 334, 334, 333.
+        assert_eq!(per_gpu["GPU-a"].1.gross, 334 + 667 + 1_000);
+        assert_eq!(per_gpu["GPU-c"].1.gross, 333 + 666 + 1_000);
+        assert!(per_gpu.values().all(|(_, s)| s.gross == s.fee + s.net));
+        assert_eq!(Earnings::per_model(all)["h100-80gb"].gross, 6_001);
+        assert_eq!(equal_shares(-5, 2), vec![-2, -3]);
+    }
+}
