@@ -21,6 +21,7 @@ pub mod fleet;
 pub mod idempotency;
 pub mod market;
 pub mod outbox;
+pub mod pricing;
 pub mod reconcile;
 pub mod rentals;
 pub mod routes;

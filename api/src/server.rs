@@ -241,6 +241,12 @@ pub fn endpoints() -> crate::routes::Routes {
             earnings::statement,
         )
         .get(
+            "/v1/market/recommendations",
+            "a recommended price for a model (and region), with the supply, demand and prices behind it",
+            PUBLIC,
+            crate::pricing::recommendations,
+        )
+        .get(
             "/v1/audit/reconcile",
             "usage money checked to the micro-USDC from the events, and the earnings projection against them",
             ADMIN_FINANCE,

@@ -15,7 +15,8 @@ conformance!(
     search_filters_sorts_pages_and_ranks,
     rentals_lock_the_price_and_never_double_book,
     agents_run_jobs_and_report_how_they_end,
-    a_rental_on_a_silent_machine_ends_at_its_last_heartbeat
+    a_rental_on_a_silent_machine_ends_at_its_last_heartbeat,
+    price_recommendations_follow_the_market_and_say_when_they_fall_back
 );
 
 mod common;
@@ -1235,6 +1236,86 @@ async fn agents_run_jobs_and_report_how_they_end(db: &TestDb) {
     assert!(gpus.iter().all(|g| listed.contains(g)));
     assert_eq!(assignments(&base, &h, "").await["assignments"], json!([]));
 
+    // Earned at the Enterprise rate (15%): fee floor(1,111 x 0.15) = 166, net 945, shared by the
+    // two GPUs as 473 + 472.
+    let earnings_path = format!("/v1/providers/{}/earnings", h.provider);
+    let (status, earned) = call(&base, "GET", &earnings_path, Some(&h.token), None).await;
+    assert_eq!(status, StatusCode::OK, "{earned}");
+    assert_eq!(
+        (
+            earned["all_time"]["fee_micro_usdc"].as_i64(),
+            earned["all_time"]["net_micro_usdc"].as_i64()
+        ),
+        (Some(166), Some(945))
+    );
+    let shares: Vec<i64> = earned["per_gpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["totals"]["net_micro_usdc"].as_i64().unwrap())
+        .collect();
+    assert_eq!(shares.iter().sum::<i64>(), 945);
+    assert!(shares.contains(&473) && shares.contains(&472), "{shares:?}");
+    for (query, token, status, code) in [
+        (
+            "?tz=Mars/Olympus",
+            &h.token,
+            StatusCode::BAD_REQUEST,
+            "unknown_time_zone",
+        ),
+        (
+            "?from=2026-01-10&to=2026-01-01",
+            &h.token,
+            StatusCode::BAD_REQUEST,
+            "invalid_range",
+        ),
+        (
+            "?from=2026-01-10",
+            &h.token,
+            StatusCode::BAD_REQUEST,
+            "invalid_range",
+        ),
+        (
+            "?from=2026-13-01&to=2026-12-01",
+            &h.token,
+            StatusCode::BAD_REQUEST,
+            "invalid_date",
+        ),
+        ("", &small.token, StatusCode::FORBIDDEN, "forbidden"),
+        ("", &r, StatusCode::FORBIDDEN, "forbidden"),
+    ] {
+        let (got, problem) = call(
+            &base,
+            "GET",
+            &format!("{earnings_path}{query}"),
+            Some(token),
+            None,
+        )
+        .await;
+        assert_eq!(got, status, "{query}: {problem}");
+        let found = problem["code"].as_str() == Some(code)
+            || problem["errors"][0]["code"].as_str() == Some(code);
+        assert!(found, "{code}: {problem}");
+    }
+    let (status, _) = call(
+        &base,
+        "GET",
+        &format!("{earnings_path}/daily"),
+        Some(&h.token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = call(
+        &base,
+        "GET",
+        &format!("/v1/providers/{}/earnings", Uuid::now_v7()),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
     // Long poll: the agent waits; a new rental wakes it at once.
     let since = assignments(&base, &h, "").await["version"]
         .as_str()
@@ -1474,4 +1555,138 @@ async fn a_rental_on_a_silent_machine_ends_at_its_last_heartbeat(db: &TestDb) {
         state.credentials.with_market(|m| m.lease_of(&h.gpus[0])),
         None
     );
+}
+
+async fn price_recommendations_follow_the_market_and_say_when_they_fall_back(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let mut hosts = Vec::new();
+    for (i, (region, price)) in [
+        ("Hesse", "2.00"),
+        ("Hesse", "2.20"),
+        ("Hesse", "2.40"),
+        ("Hesse", "2.60"),
+        ("Bavaria", "3.00"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let email = format!("rec{i}@example.com");
+        let h = host(
+            &base,
+            &admin,
+            Spec {
+                email: &email,
+                tier: "community",
+                model: "h100-80gb",
+                device: 0x2330,
+                vram_mib: 81_559,
+                count: 1,
+                country: "DE",
+                region,
+            },
+        )
+        .await;
+        set_price(&base, &h, "h100-80gb", price).await;
+        hosts.push(h);
+    }
+    let recommend = |query: &'static str| {
+        let base = base.clone();
+        async move {
+            let (status, answer) = call(
+                &base,
+                "GET",
+                &format!("/v1/market/recommendations{query}"),
+                None,
+                None,
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{answer}");
+            answer
+        }
+    };
+    // No rentals yet: the region's listed prices (a fallback), nearest-rank median 2.20.
+    let listed = recommend("?model=h100-80gb&region=hesse").await;
+    assert_eq!(
+        (listed["basis"].as_str(), listed["fallback"].as_bool()),
+        (Some("region_listings"), Some(true)),
+        "{listed}"
+    );
+    assert_eq!(listed["recommended_price_usdc"], "2.200000");
+    assert_eq!(
+        (listed["low_usdc"].as_str(), listed["high_usdc"].as_str()),
+        (Some("2.000000"), Some("2.400000"))
+    );
+    assert_eq!(listed["region_market"]["supply"], 4);
+    assert_eq!(listed["model_market"]["supply"], 5);
+    assert_eq!(
+        listed["region_market"]["idle_price_quartiles_usdc"],
+        json!(["2.000000", "2.200000", "2.400000"])
+    );
+
+    // Three rentals in Hesse: the rented prices decide, the pick within them follows demand.
+    let r = renter(&base, &admin).await;
+    for h in &hosts[..3] {
+        let (status, _) = call(
+            &base,
+            "POST",
+            "/v1/rentals",
+            Some(&r),
+            Some(rent_body(json!([h.gpus[0]]))),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let rented = recommend("?model=h100-80gb&region=Hesse").await;
+    assert_eq!(
+        (rented["basis"].as_str(), rented["fallback"].as_bool()),
+        (Some("region_rentals"), Some(false)),
+        "{rented}"
+    );
+    assert_eq!(rented["region_market"]["rentals"], 3);
+    assert_eq!(rented["region_market"]["supply"], 1);
+    assert_eq!(
+        rented["region_market"]["rented_price_quartiles_usdc"],
+        json!(["2.000000", "2.200000", "2.400000"])
+    );
+    let demand = rented["demand_bp"].as_u64().unwrap();
+    let expected = if demand >= 8_000 {
+        "2.400000"
+    } else if demand < 3_000 {
+        "2.000000"
+    } else {
+        "2.200000"
+    };
+    assert_eq!(rented["recommended_price_usdc"], expected, "{rented}");
+
+    // A region without data: the model everywhere; a model without data: the reference.
+    let elsewhere = recommend("?model=h100-80gb&region=Saxony").await;
+    assert_eq!(
+        (elsewhere["basis"].as_str(), elsewhere["fallback"].as_bool()),
+        (Some("model_rentals"), Some(true))
+    );
+    assert!(elsewhere["reason"].as_str().unwrap().contains("too little"));
+    // Listed now: Hesse 2.60 and Bavaria 3.00, both H100 (989.0 TFLOPS FP16): the median price
+    // per TFLOPS is 2.60's, so an A100 80GB (312.0) is 2.60 x 3,120 / 9,890 = 0.820222.
+    let reference = recommend("?model=a100-80gb").await;
+    assert_eq!(reference["basis"], "reference", "{reference}");
+    assert_eq!(reference["recommended_price_micro_usdc"], 820_222);
+    assert_eq!(reference["region_market"], Value::Null);
+    for (query, code) in [
+        ("?region=Hesse", "required"),
+        ("?model=z9000", "unknown_model"),
+        ("?model=h100-80gb&colour=red", "unknown_parameter"),
+    ] {
+        let (status, problem) = call(
+            &base,
+            "GET",
+            &format!("/v1/market/recommendations{query}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(problem["errors"][0]["code"], code, "{problem}");
+    }
 }

@@ -464,19 +464,24 @@ struct Provider<'a> {
 }
 
 impl Provider<'_> {
-    /// Where GPUs of `model_id` are: the application entry for that model, else the first.
     fn location(&self, model_id: &str) -> Option<&Location> {
-        let gpus = &self.application.form.gpus;
-        gpus.iter()
-            .find(|entry| matches!(&entry.model, GpuModelChoice::Catalog(id) if id == model_id))
-            .or_else(|| gpus.first())
-            .map(|entry| &entry.location)
+        location_of(self.application, model_id)
     }
+}
+
+/// Where a provider's GPUs of `model_id` are: its application's entry for that model, else the
+/// first entry.
+pub fn location_of<'a>(application: &'a Application, model_id: &str) -> Option<&'a Location> {
+    let gpus = &application.form.gpus;
+    gpus.iter()
+        .find(|entry| matches!(&entry.model, GpuModelChoice::Catalog(id) if id == model_id))
+        .or_else(|| gpus.first())
+        .map(|entry| &entry.location)
 }
 
 /// A catalog model's VRAM, name and datasheet FP16 figure (the variant with the GPU's device id,
 /// else the first), built-in or added.
-fn model_facts(
+pub fn model_facts(
     model_id: &str,
     device: Option<u16>,
     added: &[ModelAdded],

@@ -165,3 +165,46 @@ pub struct ListingDetail {
 pub struct ListingChange {
     pub reason: String,
 }
+
+/// What the market showed for a recommendation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarketSampleView {
+    /// GPUs listed now.
+    pub supply: u32,
+    /// Rentals started in the window, and the GPUs they held.
+    pub rentals: u32,
+    pub rented_gpus: u32,
+    pub rented_gpu_seconds: u64,
+    /// GPU-seconds the GPUs were online in the window.
+    pub available_gpu_seconds: u64,
+    /// Rented share of the available GPU-time, in basis points.
+    pub demand_bp: u32,
+    /// Nearest-rank quartiles `[Q1, median, Q3]`, USDC per GPU-hour.
+    pub rented_price_quartiles_usdc: Option<[String; 3]>,
+    pub idle_price_quartiles_usdc: Option<[String; 3]>,
+}
+
+/// `GET /v1/market/recommendations?model=&region=`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriceRecommendation {
+    pub model_id: String,
+    pub region: Option<String>,
+    pub as_of: String,
+    pub window_days: i64,
+    /// `region_rentals`, `region_listings`, `model_rentals`, `model_listings`, `reference` or
+    /// `none`.
+    pub basis: String,
+    /// True unless the region's own rentals decided it.
+    pub fallback: bool,
+    /// Why this basis, in words.
+    pub reason: String,
+    pub recommended_price_usdc: Option<String>,
+    pub recommended_price_micro_usdc: Option<i64>,
+    pub low_usdc: Option<String>,
+    pub high_usdc: Option<String>,
+    /// The demand the pick within the range used.
+    pub demand_bp: u32,
+    /// The inputs: the region's market (absent without `region`) and the model's everywhere.
+    pub region_market: Option<MarketSampleView>,
+    pub model_market: MarketSampleView,
+}
