@@ -93,7 +93,7 @@ fn percentile(sorted: &[u64], pct: usize) -> u64 {
     sorted[((sorted.len() - 1) * pct) / 100]
 }
 
-fn latency(clients: usize, mut samples: Vec<u64>, elapsed: Duration) -> Latency {
+pub(crate) fn latency(clients: usize, mut samples: Vec<u64>, elapsed: Duration) -> Latency {
     samples.sort_unstable();
     let requests = samples.len() as u64;
     Latency {
@@ -296,11 +296,14 @@ fn queries() -> Vec<String> {
     queries
 }
 
-async fn hammer(
+/// Sends GETs of `paths` in turn from `clients` concurrent clients for `seconds`, with an optional
+/// bearer token; every answer must be a success.
+pub(crate) async fn hammer(
     base: &str,
     paths: &[String],
     clients: usize,
     seconds: u64,
+    token: Option<&str>,
 ) -> anyhow::Result<Latency> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(clients)
@@ -311,6 +314,7 @@ async fn hammer(
     for client in 0..clients {
         let http = http.clone();
         let urls: Vec<String> = paths.iter().map(|p| format!("{base}{p}")).collect();
+        let token = token.map(str::to_owned);
         tasks.push(tokio::spawn(async move {
             let mut samples = Vec::new();
             let mut i = client;
@@ -318,7 +322,11 @@ async fn hammer(
                 let url = &urls[i % urls.len()];
                 i += 1;
                 let sent = Instant::now();
-                let response = http.get(url).send().await?;
+                let mut request = http.get(url);
+                if let Some(token) = &token {
+                    request = request.bearer_auth(token);
+                }
+                let response = request.send().await?;
                 anyhow::ensure!(
                     response.status().is_success(),
                     "{url}: {}",
@@ -418,8 +426,8 @@ async fn bench(args: &SearchBenchArgs, dir: &std::path::Path) -> anyhow::Result<
             "{clients} client(s): /healthz then searches, {} s each ...",
             args.seconds
         );
-        reference_healthz.push(hammer(&base, &health, clients, args.seconds).await?);
-        search.push(hammer(&base, &searches, clients, args.seconds).await?);
+        reference_healthz.push(hammer(&base, &health, clients, args.seconds, None).await?);
+        search.push(hammer(&base, &searches, clients, args.seconds, None).await?);
     }
 
     // Price changes: through the API (which answers once the snapshot has it), and appended by

@@ -87,11 +87,100 @@ pub enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+    /// Drive a simulated marketplace (providers with simulated GPUs, outages, price changes,
+    /// rentals, cancellations, faults) into an empty database, deterministically from the seed,
+    /// checking the money invariants every simulated hour.
+    Simulate(SimulateArgs),
     /// Measure performance and print figures.
     Bench {
         #[command(subcommand)]
         command: BenchCommand,
     },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimulateArgs {
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Providers (one machine each).
+    #[arg(long, default_value_t = 20)]
+    pub providers: u32,
+    /// GPUs per provider.
+    #[arg(long, default_value_t = 8)]
+    pub gpus: u32,
+    /// Simulated days, in 5-minute steps.
+    #[arg(long, default_value_t = 7)]
+    pub days: u32,
+    /// Renters sharing the demand.
+    #[arg(long, default_value_t = 50)]
+    pub renters: u32,
+    /// The first simulated day (YYYY-MM-DD, UTC) [default: `days` days before today].
+    #[arg(long)]
+    pub start: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `gpunex simulate`.
+pub async fn simulate(database_url: &str, args: &SimulateArgs) -> anyhow::Result<()> {
+    let start = match &args.start {
+        Some(text) => gpunex_domain::calendar::date(text)?,
+        None => {
+            let today = chrono::Utc::now().date_naive();
+            today - chrono::Days::new(u64::from(args.days))
+        }
+    };
+    let store = open_store(database_url).await?;
+    let head = store.head_position().await?;
+    anyhow::ensure!(
+        head == 0,
+        "simulate writes into an empty database; this one holds {head} events (use another DATABASE_URL)"
+    );
+    let config = crate::simulate::SimConfig {
+        seed: args.seed,
+        providers: args.providers,
+        gpus: args.gpus,
+        days: args.days,
+        renters: args.renters,
+        start,
+        fees: gpunex_domain::metering::FeeSchedule::default(),
+    };
+    let bar = progress_bar(u64::from(args.days), "simulating days");
+    let report =
+        crate::simulate::simulate(&store, &config, &|day| bar.set_position(u64::from(day))).await?;
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let usdc = |m: i64| gpunex_domain::money::Usdc::from_micros(m).to_string();
+    println!(
+        "simulated {} days from {} (seed {}): {} providers, {} GPUs",
+        report.days, report.start, report.seed, report.providers, report.gpus
+    );
+    println!(
+        "{} events ({} usage) in {:.1} s; {} rentals: {} completed, {} cancelled, {} hardware faults, {} network losses; {} outages, {} price changes",
+        report.events,
+        report.usage_events,
+        report.seconds,
+        report.rentals,
+        report.completed,
+        report.cancelled,
+        report.hardware_faults,
+        report.network_losses,
+        report.outages,
+        report.price_changes
+    );
+    println!(
+        "renter charges {} USDC = provider earnings {} + platform fees {}; {} hourly reconciliations clean",
+        usdc(report.renter_charges_micro_usdc),
+        usdc(report.provider_earnings_micro_usdc),
+        usdc(report.platform_fees_micro_usdc),
+        report.invariant_checks
+    );
+    println!("content digest {}", report.content_digest);
+    Ok(())
 }
 
 /// How agents' presence is judged and their telemetry kept.
@@ -256,6 +345,9 @@ pub enum BenchCommand {
     /// Marketplace search latency over HTTP with 100,000 listings, at 1 and 64 clients, and
     /// the delay from a price change to its visibility in search.
     Search(crate::bench_search::SearchBenchArgs),
+    /// The earnings API over HTTP on a simulated database with at least 1,000,000 usage events,
+    /// and a full rebuild of the earnings projection beside a bare read of the log.
+    Earnings(crate::bench_earnings::EarningsBenchArgs),
 }
 
 /// Opens the configured store and applies migrations. Creates the SQLite file's directory.

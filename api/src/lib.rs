@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod applications;
 pub mod auth;
 pub mod bench;
+pub mod bench_earnings;
 pub mod bench_search;
 pub mod catalog;
 pub mod cli;
@@ -27,6 +28,7 @@ pub mod rentals;
 pub mod routes;
 pub mod runner;
 pub mod server;
+pub mod simulate;
 pub mod tokens;
 
 pub use server::{AppState, router};

@@ -181,12 +181,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             println!("{}", new.token);
         }
+        Command::Simulate(args) => cli::simulate(&cli.database_url, &args).await?,
         Command::Bench {
             command: BenchCommand::Store(args),
         } => gpunex_api::bench::run(args).await?,
         Command::Bench {
             command: BenchCommand::Search(args),
         } => gpunex_api::bench_search::run(args).await?,
+        Command::Bench {
+            command: BenchCommand::Earnings(args),
+        } => gpunex_api::bench_earnings::run(&cli.database_url, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

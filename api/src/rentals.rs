@@ -482,8 +482,6 @@ pub async fn meter(
     rental_id: Uuid,
     gpu_seconds: u64,
 ) -> Result<(Option<u64>, &'static str), ApiError> {
-    use gpunex_domain::metering::charge_entry;
-    use gpunex_domain::rental::UsageMetered;
     let fees = state.fleet.fees;
     for _attempt in 0..5 {
         let head = state.store.head_position().await?;
@@ -492,48 +490,25 @@ pub async fn meter(
             .credentials
             .with_market(|m| m.rental(&rental_id).cloned())
             .ok_or(ApiError::NotFound("rental"))?;
-        let tier = tier_of(state, rental.started.provider_id);
-        let online = online_gpu_seconds(&state.credentials, &rental, now());
-        let billable = gpu_seconds.min(online);
-        let mut meter = rental.meter;
-        let money = |e: gpunex_domain::money::MoneyError| ApiError::Unprocessable {
-            code: "usage_out_of_range",
-            detail: e.to_string(),
+        let at = now();
+        let input = rental::UsageInput {
+            rental: &rental.started,
+            meter: rental.meter,
+            tier: tier_of(state, rental.started.provider_id),
+            fees,
+            reported_gpu_seconds: gpu_seconds,
+            online_gpu_seconds: online_gpu_seconds(&state.credentials, &rental, at),
+            report_id,
+            at,
         };
-        let Some(charge) = meter
-            .report(rental.started.price_per_gpu_hour, billable)
-            .map_err(money)?
-            .filter(|c| c.amount.is_positive())
-        else {
-            return Ok((None, "absorbed"));
-        };
-        let (fee, net) = fees.split(charge.amount, tier).map_err(money)?;
-        let postings = charge_entry(
-            rental.started.renter_id,
-            rental.started.provider_id,
-            charge.amount,
-            fee,
-        )
-        .map_err(|e| ApiError::Unprocessable {
+        let metered = rental::meter_usage(&input).map_err(|e| ApiError::Unprocessable {
             code: "usage_out_of_range",
             detail: e.to_string(),
         })?;
-        let event = DomainEvent::Rental(RentalEvent::UsageMetered(UsageMetered {
-            entry_id: report_id,
-            rental_id,
-            renter_id: rental.started.renter_id,
-            provider_id: rental.started.provider_id,
-            report_id,
-            from_gpu_seconds: charge.from_gpu_seconds,
-            to_gpu_seconds: charge.to_gpu_seconds,
-            price_per_gpu_hour: rental.started.price_per_gpu_hour,
-            gross: charge.amount,
-            fee,
-            net,
-            fee_bp: fees.rate_bp(tier),
-            postings,
-            reported_gpu_seconds: (gpu_seconds > billable).then_some(gpu_seconds),
-        }));
+        let Some(metered) = metered else {
+            return Ok((None, "absorbed"));
+        };
+        let event = DomainEvent::Rental(RentalEvent::UsageMetered(metered));
         let appended = state
             .store
             .append(

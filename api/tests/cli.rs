@@ -414,6 +414,7 @@ async fn audit_reconcile_lists_every_mismatch(db: &TestDb) {
             fee_bp: 2_000,
             postings: charge_entry(renter, provider, gross, fee).unwrap(),
             reported_gpu_seconds: None,
+            metered_at: None,
         }))
     };
     // Right: 60 s at 3.60/h is 60,000 micro-USDC, fee 12,000.

@@ -271,6 +271,75 @@ pub struct UsageMetered {
     /// is then the online limit: no heartbeat, no meter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_gpu_seconds: Option<u64>,
+    /// When the platform metered it: the instant earnings are dated at (events written before
+    /// this field existed are dated when recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metered_at: Option<Timestamp>,
+}
+
+/// What metering one usage report needs.
+#[derive(Debug, Clone)]
+pub struct UsageInput<'a> {
+    pub rental: &'a RentalStarted,
+    /// The rental's meter so far.
+    pub meter: crate::metering::Meter,
+    pub tier: crate::onboarding::Tier,
+    pub fees: crate::metering::FeeSchedule,
+    /// The agent's cumulative counter, and the most the rental can be billed now (its GPUs x the
+    /// machine's online seconds during the rental).
+    pub reported_gpu_seconds: u64,
+    pub online_gpu_seconds: u64,
+    pub report_id: Uuid,
+    pub at: Timestamp,
+}
+
+/// Why a usage report cannot be metered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MeteringError {
+    #[error(transparent)]
+    Money(#[from] crate::money::MoneyError),
+    #[error(transparent)]
+    Journal(#[from] crate::ledger::JournalError),
+}
+
+/// Meters one usage report: the counter capped at the online limit, the charge beyond what was
+/// charged (`metering::Meter`), the tier's fee and the net, and the double entry. `None` when it
+/// adds nothing (at or below the highest counter, or less than a micro-USDC). The one rule both
+/// the API and the simulation use.
+pub fn meter_usage(input: &UsageInput<'_>) -> Result<Option<UsageMetered>, MeteringError> {
+    let billable = input.reported_gpu_seconds.min(input.online_gpu_seconds);
+    let mut meter = input.meter;
+    let Some(charge) = meter
+        .report(input.rental.price_per_gpu_hour, billable)?
+        .filter(|c| c.amount.is_positive())
+    else {
+        return Ok(None);
+    };
+    let (fee, net) = input.fees.split(charge.amount, input.tier)?;
+    let postings = crate::metering::charge_entry(
+        input.rental.renter_id,
+        input.rental.provider_id,
+        charge.amount,
+        fee,
+    )?;
+    Ok(Some(UsageMetered {
+        entry_id: input.report_id,
+        rental_id: input.rental.rental_id,
+        renter_id: input.rental.renter_id,
+        provider_id: input.rental.provider_id,
+        report_id: input.report_id,
+        from_gpu_seconds: charge.from_gpu_seconds,
+        to_gpu_seconds: charge.to_gpu_seconds,
+        price_per_gpu_hour: input.rental.price_per_gpu_hour,
+        gross: charge.amount,
+        fee,
+        net,
+        fee_bp: input.fees.rate_bp(input.tier),
+        postings,
+        reported_gpu_seconds: (input.reported_gpu_seconds > billable)
+            .then_some(input.reported_gpu_seconds),
+        metered_at: Some(input.at),
+    }))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,9 +2,10 @@
 //! so a total over any time range is two binary searches and a subtraction, and the lines of a
 //! range (for a statement, or per GPU and per model) are one slice.
 //!
-//! A line is dated when its `rental.usage_metered` event was recorded. Within a provider the
-//! dates never go backwards (a line recorded "earlier" than the one before it, which two servers'
-//! clocks could produce, takes the previous date), so ranges are contiguous slices.
+//! A line is dated when it was metered (`metered_at`; events from before that field, when they
+//! were recorded). Within a provider the dates never go backwards (a line dated "earlier" than the
+//! one before it, which two servers' clocks could produce, takes the previous date), so ranges are
+//! contiguous slices.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -169,10 +170,13 @@ impl Earnings {
             return;
         };
         let provider = self.providers.entry(metered.provider_id).or_default();
+        let dated = metered
+            .metered_at
+            .map_or(recorded_at_us, |t| t.unix_micros());
         let at = provider
             .lines
             .last()
-            .map_or(recorded_at_us, |l| l.at.unix_micros().max(recorded_at_us));
+            .map_or(dated, |l| l.at.unix_micros().max(dated));
         let line = Line {
             position,
             at: Timestamp::from_unix_micros(at),
@@ -264,45 +268,48 @@ impl Earnings {
     /// ([`equal_shares`], in the rental's GPU order), and net = gross - fee per share, so every
     /// GPU's gross = fee + net and the shares add up to the lines exactly.
     pub fn per_gpu(lines: &[Line]) -> BTreeMap<String, (String, Sums)> {
-        let mut per: BTreeMap<String, (String, Sums)> = BTreeMap::new();
+        // Shares computed in place (no allocation per line), keyed by borrowed ids.
+        let share = |amount: i64, n: i64, i: i64| {
+            amount.div_euclid(n) + i64::from(i < amount.rem_euclid(n))
+        };
+        let mut per: HashMap<&str, (&str, Sums)> = HashMap::new();
         for line in lines {
             let gpus = &line.rental.gpu_uuids;
-            let gross = equal_shares(line.gross.micros(), gpus.len());
-            let fee = equal_shares(line.fee.micros(), gpus.len());
-            let seconds = equal_shares(
-                i64::try_from(line.gpu_seconds()).unwrap_or(i64::MAX),
-                gpus.len(),
-            );
+            let n = i64::try_from(gpus.len().max(1)).unwrap_or(i64::MAX);
+            let seconds = i64::try_from(line.gpu_seconds()).unwrap_or(i64::MAX);
             for (i, gpu) in gpus.iter().enumerate() {
+                let i = i64::try_from(i).unwrap_or(i64::MAX);
+                let gross = share(line.gross.micros(), n, i);
+                let fee = share(line.fee.micros(), n, i);
                 let entry = per
-                    .entry(gpu.clone())
-                    .or_insert_with(|| (line.rental.model_id.clone(), Sums::default()));
+                    .entry(gpu.as_str())
+                    .or_insert_with(|| (line.rental.model_id.as_str(), Sums::default()));
                 entry.1.add(
-                    gross[i],
-                    fee[i],
-                    gross[i] - fee[i],
-                    u64::try_from(seconds[i]).unwrap_or(0),
+                    gross,
+                    fee,
+                    gross - fee,
+                    u64::try_from(share(seconds, n, i)).unwrap_or(0),
                     1,
                 );
             }
         }
-        per
+        per.into_iter()
+            .map(|(gpu, (model, sums))| (gpu.to_owned(), (model.to_owned(), sums)))
+            .collect()
     }
 
     /// Per model.
     pub fn per_model(lines: &[Line]) -> BTreeMap<String, Sums> {
-        let mut per: BTreeMap<String, Sums> = BTreeMap::new();
+        let mut per: HashMap<&str, Sums> = HashMap::new();
         for line in lines {
             let sums = Sums::of(line);
-            per.entry(line.rental.model_id.clone()).or_default().add(
-                sums.gross,
-                sums.fee,
-                sums.net,
-                sums.gpu_seconds,
-                1,
-            );
+            per.entry(line.rental.model_id.as_str())
+                .or_default()
+                .add_sums(sums);
         }
-        per
+        per.into_iter()
+            .map(|(model, sums)| (model.to_owned(), sums))
+            .collect()
     }
 }
 
@@ -358,6 +365,7 @@ mod tests {
             fee_bp: 2_000,
             postings,
             reported_gpu_seconds: None,
+            metered_at: None,
         }))
     }
 
