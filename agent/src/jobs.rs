@@ -307,6 +307,29 @@ impl Jobs {
                 }
             }
         }
+        // Jobs the platform believes running here that this agent does not run (its state was
+        // lost): report them ended, so the platform stops waiting.
+        for assignment in assignments.iter().filter(|a| a.status != "active") {
+            let id = assignment.rental_id;
+            if assignment.job_started
+                && !self.state.running.contains_key(&id)
+                && !self.state.ended.contains(&id)
+            {
+                self.state.ended.insert(id);
+                let event = self.event(AgentEventBody::JobEnded(JobEndedReport {
+                    machine_id: self.machine_id,
+                    rental_id: id,
+                    cause: assignment.end_cause.unwrap_or(EndCause::Platform),
+                    evidence: JobEvidence {
+                        detail: "the job was not running on this agent (its state was lost)"
+                            .to_owned(),
+                        ..JobEvidence::default()
+                    },
+                    gpu_seconds: 0,
+                }));
+                queue.enqueue_with_state(&event, JOBS_KEY, &self.save()?)?;
+            }
+        }
         // Forget ended rentals the platform no longer lists.
         self.state.ended.retain(|id| by_id.contains_key(id));
         Ok(())

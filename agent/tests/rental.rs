@@ -295,6 +295,60 @@ async fn a_rented_job_is_metered_and_earned_to_the_micro_usdc(db: &TestDb) {
     assert_eq!(report["totals"]["provider_earnings_micro_usdc"], net);
     assert_eq!(report["totals"]["platform_fees_micro_usdc"], fee);
 
+    // The renter cancels a running job: the agent stops it and reports the renter's cause.
+    let long_job = json!({"gpus": 1, "filter": {"model": "h100-80gb"},
+                          "workload": {"image": "busybox", "command": ["sleep", "120"]}});
+    let (status, cancelled) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        &renter,
+        Some(long_job.clone()),
+    )
+    .await;
+    assert_eq!(status, 201, "{cancelled}");
+    let cancelled_path = format!("/v1/rentals/{}", cancelled["rental_id"].as_str().unwrap());
+    eventually("the long job running", 30, || async {
+        call(&base, "GET", &cancelled_path, &renter, None).await.1["job_status"] == "running"
+    })
+    .await;
+    let (status, _) = call(
+        &base,
+        "POST",
+        &format!("{cancelled_path}/end"),
+        &renter,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    eventually("the agent stopped the cancelled job", 30, || async {
+        call(&base, "GET", &cancelled_path, &renter, None).await.1["job_status"] == "ended"
+    })
+    .await;
+    let (_, view) = call(&base, "GET", &cancelled_path, &renter, None).await;
+    assert_eq!(view["cause"], "renter_cancelled");
+    assert_eq!(view["job_cause"], "renter_cancelled");
+    assert_eq!(view["job_evidence"]["signal"], 15, "{view}");
+
+    // The agent shuts down while a job runs: the job ends as the provider's host shutdown.
+    let (_, last) = call(&base, "POST", "/v1/rentals", &renter, Some(long_job)).await;
+    let last_path = format!("/v1/rentals/{}", last["rental_id"].as_str().unwrap());
+    eventually("the last job running", 30, || async {
+        call(&base, "GET", &last_path, &renter, None).await.1["job_status"] == "running"
+    })
+    .await;
     terminate(&agent);
     assert!(agent.wait().await.unwrap().success());
+    let (_, view) = call(&base, "GET", &last_path, &renter, None).await;
+    assert_eq!(
+        (view["status"].as_str(), view["cause"].as_str()),
+        (Some("ended"), Some("host_shutdown")),
+        "{view}"
+    );
+    let output = gpunex(&db.url, dir.path(), &["audit", "reconcile"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
 }
