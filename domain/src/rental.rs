@@ -493,6 +493,60 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Metering through `meter_usage`, with the online cap growing between reports (and the
+        /// agent's counter sometimes ahead of it): the charges add up to the rounded total of the
+        /// last billed counter, each event's gross = fee + net = its postings' total, and nothing
+        /// is billed beyond the cap.
+        #[test]
+        fn capped_metering_never_drifts(
+            rate in 10_000_i64..=100_000_000,
+            reports in proptest::collection::vec((0_u64..500_000, 0_u64..5_000), 1..60),
+            enterprise in proptest::prelude::any::<bool>(),
+        ) {
+            use crate::metering::{FeeSchedule, Meter, cumulative_charge};
+            use crate::onboarding::Tier;
+            let started = RentalStarted {
+                rental_id: Uuid::nil(),
+                renter_id: Uuid::from_u128(1),
+                provider_id: Uuid::from_u128(2),
+                machine_id: Uuid::from_u128(3),
+                gpu_uuids: vec!["GPU-0a".to_owned()],
+                model_id: "h100-80gb".to_owned(),
+                price_per_gpu_hour: Usdc::from_micros(rate),
+                started_at: Timestamp::from_unix_micros(0),
+                workload: None,
+            };
+            let (mut meter, mut cap, mut gross) = (Meter::default(), 0_u64, 0_i64);
+            for (i, (counter, online_growth)) in reports.into_iter().enumerate() {
+                cap += online_growth;
+                let input = UsageInput {
+                    rental: &started,
+                    meter,
+                    tier: if enterprise { Tier::Enterprise } else { Tier::Community },
+                    fees: FeeSchedule::default(),
+                    reported_gpu_seconds: counter,
+                    online_gpu_seconds: cap,
+                    report_id: Uuid::from_u128(i as u128),
+                    at: Timestamp::from_unix_micros(0),
+                };
+                if let Some(metered) = meter_usage(&input).unwrap() {
+                    proptest::prop_assert_eq!(metered.fee.micros() + metered.net.micros(), metered.gross.micros());
+                    proptest::prop_assert_eq!(metered.postings.total(), metered.gross);
+                    proptest::prop_assert!(metered.to_gpu_seconds <= cap);
+                    proptest::prop_assert_eq!(metered.from_gpu_seconds, meter.gpu_seconds);
+                    gross += metered.gross.micros();
+                    meter = Meter {
+                        gpu_seconds: metered.to_gpu_seconds,
+                        charged: Usdc::from_micros(meter.charged.micros() + metered.gross.micros()),
+                    };
+                }
+            }
+            let total = cumulative_charge(Usdc::from_micros(rate), meter.gpu_seconds).unwrap();
+            proptest::prop_assert_eq!(gross, total.micros());
+        }
+    }
+
     #[test]
     fn job_evidence_reads_as_one_line() {
         let evidence = JobEvidence {
