@@ -520,4 +520,171 @@ mod tests {
             .unwrap_err();
         assert!(error.to_string().contains("runs a command"), "{error}");
     }
+
+    /// A STAND-IN for the Docker Engine API (no Docker daemon runs where the tests run): it
+    /// answers the calls the runtime makes on a Unix socket and records them, so the requests
+    /// (paths, methods, the container specification) and the handling of the answers are checked.
+    /// The real daemon is exercised only on a provider's host.
+    struct StandInDocker {
+        calls: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>,
+    }
+
+    impl StandInDocker {
+        fn start(socket: &Path, pull_error: bool) -> StandInDocker {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let listener = tokio::net::UnixListener::bind(socket).unwrap();
+            let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let recorded = calls.clone();
+            tokio::spawn(async move {
+                let mut inspections = 0;
+                loop {
+                    let (mut stream, _) = listener.accept().await.unwrap();
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0_u8; 4096];
+                    let head_end = loop {
+                        let n = stream.read(&mut chunk).await.unwrap();
+                        buffer.extend_from_slice(&chunk[..n]);
+                        if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    while buffer.len() < head_end + length {
+                        let n = stream.read(&mut chunk).await.unwrap();
+                        buffer.extend_from_slice(&chunk[..n]);
+                    }
+                    let body =
+                        String::from_utf8_lossy(&buffer[head_end..head_end + length]).to_string();
+                    let mut words = head.split_whitespace();
+                    let (method, path) = (
+                        words.next().unwrap().to_owned(),
+                        words.next().unwrap().to_owned(),
+                    );
+                    recorded
+                        .lock()
+                        .unwrap()
+                        .push((method.clone(), path.clone(), body));
+                    let (status, answer) = match (method.as_str(), path.as_str()) {
+                        ("POST", p) if p.starts_with("/images/create") => (
+                            "200 OK",
+                            if pull_error {
+                                "{\"status\":\"Pulling\"}\n{\"error\":\"manifest unknown\"}\n"
+                                    .to_owned()
+                            } else {
+                                "{\"status\":\"Pulling\"}\n{\"status\":\"Downloaded\"}\n".to_owned()
+                            },
+                        ),
+                        ("POST", p) if p.starts_with("/containers/create") => (
+                            "201 Created",
+                            "{\"Id\":\"c0ffee\",\"Warnings\":[]}".to_owned(),
+                        ),
+                        ("GET", "/containers/c0ffee/json") => {
+                            inspections += 1;
+                            let state = if inspections == 1 {
+                                "{\"Running\":true,\"Status\":\"running\"}"
+                            } else {
+                                "{\"Running\":false,\"Status\":\"exited\",\"ExitCode\":3,\"OOMKilled\":false,\"Error\":\"\"}"
+                            };
+                            ("200 OK", format!("{{\"Id\":\"c0ffee\",\"State\":{state}}}"))
+                        }
+                        ("GET", _) => (
+                            "404 Not Found",
+                            "{\"message\":\"No such container\"}".to_owned(),
+                        ),
+                        _ => ("204 No Content", String::new()),
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    stream.write_all(response.as_bytes()).await.unwrap();
+                    let _ = stream.shutdown().await;
+                }
+            });
+            StandInDocker { calls }
+        }
+
+        fn calls(&self) -> Vec<(String, String, String)> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_docker_runtime_drives_the_engine_api() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let docker = StandInDocker::start(&socket, false);
+        let mut runtime = Runtime::docker(socket.clone());
+        let rental = Uuid::now_v7();
+        let gpus = vec!["GPU-aa".to_owned(), "GPU-bb".to_owned()];
+        let handle = runtime
+            .start(rental, &gpus, &workload(&["python", "train.py"]))
+            .await
+            .unwrap();
+        assert_eq!(handle, "c0ffee");
+        assert_eq!(
+            runtime.exited(&handle).await.unwrap(),
+            None,
+            "still running"
+        );
+        let exit = runtime.exited(&handle).await.unwrap().unwrap();
+        assert_eq!(exit.exit_code, Some(3));
+        runtime.stop(&handle).await.unwrap();
+        runtime.remove(&handle).await;
+        let calls = docker.calls();
+        let summary: Vec<(&str, &str)> = calls
+            .iter()
+            .map(|(m, p, _)| (m.as_str(), p.as_str()))
+            .collect();
+        let create = format!("/containers/create?name=gpunex-{rental}");
+        assert_eq!(
+            summary,
+            [
+                (
+                    "POST",
+                    "/images/create?fromImage=nvidia%2Fcuda%3A12.4.1-base-ubuntu22.04"
+                ),
+                ("POST", create.as_str()),
+                ("POST", "/containers/c0ffee/start"),
+                ("GET", "/containers/c0ffee/json"),
+                ("GET", "/containers/c0ffee/json"),
+                ("POST", "/containers/c0ffee/stop?t=10"),
+                ("GET", "/containers/c0ffee/json"),
+                ("DELETE", "/containers/c0ffee?force=true&v=true"),
+            ]
+        );
+        let spec: Value = serde_json::from_str(&calls[1].2).unwrap();
+        assert_eq!(
+            spec,
+            container_spec(rental, &gpus, &workload(&["python", "train.py"]))
+        );
+        assert_eq!(
+            spec["HostConfig"]["DeviceRequests"][0]["DeviceIDs"],
+            json!(gpus)
+        );
+
+        // A pull the registry refuses: a clear error, no container.
+        let socket = dir.path().join("docker2.sock");
+        let refusing = StandInDocker::start(&socket, true);
+        let error = Runtime::docker(socket)
+            .start(rental, &gpus, &workload(&[]))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("manifest unknown"), "{error}");
+        assert_eq!(refusing.calls().len(), 1);
+        // No daemon at all: a clear error naming the socket.
+        let error = Runtime::docker(dir.path().join("absent.sock"))
+            .start(rental, &gpus, &workload(&[]))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("cannot reach Docker"), "{error}");
+    }
 }
