@@ -669,10 +669,11 @@ pub async fn heartbeat(
             .await;
         match appended {
             Ok(committed) => {
-                state
-                    .credentials
-                    .wait_for(committed.last_position())
-                    .await?;
+                let position = committed.last_position();
+                state.credentials.wait_for(position).await?;
+                // Read-your-writes for the listings too: once the agent hears "online", its GPUs'
+                // listing status no longer says offline.
+                state.listings.wait_for(position).await;
                 online = true;
             }
             // Another heartbeat or the watchdog moved the machine meanwhile: the next
