@@ -19,6 +19,7 @@ pub mod market;
 pub mod metering;
 pub mod money;
 pub mod onboarding;
+pub mod payouts;
 pub mod pricing;
 pub mod rental;
 pub mod stream;

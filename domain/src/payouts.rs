@@ -1,0 +1,268 @@
+//! Payouts, the rules without the rails: when a provider is paid, how much, under which id, and
+//! the double entry of each step. (Work in progress toward the payouts capability: the events,
+//! the batch command and the Solana and bank rails build on this.)
+//!
+//! - Weekly payouts run every Monday; monthly ones on the first business day of the month
+//!   (weekends and the configured holidays skipped).
+//! - What is payable on a payout date: the provider's balance from earnings settled before the
+//!   cutoff (the payout date's midnight UTC minus the hold period), less what is already in
+//!   flight. Below the schedule's minimum nothing is paid and the balance rolls forward.
+//! - Solana pays the exact micro-USDC; a bank transfer pays whole cents and the sub-cent remainder
+//!   stays in the provider's balance for the next payout.
+//! - A payout's id is derived from the provider and the period, so planning the same date twice
+//!   yields the same ids (and the store refuses the second append).
+//! - Double entry: scheduling moves the amount from the provider's payable to payout clearing;
+//!   confirmation moves it from clearing to the treasury; a failure moves it back to the payable.
+
+use std::collections::BTreeSet;
+
+use chrono::{Datelike, Days, NaiveDate, Weekday};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::ledger::{Account, JournalEntry, JournalError, Posting};
+use crate::money::{MoneyError, Usdc};
+use crate::time::{MICROS_PER_DAY, Timestamp};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    Weekly,
+    Monthly,
+}
+
+/// How a payout travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rail {
+    /// USDC on Solana: exact micro-USDC.
+    Solana,
+    /// SEPA credit transfer: whole cents.
+    Bank,
+}
+
+/// The payout rules in force (configurable per deployment).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayoutPolicy {
+    /// Weekly payouts need at least this much available.
+    pub weekly_minimum: Usdc,
+    /// Monthly payouts need at least this much available.
+    pub monthly_minimum: Usdc,
+    /// Earnings wait this many days before they can be paid (the window for disputes).
+    pub hold_days: u32,
+    /// Days that are not business days besides weekends.
+    pub holidays: BTreeSet<NaiveDate>,
+}
+
+impl Default for PayoutPolicy {
+    /// Weekly minimum 20 USDC, monthly minimum 5 USDC, a 3-day hold, no holidays.
+    fn default() -> Self {
+        PayoutPolicy {
+            weekly_minimum: Usdc::from_micros(20_000_000),
+            monthly_minimum: Usdc::from_micros(5_000_000),
+            hold_days: 3,
+            holidays: BTreeSet::new(),
+        }
+    }
+}
+
+impl PayoutPolicy {
+    pub fn minimum(&self, schedule: Schedule) -> Usdc {
+        match schedule {
+            Schedule::Weekly => self.weekly_minimum,
+            Schedule::Monthly => self.monthly_minimum,
+        }
+    }
+
+    pub fn is_business_day(&self, date: NaiveDate) -> bool {
+        !matches!(date.weekday(), Weekday::Sat | Weekday::Sun) && !self.holidays.contains(&date)
+    }
+
+    /// The first business day of `date`'s month.
+    pub fn first_business_day(&self, date: NaiveDate) -> NaiveDate {
+        let mut day = date.with_day(1).unwrap_or(date);
+        while !self.is_business_day(day) {
+            day = day + Days::new(1);
+        }
+        day
+    }
+
+    /// Whether a schedule pays on `date`: weekly on Mondays, monthly on the month's first
+    /// business day.
+    pub fn is_payout_date(&self, schedule: Schedule, date: NaiveDate) -> bool {
+        match schedule {
+            Schedule::Weekly => date.weekday() == Weekday::Mon,
+            Schedule::Monthly => self.first_business_day(date) == date,
+        }
+    }
+
+    /// Earnings dated before this instant may be paid on `date`: its midnight (UTC) less the hold.
+    pub fn cutoff(&self, date: NaiveDate) -> Timestamp {
+        let midnight = date
+            .and_hms_opt(0, 0, 0)
+            .map_or(0, |d| d.and_utc().timestamp_micros());
+        Timestamp::from_unix_micros(midnight - i64::from(self.hold_days) * MICROS_PER_DAY)
+    }
+}
+
+/// The period a payout date pays: `weekly-2026-11-30` (the Monday) or `monthly-2026-12`.
+pub fn period_key(schedule: Schedule, date: NaiveDate) -> String {
+    match schedule {
+        Schedule::Weekly => {
+            let monday = date - Days::new(u64::from(date.weekday().num_days_from_monday()));
+            format!("weekly-{monday}")
+        }
+        Schedule::Monthly => format!("monthly-{:04}-{:02}", date.year(), date.month()),
+    }
+}
+
+/// The namespace of payout ids (a fixed random UUID).
+const PAYOUT_NAMESPACE: Uuid = Uuid::from_u128(0x6b1f_3c2e_9a4d_4e7b_8c55_2f90_d1a3_e6c4);
+
+/// A payout's id: the same provider and period always give the same id (UUIDv5).
+pub fn payout_id(provider_id: Uuid, period: &str) -> Uuid {
+    Uuid::new_v5(
+        &PAYOUT_NAMESPACE,
+        format!("{provider_id}/{period}").as_bytes(),
+    )
+}
+
+/// What one provider is paid: the amount sent and the remainder left in the balance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayoutAmount {
+    pub paid: Usdc,
+    /// The sub-cent remainder a bank transfer cannot carry; it stays payable.
+    pub carried: Usdc,
+}
+
+/// Plans one provider's payout from what is available (settled and not in flight). `None` when
+/// below the minimum (the balance rolls forward) or nothing would be paid.
+pub fn plan(
+    available: Usdc,
+    minimum: Usdc,
+    rail: Rail,
+) -> Result<Option<PayoutAmount>, MoneyError> {
+    if available < minimum || !available.is_positive() {
+        return Ok(None);
+    }
+    let (paid, carried) = match rail {
+        Rail::Solana => (available, Usdc::ZERO),
+        Rail::Bank => available.split_cents()?,
+    };
+    Ok(paid.is_positive().then_some(PayoutAmount { paid, carried }))
+}
+
+/// Scheduling a payout: the provider's payable to payout clearing.
+pub fn schedule_entry(provider_id: Uuid, amount: Usdc) -> Result<JournalEntry, JournalError> {
+    JournalEntry::new(vec![
+        Posting::debit(Account::ProviderPayable(provider_id), amount),
+        Posting::credit(Account::PayoutClearing(provider_id), amount),
+    ])
+}
+
+/// A confirmed payout: clearing to the treasury (the money left it).
+pub fn confirm_entry(provider_id: Uuid, amount: Usdc) -> Result<JournalEntry, JournalError> {
+    JournalEntry::new(vec![
+        Posting::debit(Account::PayoutClearing(provider_id), amount),
+        Posting::credit(Account::Treasury, amount),
+    ])
+}
+
+/// A failed payout: clearing back to the provider's payable.
+pub fn fail_entry(provider_id: Uuid, amount: Usdc) -> Result<JournalEntry, JournalError> {
+    JournalEntry::new(vec![
+        Posting::debit(Account::PayoutClearing(provider_id), amount),
+        Posting::credit(Account::ProviderPayable(provider_id), amount),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn day(text: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap()
+    }
+
+    #[test]
+    fn payout_dates_follow_the_calendar() {
+        let mut policy = PayoutPolicy::default();
+        // 2026-11-30 is a Monday; 2026-12-01 a Tuesday.
+        assert!(policy.is_payout_date(Schedule::Weekly, day("2026-11-30")));
+        assert!(!policy.is_payout_date(Schedule::Weekly, day("2026-12-01")));
+        assert!(policy.is_payout_date(Schedule::Monthly, day("2026-12-01")));
+        // August 2026 starts on a Saturday: the first business day is Monday the 3rd.
+        assert_eq!(
+            policy.first_business_day(day("2026-08-20")),
+            day("2026-08-03")
+        );
+        assert!(!policy.is_payout_date(Schedule::Monthly, day("2026-08-01")));
+        // January 2027 starts on a Friday, a holiday: then a weekend: Monday the 4th.
+        policy.holidays.insert(day("2027-01-01"));
+        assert_eq!(
+            policy.first_business_day(day("2027-01-15")),
+            day("2027-01-04")
+        );
+        assert!(policy.is_payout_date(Schedule::Monthly, day("2027-01-04")));
+        assert_eq!(
+            policy.cutoff(day("2026-11-30")),
+            Timestamp::from_unix_micros(
+                day("2026-11-27")
+                    .and_hms_opt(0, 0, 0)
+                    .unwrap()
+                    .and_utc()
+                    .timestamp_micros()
+            )
+        );
+    }
+
+    #[test]
+    fn ids_are_derived_and_amounts_planned_exactly() {
+        let provider = Uuid::from_u128(7);
+        let week = period_key(Schedule::Weekly, day("2026-12-02"));
+        assert_eq!(week, "weekly-2026-11-30");
+        assert_eq!(
+            period_key(Schedule::Monthly, day("2026-12-01")),
+            "monthly-2026-12"
+        );
+        assert_eq!(payout_id(provider, &week), payout_id(provider, &week));
+        assert_ne!(
+            payout_id(provider, &week),
+            payout_id(Uuid::from_u128(8), &week)
+        );
+        let minimum = Usdc::from_micros(20_000_000);
+        // Below the minimum: rolls forward.
+        assert_eq!(
+            plan(Usdc::from_micros(19_999_999), minimum, Rail::Solana),
+            Ok(None)
+        );
+        // Solana: exact; bank: whole cents, the rest carried.
+        let available = Usdc::from_micros(25_123_456);
+        assert_eq!(
+            plan(available, minimum, Rail::Solana),
+            Ok(Some(PayoutAmount {
+                paid: available,
+                carried: Usdc::ZERO
+            }))
+        );
+        assert_eq!(
+            plan(available, minimum, Rail::Bank),
+            Ok(Some(PayoutAmount {
+                paid: Usdc::from_micros(25_120_000),
+                carried: Usdc::from_micros(3_456),
+            }))
+        );
+        assert_eq!(
+            plan(Usdc::from_micros(9_999), Usdc::ZERO, Rail::Bank),
+            Ok(None)
+        );
+        for entry in [
+            schedule_entry(provider, available).unwrap(),
+            confirm_entry(provider, available).unwrap(),
+            fail_entry(provider, available).unwrap(),
+        ] {
+            assert_eq!(entry.total(), available);
+        }
+        assert!(schedule_entry(provider, Usdc::ZERO).is_err());
+    }
+}
