@@ -58,14 +58,10 @@ struct Range {
     days: Option<(NaiveDate, NaiveDate)>,
 }
 
-fn parse_range(
-    query: &HashMap<String, String>,
-    default_zone: String,
-    extra: &[&str],
-) -> Result<Range, ApiError> {
+fn parse_range(query: &HashMap<String, String>, default_zone: String) -> Result<Range, ApiError> {
     if let Some(key) = query
         .keys()
-        .find(|k| !["tz", "from", "to"].contains(&k.as_str()) && !extra.contains(&k.as_str()))
+        .find(|k| !["tz", "from", "to"].contains(&k.as_str()))
     {
         return Err(ApiError::invalid(
             key,
@@ -139,16 +135,26 @@ fn period(
     }
 }
 
-fn check_provider(state: &AppState, provider_id: Uuid) -> Result<(), ApiError> {
+/// The checks every provider dashboard endpoint makes: the caller may see this provider, the
+/// provider exists, and the query names a valid zone and range.
+fn dashboard_request(
+    state: &AppState,
+    caller: &Caller,
+    provider_id: Uuid,
+    query: &HashMap<String, String>,
+) -> Result<Range, ApiError> {
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        provider_id,
+    )?;
     if state
         .credentials
         .provider_application(&provider_id)
-        .is_some()
+        .is_none()
     {
-        Ok(())
-    } else {
-        Err(ApiError::NotFound("provider"))
+        return Err(ApiError::NotFound("provider"));
     }
+    parse_range(query, provider_zone(state, provider_id))
 }
 
 /// `GET /v1/providers/{provider_id}/earnings?tz=&from=&to=`: this week, this month, all time,
@@ -159,12 +165,7 @@ pub async fn summary(
     Path(provider_id): Path<Uuid>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<we::EarningsSummary>, ApiError> {
-    caller.require_for_provider(
-        &[Allow::Admin, Allow::Finance, Allow::Provider],
-        provider_id,
-    )?;
-    check_provider(&state, provider_id)?;
-    let range = parse_range(&query, provider_zone(&state, provider_id), &[])?;
+    let range = dashboard_request(&state, &caller, provider_id, &query)?;
     let at = now();
     let zone = range.zone;
     let week = calendar::week_of(zone, at);
@@ -219,12 +220,7 @@ pub async fn daily(
     Path(provider_id): Path<Uuid>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<we::DailyEarnings>, ApiError> {
-    caller.require_for_provider(
-        &[Allow::Admin, Allow::Finance, Allow::Provider],
-        provider_id,
-    )?;
-    check_provider(&state, provider_id)?;
-    let range = parse_range(&query, provider_zone(&state, provider_id), &[])?;
+    let range = dashboard_request(&state, &caller, provider_id, &query)?;
     let (first, last) = range.days.ok_or_else(|| {
         ApiError::invalid("from", "required", "from and to (YYYY-MM-DD) are required")
     })?;
@@ -290,12 +286,7 @@ pub async fn statement(
     Path(provider_id): Path<Uuid>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    caller.require_for_provider(
-        &[Allow::Admin, Allow::Finance, Allow::Provider],
-        provider_id,
-    )?;
-    check_provider(&state, provider_id)?;
-    let range = parse_range(&query, provider_zone(&state, provider_id), &[])?;
+    let range = dashboard_request(&state, &caller, provider_id, &query)?;
     let (first, last) = range.days.ok_or_else(|| {
         ApiError::invalid("from", "required", "from and to (YYYY-MM-DD) are required")
     })?;
@@ -341,7 +332,7 @@ pub async fn finance(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<we::FinanceEarnings>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
-    let range = parse_range(&query, "UTC".to_owned(), &[])?;
+    let range = parse_range(&query, "UTC".to_owned())?;
     let zone = range.zone;
     let month = calendar::month_of(zone, now());
     let month_last = calendar::next_month(month).pred_opt().unwrap_or(month);
@@ -354,13 +345,7 @@ pub async fn finance(
             .into_iter()
             .map(|provider_id| {
                 let sums = earnings.sums(provider_id, from, until);
-                all = Sums {
-                    gross: all.gross + sums.gross,
-                    fee: all.fee + sums.fee,
-                    net: all.net + sums.net,
-                    gpu_seconds: all.gpu_seconds + sums.gpu_seconds,
-                    lines: all.lines + sums.lines,
-                };
+                all.add_sums(sums);
                 let pending = earnings.pending_balance(provider_id);
                 we::ProviderTotals {
                     provider_id,

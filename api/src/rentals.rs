@@ -509,48 +509,68 @@ pub async fn meter(
             return Ok((None, "absorbed"));
         };
         let event = DomainEvent::Rental(RentalEvent::UsageMetered(metered));
-        let appended = state
-            .store
-            .append(
-                stream(format!("rental-{rental_id}")),
-                ExpectedVersion::Exact(rental.stream_version),
-                vec![NewEvent::from_domain(
-                    report_id,
-                    &event,
-                    Metadata::actor(format!("agent:{machine_id}")),
-                )],
-            )
-            .await;
-        match appended {
-            Ok(committed) => {
-                let position = committed.last_position();
-                state.credentials.wait_for(position).await?;
-                return Ok((
-                    Some(position),
-                    if committed.replayed {
-                        "duplicate"
-                    } else {
-                        "recorded"
-                    },
-                ));
-            }
-            Err(AppendError::WrongExpectedVersion { .. }) => continue,
-            Err(AppendError::IdempotencyConflict { .. }) => {
-                return Ok((state.store.event_position(report_id).await?, "duplicate"));
-            }
-            Err(AppendError::Store(error)) => return Err(error.into()),
-            Err(other) => {
-                return Err(ApiError::Conflict {
-                    code: other.code(),
-                    detail: other.to_string(),
-                });
-            }
+        let meta = Metadata::actor(format!("agent:{machine_id}"));
+        match append_at(
+            state,
+            rental_id,
+            rental.stream_version,
+            report_id,
+            &event,
+            meta,
+        )
+        .await?
+        {
+            Some(outcome) => return Ok(outcome),
+            None => continue,
         }
     }
     Err(ApiError::Conflict {
         code: "concurrent_change",
         detail: "the rental kept changing; retry".to_owned(),
     })
+}
+
+/// Appends one event to a rental's stream at `version`, under `event_id`. `Ok(None)` when the
+/// stream moved meanwhile (the caller looks again); an id already stored answers `duplicate`
+/// with its position.
+async fn append_at(
+    state: &AppState,
+    rental_id: Uuid,
+    version: u64,
+    event_id: Uuid,
+    event: &DomainEvent,
+    meta: Metadata,
+) -> Result<Option<(Option<u64>, &'static str)>, ApiError> {
+    let appended = state
+        .store
+        .append(
+            stream(format!("rental-{rental_id}")),
+            ExpectedVersion::Exact(version),
+            vec![NewEvent::from_domain(event_id, event, meta)],
+        )
+        .await;
+    match appended {
+        Ok(committed) => {
+            let position = committed.last_position();
+            state.credentials.wait_for(position).await?;
+            let status = if committed.replayed {
+                "duplicate"
+            } else {
+                "recorded"
+            };
+            Ok(Some((Some(position), status)))
+        }
+        Err(AppendError::WrongExpectedVersion { .. }) => Ok(None),
+        Err(AppendError::IdempotencyConflict { .. }) => Ok(Some((
+            state.store.event_position(event_id).await?,
+            "duplicate",
+        ))),
+        Err(AppendError::Store(error)) => Err(error.into()),
+        Err(other) => Err(ApiError::Conflict {
+            code: other.code(),
+            detail: other.to_string(),
+        }),
+    }
 }
 
 /// Appends one event to a rental's stream at its version, retrying when usage moved it.
@@ -561,48 +581,17 @@ async fn append_to_rental(
     event: RentalEvent,
     meta: Metadata,
 ) -> Result<(u64, &'static str), ApiError> {
+    let event = DomainEvent::Rental(event);
     for _attempt in 0..5 {
         let version = state
             .credentials
             .with_market(|m| m.rental(&rental_id).map(|r| r.stream_version))
             .ok_or(ApiError::NotFound("rental"))?;
-        let appended = state
-            .store
-            .append(
-                stream(format!("rental-{rental_id}")),
-                ExpectedVersion::Exact(version),
-                vec![NewEvent::from_domain(
-                    event_id,
-                    &DomainEvent::Rental(event.clone()),
-                    meta.clone(),
-                )],
-            )
-            .await;
-        match appended {
-            Ok(committed) => {
-                let position = committed.last_position();
-                state.credentials.wait_for(position).await?;
-                let status = if committed.replayed {
-                    "duplicate"
-                } else {
-                    "recorded"
-                };
-                return Ok((position, status));
-            }
-            Err(AppendError::WrongExpectedVersion { .. }) => {
+        match append_at(state, rental_id, version, event_id, &event, meta.clone()).await? {
+            Some((position, status)) => return Ok((position.unwrap_or(0), status)),
+            None => {
                 let head = state.store.head_position().await?;
                 state.credentials.wait_for(head).await?;
-            }
-            Err(AppendError::IdempotencyConflict { .. }) => {
-                let position = state.store.event_position(event_id).await?.unwrap_or(0);
-                return Ok((position, "duplicate"));
-            }
-            Err(AppendError::Store(error)) => return Err(error.into()),
-            Err(other) => {
-                return Err(ApiError::Conflict {
-                    code: other.code(),
-                    detail: other.to_string(),
-                });
             }
         }
     }
