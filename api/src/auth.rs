@@ -149,6 +149,7 @@ impl CredentialCache {
                 || e.event_type.starts_with("platform.")
                 || e.event_type.starts_with("market.")
                 || e.event_type.starts_with("rental.")
+                || e.event_type.starts_with("payout.")
                 || e.event_type == gpunex_domain::events::ADJUSTMENT_POSTED
         };
         for event in events.iter().filter(relevant) {

@@ -22,6 +22,7 @@ pub mod fleet;
 pub mod idempotency;
 pub mod market;
 pub mod outbox;
+pub mod payouts;
 pub mod pricing;
 pub mod reconcile;
 pub mod rentals;

@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::handler::Handler;
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, get, post, put};
 use serde_json::{Value, json};
 
 use crate::server::AppState;
@@ -66,6 +66,20 @@ impl Routes {
         T: 'static,
     {
         self.add("post", path, summary, roles, post(handler))
+    }
+
+    pub fn put<H, T>(
+        self,
+        path: &'static str,
+        summary: &'static str,
+        roles: Roles,
+        handler: H,
+    ) -> Routes
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        self.add("put", path, summary, roles, put(handler))
     }
 
     fn add(

@@ -241,6 +241,18 @@ pub fn endpoints() -> crate::routes::Routes {
             earnings::statement,
         )
         .get(
+            "/v1/providers/{provider_id}/payout-settings",
+            "the provider's payout schedule and method",
+            PROVIDER_DASHBOARD,
+            crate::payouts::read,
+        )
+        .put(
+            "/v1/providers/{provider_id}/payout-settings",
+            "choose weekly or monthly payouts and a Solana wallet or SEPA bank details",
+            ADMIN_PROVIDER,
+            crate::payouts::set,
+        )
+        .get(
             "/v1/market/recommendations",
             "a recommended price for a model (and region), with the supply, demand and prices behind it",
             PUBLIC,

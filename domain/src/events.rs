@@ -80,6 +80,7 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(USAGE_METERED),
     v1(JOB_STARTED),
     v1(JOB_ENDED),
+    v1(PAYOUT_SETTINGS_CHANGED),
 ];
 
 pub const USAGE_METERED: &str = "rental.usage_metered";
@@ -90,6 +91,8 @@ pub const GPU_LEASED: &str = "rental.gpu_leased";
 pub const GPU_RELEASED: &str = "rental.gpu_released";
 pub const JOB_STARTED: &str = "rental.job_started";
 pub const JOB_ENDED: &str = "rental.job_ended";
+
+pub const PAYOUT_SETTINGS_CHANGED: &str = "payout.settings_changed";
 
 pub const PRICE_SET: &str = "market.price_set";
 pub const AVAILABILITY_SET: &str = "market.availability_set";
@@ -172,6 +175,7 @@ pub enum DomainEvent {
     Fleet(FleetEvent),
     Market(MarketEvent),
     Rental(RentalEvent),
+    Payout(crate::payouts::PayoutEvent),
 }
 
 /// Finance corrects the books by hand: a balanced journal entry with a reason.
@@ -241,6 +245,9 @@ impl DomainEvent {
                 RentalEvent::JobStarted(_) => JOB_STARTED,
                 RentalEvent::JobEnded(_) => JOB_ENDED,
             },
+            DomainEvent::Payout(crate::payouts::PayoutEvent::SettingsChanged(_)) => {
+                PAYOUT_SETTINGS_CHANGED
+            }
         }
     }
 
@@ -294,6 +301,9 @@ impl DomainEvent {
                 RentalEvent::JobStarted(e) => serde_json::to_value(e),
                 RentalEvent::JobEnded(e) => serde_json::to_value(e),
             },
+            DomainEvent::Payout(crate::payouts::PayoutEvent::SettingsChanged(e)) => {
+                serde_json::to_value(e)
+            }
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -317,7 +327,8 @@ impl DomainEvent {
             | DomainEvent::ModelAdded(_)
             | DomainEvent::Fleet(_)
             | DomainEvent::Market(_)
-            | DomainEvent::Rental(_) => None,
+            | DomainEvent::Rental(_)
+            | DomainEvent::Payout(_) => None,
         }
     }
 
@@ -511,6 +522,13 @@ fn decode_with(
         (JOB_ENDED, _) => DomainEvent::Rental(RentalEvent::JobEnded(
             source.parse::<JobEnded>().map_err(json)?,
         )),
+        (PAYOUT_SETTINGS_CHANGED, _) => {
+            DomainEvent::Payout(crate::payouts::PayoutEvent::SettingsChanged(
+                source
+                    .parse::<crate::payouts::PayoutSettingsChanged>()
+                    .map_err(json)?,
+            ))
+        }
         (TOKEN_REVOKED, _) => DomainEvent::Credential(CredentialEvent::Revoked(
             source.parse::<TokenRevoked>().map_err(json)?,
         )),

@@ -24,6 +24,68 @@ use crate::ledger::{Account, JournalEntry, JournalError, Posting};
 use crate::money::{MoneyError, Usdc};
 use crate::time::{MICROS_PER_DAY, Timestamp};
 
+/// A bank account as a SEPA transfer needs it (validated at the edge by `gpunex-payouts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankDetails {
+    /// Normalized: upper case, no spaces.
+    pub iban: String,
+    pub bic: String,
+    pub account_holder: String,
+    pub address: BankAddress,
+}
+
+/// A structured postal address (required in SEPA files from November 2026).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankAddress {
+    pub street: String,
+    #[serde(default)]
+    pub building_number: Option<String>,
+    pub post_code: String,
+    pub town: String,
+    /// ISO 3166-1 alpha-2.
+    pub country: String,
+}
+
+/// Where a provider is paid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PayoutMethod {
+    /// USDC to this Solana wallet (base58, an ed25519 public key): paid to its associated token
+    /// account.
+    Solana { wallet: String },
+    /// A SEPA credit transfer.
+    Bank(BankDetails),
+}
+
+impl PayoutMethod {
+    pub fn rail(&self) -> Rail {
+        match self {
+            PayoutMethod::Solana { .. } => Rail::Solana,
+            PayoutMethod::Bank(_) => Rail::Bank,
+        }
+    }
+}
+
+/// `payout.settings_changed`: a provider's schedule and method from now on. A payout already
+/// submitted keeps the method it was submitted with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutSettingsChanged {
+    pub provider_id: Uuid,
+    pub schedule: Schedule,
+    pub method: PayoutMethod,
+    pub changed_at: Timestamp,
+    /// Who changed it: `token:<id>`.
+    pub changed_by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayoutEvent {
+    SettingsChanged(PayoutSettingsChanged),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Schedule {

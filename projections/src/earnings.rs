@@ -13,6 +13,7 @@ use std::sync::Arc;
 use gpunex_domain::DomainEvent;
 use gpunex_domain::ledger::{Account, Side};
 use gpunex_domain::money::Usdc;
+use gpunex_domain::payouts::{PayoutEvent, PayoutSettingsChanged};
 use gpunex_domain::rental::{RentalEvent, UsageMetered};
 use gpunex_domain::time::Timestamp;
 use uuid::Uuid;
@@ -121,6 +122,8 @@ pub struct Earnings {
     totals: Sums,
     /// Net of the adjustments posted to each provider's payable account (credits positive).
     adjustments: HashMap<Uuid, i64>,
+    /// Each provider's payout settings in force.
+    payout_settings: HashMap<Uuid, PayoutSettingsChanged>,
 }
 
 /// `n` shares of `amount` as equal as can be: the first `amount mod n` shares get one more unit.
@@ -149,6 +152,10 @@ impl Earnings {
             }
             DomainEvent::Rental(RentalEvent::UsageMetered(metered)) => {
                 self.add_line(position, recorded_at_us, metered);
+            }
+            DomainEvent::Payout(PayoutEvent::SettingsChanged(changed)) => {
+                self.payout_settings
+                    .insert(changed.provider_id, changed.clone());
             }
             DomainEvent::AdjustmentPosted(adjustment) => {
                 for posting in adjustment.postings.lines() {
@@ -198,6 +205,11 @@ impl Earnings {
             .add(sums.gross, sums.fee, sums.net, sums.gpu_seconds, 1);
         provider.lines.push(line);
         provider.running.push(running);
+    }
+
+    /// A provider's payout settings in force, if it chose any.
+    pub fn payout_settings(&self, provider_id: Uuid) -> Option<&PayoutSettingsChanged> {
+        self.payout_settings.get(&provider_id)
     }
 
     /// The providers with earnings, in id order.

@@ -235,5 +235,6 @@ pub mod earnings;
 pub mod fleet;
 
 pub mod market;
+pub mod payouts;
 
 pub mod rentals;
