@@ -214,6 +214,65 @@ pub fn plan(
     Ok(paid.is_positive().then_some(PayoutAmount { paid, carried }))
 }
 
+/// A provider as a batch sees it on its date.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderBalance {
+    pub provider_id: Uuid,
+    pub schedule: Schedule,
+    pub rail: Rail,
+    /// Earned before the cutoff, plus adjustments, less what was paid or is in flight.
+    pub available: Usdc,
+}
+
+/// What a batch decides for one provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Paid now.
+    Pay {
+        payout_id: Uuid,
+        amount: PayoutAmount,
+    },
+    /// Below the schedule's minimum: the balance rolls forward.
+    RollForward { available: Usdc, minimum: Usdc },
+    /// Not this provider's payout date.
+    NotDue,
+}
+
+/// The batch id of a date: the same date always gives the same id.
+pub fn batch_id(date: NaiveDate) -> Uuid {
+    Uuid::new_v5(&PAYOUT_NAMESPACE, format!("batch/{date}").as_bytes())
+}
+
+/// Decides a date's batch: for each provider whose schedule pays on `date`, pay what is
+/// available (above the minimum; bank transfers in whole cents) under the id of its period, or
+/// roll it forward.
+pub fn plan_batch(
+    policy: &PayoutPolicy,
+    date: NaiveDate,
+    providers: &[ProviderBalance],
+) -> Result<Vec<(Uuid, Decision)>, MoneyError> {
+    providers
+        .iter()
+        .map(|p| {
+            if !policy.is_payout_date(p.schedule, date) {
+                return Ok((p.provider_id, Decision::NotDue));
+            }
+            let minimum = policy.minimum(p.schedule);
+            let decision = match plan(p.available, minimum, p.rail)? {
+                Some(amount) => Decision::Pay {
+                    payout_id: payout_id(p.provider_id, &period_key(p.schedule, date)),
+                    amount,
+                },
+                None => Decision::RollForward {
+                    available: p.available,
+                    minimum,
+                },
+            };
+            Ok((p.provider_id, decision))
+        })
+        .collect()
+}
+
 /// Scheduling a payout: the provider's payable to payout clearing.
 pub fn schedule_entry(provider_id: Uuid, amount: Usdc) -> Result<JournalEntry, JournalError> {
     JournalEntry::new(vec![
@@ -326,5 +385,73 @@ mod tests {
             assert_eq!(entry.total(), available);
         }
         assert!(schedule_entry(provider, Usdc::ZERO).is_err());
+    }
+
+    #[test]
+    fn a_batch_pays_who_is_due_and_rolls_the_rest_forward() {
+        let mut policy = PayoutPolicy::default();
+        policy.holidays.insert(day("2027-02-01"));
+        let usdc = Usdc::from_micros;
+        let balance = |n: u128, schedule, rail, available| ProviderBalance {
+            provider_id: Uuid::from_u128(n),
+            schedule,
+            rail,
+            available: usdc(available),
+        };
+        let providers = [
+            balance(1, Schedule::Weekly, Rail::Solana, 20_000_000),
+            balance(2, Schedule::Weekly, Rail::Bank, 19_999_999),
+            balance(3, Schedule::Weekly, Rail::Bank, 31_415_926),
+            balance(4, Schedule::Monthly, Rail::Solana, 50_000_000),
+        ];
+        // Monday 2027-02-01 is a holiday: weekly payouts still run on Mondays; the monthly
+        // one waits for Tuesday the 2nd, the first business day.
+        let monday = plan_batch(&policy, day("2027-02-01"), &providers).unwrap();
+        let week = "weekly-2027-02-01";
+        assert_eq!(
+            monday,
+            vec![
+                (
+                    Uuid::from_u128(1),
+                    Decision::Pay {
+                        payout_id: payout_id(Uuid::from_u128(1), week),
+                        amount: PayoutAmount {
+                            paid: usdc(20_000_000),
+                            carried: Usdc::ZERO
+                        },
+                    }
+                ),
+                (
+                    Uuid::from_u128(2),
+                    Decision::RollForward {
+                        available: usdc(19_999_999),
+                        minimum: usdc(20_000_000)
+                    }
+                ),
+                (
+                    Uuid::from_u128(3),
+                    Decision::Pay {
+                        payout_id: payout_id(Uuid::from_u128(3), week),
+                        amount: PayoutAmount {
+                            paid: usdc(31_410_000),
+                            carried: usdc(5_926)
+                        },
+                    }
+                ),
+                (Uuid::from_u128(4), Decision::NotDue),
+            ]
+        );
+        // The same date again: the same ids (the store refuses them a second time).
+        assert_eq!(
+            plan_batch(&policy, day("2027-02-01"), &providers).unwrap(),
+            monday
+        );
+        assert_eq!(batch_id(day("2027-02-01")), batch_id(day("2027-02-01")));
+        let tuesday = plan_batch(&policy, day("2027-02-02"), &providers).unwrap();
+        assert_eq!(tuesday[0].1, Decision::NotDue);
+        assert!(matches!(
+            tuesday[3].1,
+            Decision::Pay { amount: PayoutAmount { paid, .. }, .. } if paid == usdc(50_000_000)
+        ));
     }
 }
