@@ -127,3 +127,14 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// An append the store refused: its own failure, or a conflict with its stable code.
+pub(crate) fn append_failure(error: gpunex_store::AppendError) -> ApiError {
+    match error {
+        gpunex_store::AppendError::Store(error) => error.into(),
+        other => ApiError::Conflict {
+            code: other.code(),
+            detail: other.to_string(),
+        },
+    }
+}

@@ -26,7 +26,7 @@ use gpunex_wire::fleet as wf;
 use uuid::Uuid;
 
 use crate::auth::{Allow, Caller, CredentialCache};
-use crate::error::ApiError;
+use crate::error::{ApiError, append_failure};
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -808,16 +808,6 @@ async fn watch_once(
         *last_prune = at.unix_micros();
     }
     Ok(())
-}
-
-fn append_failure(error: AppendError) -> ApiError {
-    match error {
-        AppendError::Store(error) => error.into(),
-        other => ApiError::Conflict {
-            code: other.code(),
-            detail: other.to_string(),
-        },
-    }
 }
 
 fn telemetry_view(row: &TelemetryRow) -> wf::Telemetry {

@@ -11,7 +11,7 @@ use gpunex_wire::payouts as wp;
 use uuid::Uuid;
 
 use crate::auth::{Allow, Caller};
-use crate::error::ApiError;
+use crate::error::{ApiError, append_failure};
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -97,13 +97,7 @@ pub async fn set(
             )],
         )
         .await
-        .map_err(|error| match error {
-            gpunex_store::AppendError::Store(error) => error.into(),
-            other => ApiError::Conflict {
-                code: other.code(),
-                detail: other.to_string(),
-            },
-        })?;
+        .map_err(append_failure)?;
     state
         .credentials
         .wait_for(committed.last_position())

@@ -18,7 +18,7 @@ use gpunex_wire::rentals as wr;
 use uuid::Uuid;
 
 use crate::auth::{Allow, Caller};
-use crate::error::ApiError;
+use crate::error::{ApiError, append_failure};
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -212,11 +212,7 @@ pub async fn rent(
                     stream_id.strip_prefix("gpu_lease-").unwrap_or(&stream_id)
                 ),
             },
-            AppendError::Store(error) => error.into(),
-            other => ApiError::Conflict {
-                code: other.code(),
-                detail: other.to_string(),
-            },
+            other => append_failure(other),
         })?;
     let position = committed.last_position();
     state.credentials.wait_for(position).await?;
@@ -425,11 +421,7 @@ async fn finish(
                 detail: "the rental changed while it was being ended (usage was metered); retry"
                     .to_owned(),
             },
-            AppendError::Store(error) => error.into(),
-            other => ApiError::Conflict {
-                code: other.code(),
-                detail: other.to_string(),
-            },
+            other => append_failure(other),
         })?;
     let position = committed.last_position();
     registry.wait_for(position).await?;
@@ -565,11 +557,7 @@ async fn append_at(
             state.store.event_position(event_id).await?,
             "duplicate",
         ))),
-        Err(AppendError::Store(error)) => Err(error.into()),
-        Err(other) => Err(ApiError::Conflict {
-            code: other.code(),
-            detail: other.to_string(),
-        }),
+        Err(other) => Err(append_failure(other)),
     }
 }
 
