@@ -23,6 +23,7 @@ use crate::market::{
     PriceSet,
 };
 use crate::money::Usdc;
+use crate::payouts::PayoutEvent;
 use crate::onboarding::{
     ApplicationApproved, ApplicationEvent, ApplicationRejected, ApplicationSubmitted,
     ApplicationWithdrawn, InformationProvided, InformationRequested,
@@ -81,6 +82,12 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(JOB_STARTED),
     v1(JOB_ENDED),
     v1(PAYOUT_SETTINGS_CHANGED),
+    v1(PAYOUT_BATCH_CREATED),
+    v1(PAYOUT_SCHEDULED),
+    v1(PAYOUT_SUBMITTED),
+    v1(PAYOUT_BANK_FILE_CREATED),
+    v1(PAYOUT_CONFIRMED),
+    v1(PAYOUT_FAILED),
 ];
 
 pub const USAGE_METERED: &str = "rental.usage_metered";
@@ -93,6 +100,12 @@ pub const JOB_STARTED: &str = "rental.job_started";
 pub const JOB_ENDED: &str = "rental.job_ended";
 
 pub const PAYOUT_SETTINGS_CHANGED: &str = "payout.settings_changed";
+pub const PAYOUT_BATCH_CREATED: &str = "payout.batch_created";
+pub const PAYOUT_SCHEDULED: &str = "payout.scheduled";
+pub const PAYOUT_SUBMITTED: &str = "payout.submitted";
+pub const PAYOUT_BANK_FILE_CREATED: &str = "payout.bank_file_created";
+pub const PAYOUT_CONFIRMED: &str = "payout.confirmed";
+pub const PAYOUT_FAILED: &str = "payout.failed";
 
 pub const PRICE_SET: &str = "market.price_set";
 pub const AVAILABILITY_SET: &str = "market.availability_set";
@@ -245,9 +258,15 @@ impl DomainEvent {
                 RentalEvent::JobStarted(_) => JOB_STARTED,
                 RentalEvent::JobEnded(_) => JOB_ENDED,
             },
-            DomainEvent::Payout(crate::payouts::PayoutEvent::SettingsChanged(_)) => {
-                PAYOUT_SETTINGS_CHANGED
-            }
+            DomainEvent::Payout(event) => match event {
+                PayoutEvent::SettingsChanged(_) => PAYOUT_SETTINGS_CHANGED,
+                PayoutEvent::BatchCreated(_) => PAYOUT_BATCH_CREATED,
+                PayoutEvent::Scheduled(_) => PAYOUT_SCHEDULED,
+                PayoutEvent::Submitted(_) => PAYOUT_SUBMITTED,
+                PayoutEvent::BankFileCreated(_) => PAYOUT_BANK_FILE_CREATED,
+                PayoutEvent::Confirmed(_) => PAYOUT_CONFIRMED,
+                PayoutEvent::Failed(_) => PAYOUT_FAILED,
+            },
         }
     }
 
@@ -301,9 +320,15 @@ impl DomainEvent {
                 RentalEvent::JobStarted(e) => serde_json::to_value(e),
                 RentalEvent::JobEnded(e) => serde_json::to_value(e),
             },
-            DomainEvent::Payout(crate::payouts::PayoutEvent::SettingsChanged(e)) => {
-                serde_json::to_value(e)
-            }
+            DomainEvent::Payout(event) => match event {
+                PayoutEvent::SettingsChanged(e) => serde_json::to_value(e),
+                PayoutEvent::BatchCreated(e) => serde_json::to_value(e),
+                PayoutEvent::Scheduled(e) => serde_json::to_value(e),
+                PayoutEvent::Submitted(e) => serde_json::to_value(e),
+                PayoutEvent::BankFileCreated(e) => serde_json::to_value(e),
+                PayoutEvent::Confirmed(e) => serde_json::to_value(e),
+                PayoutEvent::Failed(e) => serde_json::to_value(e),
+            },
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -321,6 +346,17 @@ impl DomainEvent {
             DomainEvent::Rental(RentalEvent::UsageMetered(event)) => {
                 Some((event.entry_id, &event.postings))
             }
+            DomainEvent::Payout(PayoutEvent::Scheduled(event)) => {
+                Some((event.payout_id, &event.postings))
+            }
+            DomainEvent::Payout(PayoutEvent::Confirmed(event)) => Some((
+                crate::payouts::entry_id(event.payout_id, "confirmed"),
+                &event.postings,
+            )),
+            DomainEvent::Payout(PayoutEvent::Failed(event)) => Some((
+                crate::payouts::entry_id(event.payout_id, "failed"),
+                &event.postings,
+            )),
             DomainEvent::Application(_)
             | DomainEvent::Credential(_)
             | DomainEvent::Account(_)
@@ -522,12 +558,48 @@ fn decode_with(
         (JOB_ENDED, _) => DomainEvent::Rental(RentalEvent::JobEnded(
             source.parse::<JobEnded>().map_err(json)?,
         )),
-        (PAYOUT_SETTINGS_CHANGED, _) => {
-            DomainEvent::Payout(crate::payouts::PayoutEvent::SettingsChanged(
-                source
-                    .parse::<crate::payouts::PayoutSettingsChanged>()
-                    .map_err(json)?,
-            ))
+        (PAYOUT_SETTINGS_CHANGED, _) => DomainEvent::Payout(PayoutEvent::SettingsChanged(
+            source
+                .parse::<crate::payouts::PayoutSettingsChanged>()
+                .map_err(json)?,
+        )),
+        (PAYOUT_BATCH_CREATED, _) => DomainEvent::Payout(PayoutEvent::BatchCreated(
+            source.parse::<crate::payouts::BatchCreated>().map_err(json)?,
+        )),
+        (PAYOUT_SCHEDULED, _) => {
+            let event: crate::payouts::PayoutScheduled = source.parse().map_err(json)?;
+            event.check().map_err(malformed)?;
+            DomainEvent::Payout(PayoutEvent::Scheduled(event))
+        }
+        (PAYOUT_SUBMITTED, _) => DomainEvent::Payout(PayoutEvent::Submitted(
+            source.parse::<crate::payouts::PayoutSubmitted>().map_err(json)?,
+        )),
+        (PAYOUT_BANK_FILE_CREATED, _) => {
+            let event: crate::payouts::BankFileCreated = source.parse().map_err(json)?;
+            event.check().map_err(malformed)?;
+            DomainEvent::Payout(PayoutEvent::BankFileCreated(event))
+        }
+        (PAYOUT_CONFIRMED, _) => {
+            let event: crate::payouts::PayoutConfirmed = source.parse().map_err(json)?;
+            let expected = crate::payouts::confirm_entry(event.provider_id, event.amount)
+                .map_err(|e| malformed(e.to_string()))?;
+            if expected != event.postings {
+                return Err(malformed(
+                    "postings must move the amount from clearing to the treasury".to_owned(),
+                ));
+            }
+            DomainEvent::Payout(PayoutEvent::Confirmed(event))
+        }
+        (PAYOUT_FAILED, _) => {
+            let event: crate::payouts::PayoutFailed = source.parse().map_err(json)?;
+            let expected = crate::payouts::fail_entry(event.provider_id, event.amount)
+                .map_err(|e| malformed(e.to_string()))?;
+            if expected != event.postings {
+                return Err(malformed(
+                    "postings must move the amount from clearing back to payable".to_owned(),
+                ));
+            }
+            DomainEvent::Payout(PayoutEvent::Failed(event))
         }
         (TOKEN_REVOKED, _) => DomainEvent::Credential(CredentialEvent::Revoked(
             source.parse::<TokenRevoked>().map_err(json)?,

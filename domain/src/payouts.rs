@@ -1,6 +1,5 @@
 //! Payouts, the rules without the rails: when a provider is paid, how much, under which id, and
-//! the double entry of each step. (Work in progress toward the payouts capability: the events,
-//! the batch command and the Solana and bank rails build on this.)
+//! the double entry of each step, and the events of a payout's life.
 //!
 //! - Weekly payouts run every Monday; monthly ones on the first business day of the month
 //!   (weekends and the configured holidays skipped).
@@ -84,6 +83,267 @@ pub struct PayoutSettingsChanged {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PayoutEvent {
     SettingsChanged(PayoutSettingsChanged),
+    BatchCreated(BatchCreated),
+    Scheduled(PayoutScheduled),
+    Submitted(PayoutSubmitted),
+    BankFileCreated(BankFileCreated),
+    Confirmed(PayoutConfirmed),
+    Failed(PayoutFailed),
+}
+
+/// The earnings lines a payout settles: the provider's lines at log positions in
+/// `(after_position, through_position]` (the lines dated before the cutoff that no earlier payout
+/// settled), how many there are and their net sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettledLines {
+    pub after_position: u64,
+    pub through_position: u64,
+    pub count: u64,
+    pub net: Usdc,
+}
+
+/// `payout.scheduled` (stream `payout-<payout_id>`): a provider is paid `amount` in a batch.
+/// `lines.net + brought_forward = amount + carried`, where `brought_forward` is what earlier
+/// payouts carried, failed payouts returned and adjustments moved, and `carried` is the sub-cent
+/// remainder a bank transfer leaves in the balance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutScheduled {
+    pub payout_id: Uuid,
+    pub batch_id: Uuid,
+    pub provider_id: Uuid,
+    pub payout_date: NaiveDate,
+    pub period: String,
+    pub schedule: Schedule,
+    /// The method in force when the payout was scheduled: it is paid there even if the provider
+    /// changes it later.
+    pub method: PayoutMethod,
+    pub cutoff: Timestamp,
+    pub lines: SettledLines,
+    pub brought_forward: Usdc,
+    pub amount: Usdc,
+    pub carried: Usdc,
+    /// Payable to payout clearing.
+    pub postings: JournalEntry,
+    pub scheduled_at: Timestamp,
+}
+
+impl PayoutScheduled {
+    /// The event's own arithmetic: the amount is positive, the lines and what was brought
+    /// forward equal what is paid and carried, the carry is what a bank transfer cannot pay, and
+    /// the postings move exactly the amount from payable to clearing.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.amount.is_positive() {
+            return Err("amount must be positive".to_owned());
+        }
+        let settled = self
+            .lines
+            .net
+            .checked_add(self.brought_forward)
+            .map_err(|e| e.to_string())?;
+        let paid = self
+            .amount
+            .checked_add(self.carried)
+            .map_err(|e| e.to_string())?;
+        if settled != paid {
+            return Err(format!(
+                "lines ({}) + brought forward ({}) must equal amount ({}) + carried ({})",
+                self.lines.net, self.brought_forward, self.amount, self.carried
+            ));
+        }
+        let expected_carry = match self.method.rail() {
+            Rail::Solana => Usdc::ZERO,
+            Rail::Bank => self.amount.checked_add(self.carried).and_then(Usdc::split_cents).map_err(|e| e.to_string())?.1,
+        };
+        if self.carried != expected_carry {
+            return Err(format!("carried must be {expected_carry} on this rail"));
+        }
+        if self.lines.through_position < self.lines.after_position {
+            return Err("lines: through_position is before after_position".to_owned());
+        }
+        let postings = schedule_entry(self.provider_id, self.amount).map_err(|e| e.to_string())?;
+        if postings != self.postings {
+            return Err("postings must move the amount from payable to clearing".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// A provider below its schedule's minimum on a payout date: its balance rolls forward.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolledForward {
+    pub provider_id: Uuid,
+    pub schedule: Schedule,
+    pub available: Usdc,
+    pub minimum: Usdc,
+}
+
+/// `payout.batch_created` (stream `payout_batch-<date>`): a date's batch, appended with (after)
+/// its payouts' `payout.scheduled` events. Its existence is what makes a rerun create nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchCreated {
+    pub batch_id: Uuid,
+    pub payout_date: NaiveDate,
+    pub cutoff: Timestamp,
+    pub payouts: Vec<Uuid>,
+    pub total: Usdc,
+    pub rolled_forward: Vec<RolledForward>,
+    pub created_at: Timestamp,
+}
+
+/// How a payout was handed to its rail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "rail", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Submission {
+    /// A signed Solana transaction, recorded before it is first sent.
+    Solana {
+        /// Base58 of the first signature: the transaction's id.
+        signature: String,
+        /// The transaction's blockhash is valid up to this block height.
+        last_valid_block_height: u64,
+        /// The signed transaction (bincode, base64): rebroadcast byte for byte.
+        transaction: String,
+        /// The associated token account paid.
+        destination: String,
+        /// The attempt: 1, then one more for each re-signing after the blockhash expired.
+        attempt: u32,
+    },
+}
+
+/// `payout.submitted` (stream `payout-<payout_id>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutSubmitted {
+    pub payout_id: Uuid,
+    pub submission: Submission,
+    pub submitted_at: Timestamp,
+}
+
+/// One transfer in a bank file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankTransfer {
+    pub payout_id: Uuid,
+    /// The payout's amount in USDC cents (whole cents by construction).
+    pub usdc_cents: i64,
+    /// What the file orders, in cents of `currency`: `floor(usdc_cents x rate)`.
+    pub amount_cents: i64,
+}
+
+/// `payout.bank_file_created` (stream `payout_batch-<date>`): a pain.001.001.09 credit transfer
+/// file for some of a batch's bank payouts, which are submitted from then on. The file is rebuilt
+/// byte for byte from this event and the payouts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankFileCreated {
+    pub batch_id: Uuid,
+    /// The group header's `MsgId`, unique per bank: `GPUNEX-<date>-<nn>`.
+    pub message_id: String,
+    pub currency: String,
+    /// Units of `currency` per USDC (at most 6 decimals), stated by finance.
+    pub rate: rust_decimal::Decimal,
+    pub execution_date: NaiveDate,
+    pub transfers: Vec<BankTransfer>,
+    /// The control sum of the file, in cents of `currency`.
+    pub control_sum_cents: i64,
+    /// SHA-256 of the file as built.
+    pub sha256: String,
+    pub created_at: Timestamp,
+    pub created_by: String,
+}
+
+impl BankFileCreated {
+    /// The file's own arithmetic: a message id a bank accepts, a rate with at most 6 decimals,
+    /// each transfer's amount `floor(usdc_cents x rate)`, and the control sum.
+    pub fn check(&self) -> Result<(), String> {
+        if self.message_id.is_empty() || self.message_id.len() > 35 {
+            return Err("message_id must have 1 to 35 characters".to_owned());
+        }
+        if self.rate <= rust_decimal::Decimal::ZERO || self.rate.scale() > 6 {
+            return Err("rate must be positive with at most 6 decimals".to_owned());
+        }
+        if self.transfers.is_empty() {
+            return Err("a bank file carries at least one transfer".to_owned());
+        }
+        let mut sum: i64 = 0;
+        for transfer in &self.transfers {
+            if convert_cents(transfer.usdc_cents, self.rate) != Some(transfer.amount_cents)
+                || transfer.amount_cents <= 0
+            {
+                return Err(format!(
+                    "transfer {}: amount_cents must be floor(usdc_cents x rate) and positive",
+                    transfer.payout_id
+                ));
+            }
+            sum = sum
+                .checked_add(transfer.amount_cents)
+                .ok_or("control sum overflows")?;
+        }
+        if sum != self.control_sum_cents {
+            return Err("control_sum_cents must be the sum of the transfers".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// `floor(cents x rate)`: what a bank file orders in its currency for a payout of `cents` USDC
+/// cents. `None` when out of range.
+pub fn convert_cents(cents: i64, rate: rust_decimal::Decimal) -> Option<i64> {
+    use rust_decimal::prelude::ToPrimitive;
+    rust_decimal::Decimal::from(cents)
+        .checked_mul(rate)?
+        .floor()
+        .to_i64()
+}
+
+/// The id of the journal entry a payout's step posts (`confirmed`, `failed`): derived, so the
+/// same step of the same payout always has the same entry id.
+pub fn entry_id(payout_id: Uuid, step: &str) -> Uuid {
+    Uuid::new_v5(&payout_id, step.as_bytes())
+}
+
+/// Where a confirmation came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "rail", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Confirmation {
+    /// The transaction is `finalized` in this slot.
+    Solana { signature: String, slot: u64 },
+    /// Finance saw the transfer settle.
+    Bank {
+        bank_reference: String,
+        confirmed_by: String,
+    },
+}
+
+/// `payout.confirmed`: the money left the treasury (clearing to treasury).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutConfirmed {
+    pub payout_id: Uuid,
+    pub provider_id: Uuid,
+    pub amount: Usdc,
+    pub confirmation: Confirmation,
+    pub postings: JournalEntry,
+    pub confirmed_at: Timestamp,
+}
+
+/// `payout.failed`: the payout did not happen (a failed transaction, a returned transfer); the
+/// amount returns to the provider's balance (clearing to payable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutFailed {
+    pub payout_id: Uuid,
+    pub provider_id: Uuid,
+    pub amount: Usdc,
+    /// A stable code: `transaction_failed`, `bank_returned`, ...
+    pub reason_code: String,
+    pub reason: String,
+    pub postings: JournalEntry,
+    pub failed_at: Timestamp,
+    pub failed_by: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,11 +1,15 @@
-//! Payout rails. So far: checking where a provider wants to be paid, with well-kept libraries
-//! (`sepa` for IBAN, BIC, SEPA membership and character set; `bs58` and `curve25519-dalek` for
-//! Solana wallets). The Solana sender and the SEPA file come with the payout batches.
+//! Payout rails: checking where a provider wants to be paid, with well-kept libraries (`sepa`
+//! for IBAN, BIC, SEPA membership and character set; `bs58` and `curve25519-dalek` for Solana
+//! wallets); the Solana USDC transaction and its JSON-RPC client ([`solana`]); the SEPA credit
+//! transfer file ([`sepa_file`]).
 #![deny(clippy::float_arithmetic)]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
+
+pub mod sepa_file;
+pub mod solana;
 
 use gpunex_domain::payouts::{BankAddress, BankDetails, PayoutMethod};
 
