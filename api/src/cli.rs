@@ -64,6 +64,23 @@ pub enum Command {
         no_outbox: bool,
         #[command(flatten)]
         fleet: FleetArgs,
+        #[command(flatten)]
+        payouts: crate::payout_run::PayoutArgs,
+        /// The platform's bank account for SEPA payout files: a JSON file with `iban`, `bic`,
+        /// `account_holder` and `address` (`street`, `building_number`, `post_code`, `town`,
+        /// `country`). Without it, bank payouts are scheduled but no file can be made.
+        #[arg(long, env = "GPUNEX_SEPA_DEBTOR")]
+        sepa_debtor: Option<std::path::PathBuf>,
+        /// Do not run payout batches on payout dates from this process (another one does).
+        #[arg(long, env = "GPUNEX_NO_PAYOUT_SCHEDULER")]
+        no_payout_scheduler: bool,
+        #[command(flatten)]
+        solana: crate::payout_send::SolanaArgs,
+    },
+    /// Payout batches and the Solana sender.
+    Payouts {
+        #[command(subcommand)]
+        command: PayoutsCommand,
     },
     /// Apply database migrations and exit.
     Migrate,
@@ -254,6 +271,34 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         return Err("must be more than zero".to_owned());
     }
     Ok(duration)
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PayoutsCommand {
+    /// Build the payout batch of a date as events (the server's scheduler does it on payout
+    /// dates). Running it again for the same date creates nothing new.
+    Run {
+        /// The payout date, `YYYY-MM-DD` (a Monday, or the first business day of a month).
+        #[arg(long)]
+        date: chrono::NaiveDate,
+        /// Show what would be paid; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the batch as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        payouts: crate::payout_run::PayoutArgs,
+    },
+    /// Send the open Solana payouts until each is finalized or failed (the server does it in
+    /// the background when it has `--solana-rpc-url`).
+    Send {
+        /// One pass only.
+        #[arg(long)]
+        once: bool,
+        #[command(flatten)]
+        solana: crate::payout_send::SolanaArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -536,4 +581,47 @@ pub async fn rebuild(store: &Store) -> anyhow::Result<u64> {
     let position = store.rebuild_projections(&|p| bar.set_position(p)).await?;
     bar.finish_and_clear();
     Ok(position)
+}
+
+/// A payout batch for people.
+pub fn print_batch(batch: &gpunex_wire::payouts::BatchView) {
+    let state = match (batch.dry_run, batch.created) {
+        (true, _) => "dry run: nothing written",
+        (false, true) => "created",
+        (false, false) => "already existed: nothing new created",
+    };
+    println!(
+        "batch {} of {} (cutoff {}): {state}",
+        batch.batch_id, batch.date, batch.cutoff
+    );
+    for payout in &batch.payouts {
+        println!(
+            "  pay   {} provider {} {:>16} USDC  {:?} {:?}  {} lines, carried {} micro-USDC  [{}]",
+            payout.payout_id,
+            payout.provider_id,
+            payout.amount_usdc,
+            payout.schedule,
+            payout.rail,
+            payout.lines,
+            payout.carried_micro_usdc,
+            payout.status
+        );
+    }
+    for rolled in &batch.rolled_forward {
+        println!(
+            "  roll  provider {} {:?}: {} micro-USDC available, minimum {}",
+            rolled.provider_id,
+            rolled.schedule,
+            rolled.available_micro_usdc,
+            rolled.minimum_micro_usdc
+        );
+    }
+    for provider in &batch.without_method {
+        println!("  hold  provider {provider}: no payout method chosen");
+    }
+    println!(
+        "total {} USDC in {} payouts",
+        batch.total_usdc,
+        batch.payouts.len()
+    );
 }

@@ -22,6 +22,8 @@ pub mod fleet;
 pub mod idempotency;
 pub mod market;
 pub mod outbox;
+pub mod payout_run;
+pub mod payout_send;
 pub mod payouts;
 pub mod pricing;
 pub mod reconcile;

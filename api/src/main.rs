@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpunex_api::cli::{
     self, AdminCommand, AuditCommand, BenchCommand, Cli, Command, EventsCommand, LogFormat,
-    OperatorRole, ProjectionsCommand,
+    OperatorRole, PayoutsCommand, ProjectionsCommand,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -49,8 +49,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             smtp_url,
             no_outbox,
             fleet,
+            payouts,
+            sepa_debtor,
+            no_payout_scheduler,
+            solana,
         } => {
             let fleet = fleet.config()?;
+            let payouts = gpunex_api::server::Payouts {
+                config: gpunex_api::payout_run::PayoutConfig::new(
+                    payouts.policy()?,
+                    sepa_debtor.as_deref(),
+                )?,
+                scheduler: !no_payout_scheduler,
+                solana: solana.rail()?,
+            };
             let store = cli::open_store(&cli.database_url).await?;
             let notifications = match smtp_url {
                 _ if no_outbox => None,
@@ -61,7 +73,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     gpunex_api::outbox::Mailbox::open(&mailbox_dir, &mail_from)?,
                 )),
             };
-            gpunex_api::server::serve(store, listen, notifications, fleet).await?;
+            gpunex_api::server::serve(store, listen, notifications, fleet, payouts).await?;
         }
         Command::Migrate => {
             let store = cli::open_store(&cli.database_url).await?;
@@ -180,6 +192,59 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 role.name()
             );
             println!("{}", new.token);
+        }
+        Command::Payouts {
+            command:
+                PayoutsCommand::Run {
+                    date,
+                    dry_run,
+                    json,
+                    payouts,
+                },
+        } => {
+            let policy = payouts.policy()?;
+            let store = cli::open_store(&cli.database_url).await?;
+            let credentials = gpunex_api::auth::CredentialCache::load(&store).await?;
+            let batch = gpunex_api::payout_run::run_batch(
+                &store,
+                &credentials,
+                &policy,
+                date,
+                dry_run,
+                "system:cli",
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&batch)?);
+            } else {
+                cli::print_batch(&batch);
+            }
+        }
+        Command::Payouts {
+            command: PayoutsCommand::Send { once, solana },
+        } => {
+            let rail = solana
+                .rail()?
+                .ok_or_else(|| anyhow::anyhow!("--solana-rpc-url is required"))?;
+            let store = cli::open_store(&cli.database_url).await?;
+            let credentials = gpunex_api::auth::CredentialCache::load(&store).await?;
+            loop {
+                let report = gpunex_api::payout_send::pass(&store, &credentials, &rail).await?;
+                println!(
+                    "submitted {} rebroadcast {} re-signed {} confirmed {} failed {}; open {}",
+                    report.submitted,
+                    report.rebroadcast,
+                    report.resigned,
+                    report.confirmed,
+                    report.failed,
+                    report.open
+                );
+                if once || report.open == 0 {
+                    break;
+                }
+                tokio::time::sleep(rail.poll).await;
+            }
         }
         Command::Simulate(args) => cli::simulate(&cli.database_url, &args).await?,
         Command::Bench {

@@ -1,13 +1,29 @@
-//! Payout settings over HTTP: a provider chooses weekly or monthly payouts and one method, a
-//! Solana wallet or SEPA bank details, checked by `gpunex-payouts`. Each change is an event
-//! (`payout.settings_changed`); a payout already submitted keeps the method it was submitted with.
+//! Payouts over HTTP.
+//!
+//! - Settings: a provider chooses weekly or monthly payouts and one method, a Solana wallet or
+//!   SEPA bank details, checked by `gpunex-payouts`. Each change is an event
+//!   (`payout.settings_changed`); a payout keeps the method it was scheduled with.
+//! - Finance: batches (build, dry run, list), SEPA files per batch, bank confirmations and
+//!   returns, every payout with the lines it settled.
+//! - Providers: pending payouts and history with transaction details.
 
 use axum::Json;
 use axum::extract::{Path, State};
-use gpunex_domain::payouts::{PayoutEvent, PayoutPolicy, PayoutSettingsChanged};
+use axum::http::header;
+use axum::response::IntoResponse;
+use chrono::NaiveDate;
+use gpunex_domain::money::MICROS_PER_CENT;
+use gpunex_domain::payouts::{
+    self, BankFileCreated, BankTransfer, Confirmation, PayoutConfirmed, PayoutEvent, PayoutFailed,
+    PayoutMethod, PayoutPolicy, PayoutSettingsChanged, Rail,
+};
 use gpunex_domain::{DomainEvent, StreamId};
+use gpunex_payouts::sepa_file;
+use gpunex_projections::earnings::Earnings;
+use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
 use gpunex_store::{ExpectedVersion, Metadata, NewEvent};
 use gpunex_wire::payouts as wp;
+use rust_decimal::Decimal;
 use uuid::Uuid;
 
 use crate::auth::{Allow, Caller};
@@ -15,8 +31,8 @@ use crate::error::{ApiError, append_failure};
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
-fn view(settings: &PayoutSettingsChanged) -> wp::PayoutSettingsView {
-    let minimum = PayoutPolicy::default().minimum(settings.schedule);
+fn view(policy: &PayoutPolicy, settings: &PayoutSettingsChanged) -> wp::PayoutSettingsView {
+    let minimum = policy.minimum(settings.schedule);
     wp::PayoutSettingsView {
         provider_id: settings.provider_id,
         schedule: settings.schedule,
@@ -48,7 +64,10 @@ pub async fn read(
     check_provider(&state, provider_id)?;
     state
         .credentials
-        .with_earnings(|e| e.payout_settings(provider_id).map(view))
+        .with_earnings(|e| {
+            e.payout_settings(provider_id)
+                .map(|s| view(&state.payouts.policy, s))
+        })
         .map(Json)
         .ok_or(ApiError::NotFound("payout_settings"))
 }
@@ -102,5 +121,540 @@ pub async fn set(
         .credentials
         .wait_for(committed.last_position())
         .await?;
-    Ok(Json(view(&changed)))
+    Ok(Json(view(&state.payouts.policy, &changed)))
+}
+
+fn parse_date(field: &str, text: &str) -> Result<NaiveDate, ApiError> {
+    text.parse::<NaiveDate>()
+        .map_err(|_| ApiError::invalid(field, "invalid_date", "a date: YYYY-MM-DD"))
+}
+
+fn body<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))
+}
+
+/// `POST /v1/payout-batches`: build (or, with `dry_run`, show) a date's batch.
+pub async fn create_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(request): Json<serde_json::Value>,
+) -> Result<Json<wp::BatchView>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    let request: wp::BatchRequest = body(request)?;
+    let date = parse_date("/date", &request.date)?;
+    crate::payout_run::run_batch(
+        &state.store,
+        &state.credentials,
+        &state.payouts.policy,
+        date,
+        request.dry_run,
+        &caller.actor(),
+    )
+    .await
+    .map(Json)
+}
+
+/// `GET /v1/payout-batches`: every batch, newest first.
+pub async fn list_batches(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<wp::BatchView>>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    Ok(Json(state.credentials.with_earnings(|e| {
+        e.payouts()
+            .batches()
+            .rev()
+            .map(|b| crate::payout_run::batch_view(e, b, false))
+            .collect()
+    })))
+}
+
+/// `GET /v1/payout-batches/{date}`
+pub async fn read_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(date): Path<String>,
+) -> Result<Json<wp::BatchView>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    let date = parse_date("date", &date)?;
+    state
+        .credentials
+        .with_earnings(|e| {
+            e.payouts()
+                .batch_on(date)
+                .map(|b| crate::payout_run::batch_view(e, b, false))
+        })
+        .map(Json)
+        .ok_or(ApiError::NotFound("payout_batch"))
+}
+
+fn payout_record(state: &AppState, payout_id: Uuid) -> Result<PayoutRecord, ApiError> {
+    state
+        .credentials
+        .with_earnings(|e| e.payouts().payout(payout_id).cloned())
+        .ok_or(ApiError::NotFound("payout"))
+}
+
+/// `GET /v1/payouts/{payout_id}`
+pub async fn read_payout(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(payout_id): Path<Uuid>,
+) -> Result<Json<wp::PayoutView>, ApiError> {
+    let record = payout_record(&state, payout_id)?;
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        record.scheduled.provider_id,
+    )?;
+    Ok(Json(crate::payout_run::payout_view(&record)))
+}
+
+/// `GET /v1/payouts/{payout_id}/proof`: the earnings lines the payout settled, their sum, and
+/// the arithmetic that makes the amount.
+pub async fn proof(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(payout_id): Path<Uuid>,
+) -> Result<Json<wp::PayoutProof>, ApiError> {
+    let record = payout_record(&state, payout_id)?;
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        record.scheduled.provider_id,
+    )?;
+    let lines: Vec<wp::SettledLineView> = state.credentials.with_earnings(|e| {
+        e.settled_lines(&record.scheduled)
+            .iter()
+            .map(|l| wp::SettledLineView {
+                position: l.position,
+                at: timestamp(l.at.unix_micros()),
+                usage_entry_id: l.entry_id,
+                rental_id: l.rental.rental_id,
+                gpu_seconds: l.gpu_seconds(),
+                gross_micro_usdc: l.gross.micros(),
+                fee_micro_usdc: l.fee.micros(),
+                net_micro_usdc: l.net.micros(),
+            })
+            .collect()
+    });
+    let scheduled = &record.scheduled;
+    let net: i64 = lines.iter().map(|l| l.net_micro_usdc).sum();
+    let count = u64::try_from(lines.len()).unwrap_or(u64::MAX);
+    let balanced = net == scheduled.lines.net.micros()
+        && count == scheduled.lines.count
+        && net + scheduled.brought_forward.micros()
+            == scheduled.amount.micros() + scheduled.carried.micros();
+    Ok(Json(wp::PayoutProof {
+        payout: crate::payout_run::payout_view(&record),
+        lines,
+        lines_net_micro_usdc: net,
+        brought_forward_micro_usdc: scheduled.brought_forward.micros(),
+        amount_micro_usdc: scheduled.amount.micros(),
+        carried_micro_usdc: scheduled.carried.micros(),
+        balanced,
+    }))
+}
+
+/// `GET /v1/providers/{provider_id}/payouts`: pending payouts and history.
+pub async fn history(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<Uuid>,
+) -> Result<Json<wp::PayoutHistory>, ApiError> {
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        provider_id,
+    )?;
+    check_provider(&state, provider_id)?;
+    Ok(Json(state.credentials.with_earnings(|e| {
+        let sums = e.payouts().provider(provider_id);
+        let mut pending = Vec::new();
+        let mut history = Vec::new();
+        for record in e.payouts().of_provider(provider_id).into_iter().rev() {
+            let view = crate::payout_run::payout_view(record);
+            if record.is_open() {
+                pending.push(view);
+            } else {
+                history.push(view);
+            }
+        }
+        wp::PayoutHistory {
+            provider_id,
+            balance_micro_usdc: e.pending_balance(provider_id),
+            in_flight_micro_usdc: sums.in_flight(),
+            paid_micro_usdc: sums.confirmed,
+            pending,
+            history,
+        }
+    })))
+}
+
+async fn settle(
+    state: &AppState,
+    record: &PayoutRecord,
+    event: PayoutEvent,
+    actor: &str,
+) -> Result<Json<wp::PayoutView>, ApiError> {
+    let payout_id = record.scheduled.payout_id;
+    let committed = state
+        .store
+        .append(
+            crate::payout_run::payout_stream(payout_id),
+            ExpectedVersion::Exact(record.version),
+            vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &DomainEvent::Payout(event),
+                Metadata::actor(actor),
+            )],
+        )
+        .await
+        .map_err(append_failure)?;
+    state
+        .credentials
+        .wait_for(committed.last_position())
+        .await?;
+    Ok(Json(crate::payout_run::payout_view(&payout_record(
+        state, payout_id,
+    )?)))
+}
+
+fn submitted_bank_payout(state: &AppState, payout_id: Uuid) -> Result<PayoutRecord, ApiError> {
+    let record = payout_record(state, payout_id)?;
+    if record.scheduled.method.rail() != Rail::Bank {
+        return Err(ApiError::Conflict {
+            code: "not_a_bank_payout",
+            detail: "Solana payouts are confirmed on chain by the sender, not by hand".to_owned(),
+        });
+    }
+    if record.status() != PayoutStatus::Submitted {
+        return Err(ApiError::Conflict {
+            code: "payout_not_submitted",
+            detail: format!(
+                "the payout is {:?}: only a payout in a bank file (submitted) can be confirmed or returned",
+                record.status()
+            )
+            .to_lowercase(),
+        });
+    }
+    Ok(record)
+}
+
+fn money(error: impl std::fmt::Display) -> ApiError {
+    ApiError::Unprocessable {
+        code: "amount_out_of_range",
+        detail: error.to_string(),
+    }
+}
+
+/// `POST /v1/payouts/{payout_id}/confirm`: the bank transfer settled.
+pub async fn confirm(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(payout_id): Path<Uuid>,
+    Json(request): Json<serde_json::Value>,
+) -> Result<Json<wp::PayoutView>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    let request: wp::ConfirmRequest = body(request)?;
+    let reference = request.bank_reference.trim();
+    if reference.is_empty() || reference.chars().count() > 140 {
+        return Err(ApiError::invalid(
+            "/bank_reference",
+            "invalid_bank_reference",
+            "the bank's reference for the transfer: 1 to 140 characters",
+        ));
+    }
+    let record = submitted_bank_payout(&state, payout_id)?;
+    let s = &record.scheduled;
+    let event = PayoutEvent::Confirmed(PayoutConfirmed {
+        payout_id,
+        provider_id: s.provider_id,
+        amount: s.amount,
+        confirmation: Confirmation::Bank {
+            bank_reference: reference.to_owned(),
+            confirmed_by: caller.actor(),
+        },
+        postings: payouts::confirm_entry(s.provider_id, s.amount).map_err(money)?,
+        confirmed_at: now(),
+    });
+    settle(&state, &record, event, &caller.actor()).await
+}
+
+/// `POST /v1/payouts/{payout_id}/return`: the bank returned the transfer; the amount goes back
+/// to the provider's balance.
+pub async fn return_payout(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(payout_id): Path<Uuid>,
+    Json(request): Json<serde_json::Value>,
+) -> Result<Json<wp::PayoutView>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    let request: wp::ReturnRequest = body(request)?;
+    let code = request.reason_code.trim();
+    if code.len() != 4
+        || !code
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+    {
+        return Err(ApiError::invalid(
+            "/reason_code",
+            "invalid_reason_code",
+            "an ISO 20022 return reason code: four letters or digits (AC01, AC04, MD07, ...)",
+        ));
+    }
+    let reason = request.reason.trim();
+    if reason.is_empty() || reason.chars().count() > 500 {
+        return Err(ApiError::invalid(
+            "/reason",
+            "invalid_reason",
+            "1 to 500 characters",
+        ));
+    }
+    let record = submitted_bank_payout(&state, payout_id)?;
+    let s = &record.scheduled;
+    let event = PayoutEvent::Failed(PayoutFailed {
+        payout_id,
+        provider_id: s.provider_id,
+        amount: s.amount,
+        reason_code: "bank_returned".to_owned(),
+        reason: format!("{code}: {reason}"),
+        postings: payouts::fail_entry(s.provider_id, s.amount).map_err(money)?,
+        failed_at: now(),
+        failed_by: caller.actor(),
+    });
+    settle(&state, &record, event, &caller.actor()).await
+}
+
+/// Most transfers in one file (the event that records it stays well under the payload limit).
+const TRANSFERS_PER_FILE: usize = 1_000;
+
+fn file_view(date: NaiveDate, file: &BankFileCreated) -> wp::BankFileView {
+    wp::BankFileView {
+        message_id: file.message_id.clone(),
+        batch_id: file.batch_id,
+        currency: file.currency.clone(),
+        rate: file.rate.to_string(),
+        execution_date: file.execution_date.to_string(),
+        transfers: u64::try_from(file.transfers.len()).unwrap_or(u64::MAX),
+        control_sum_cents: file.control_sum_cents,
+        sha256: file.sha256.clone(),
+        created_at: timestamp(file.created_at.unix_micros()),
+        href: format!("/v1/payout-batches/{date}/bank-files/{}", file.message_id),
+    }
+}
+
+/// Renders a recorded file again, byte for byte, from its event and the payouts' methods.
+fn render(e: &Earnings, file: &BankFileCreated) -> Result<String, ApiError> {
+    let mut creditors = Vec::with_capacity(file.transfers.len());
+    for transfer in &file.transfers {
+        let record = e
+            .payouts()
+            .payout(transfer.payout_id)
+            .ok_or(ApiError::NotFound("payout"))?;
+        let PayoutMethod::Bank(details) = &record.scheduled.method else {
+            return Err(ApiError::Conflict {
+                code: "not_a_bank_payout",
+                detail: format!("payout {} is not a bank transfer", transfer.payout_id),
+            });
+        };
+        creditors.push((transfer, details));
+    }
+    let transfers: Vec<sepa_file::FileTransfer<'_>> = creditors
+        .iter()
+        .map(|(t, details)| sepa_file::FileTransfer {
+            payout_id: t.payout_id,
+            creditor: details,
+            amount_cents: t.amount_cents,
+        })
+        .collect();
+    let created = chrono::DateTime::from_timestamp_micros(file.created_at.unix_micros())
+        .map(|t| t.naive_utc())
+        .unwrap_or_default();
+    sepa_file::credit_transfer_file(
+        &file.debtor,
+        &file.message_id,
+        created,
+        file.execution_date,
+        &file.currency,
+        &transfers,
+    )
+    .map_err(|e| ApiError::Unprocessable {
+        code: "bank_file_invalid",
+        detail: e.to_string(),
+    })
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// `POST /v1/payout-batches/{date}/bank-files`: a pain.001.001.09 file for the batch's bank
+/// payouts not yet in one (at most 1,000 per file; more make more files). Each file is an event;
+/// its payouts are submitted from then on.
+pub async fn create_bank_files(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(date): Path<String>,
+    Json(request): Json<serde_json::Value>,
+) -> Result<Json<Vec<wp::BankFileView>>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    let date = parse_date("date", &date)?;
+    let request: wp::BankFileRequest = body(request)?;
+    let rate: Decimal = request
+        .eur_per_usdc
+        .trim()
+        .parse()
+        .ok()
+        .filter(|r: &Decimal| *r > Decimal::ZERO && r.scale() <= 6)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "/eur_per_usdc",
+                "invalid_rate",
+                "euros per USDC: a positive decimal with at most 6 places, as text",
+            )
+        })?;
+    let today = chrono::DateTime::from_timestamp_micros(now().unix_micros())
+        .map_or(date, |t| t.date_naive());
+    let execution_date = match &request.execution_date {
+        Some(text) => parse_date("/execution_date", text)?,
+        None => date.max(today),
+    };
+    if execution_date < today {
+        return Err(ApiError::invalid(
+            "/execution_date",
+            "execution_date_past",
+            "a bank cannot execute a transfer in the past",
+        ));
+    }
+    let Some(debtor) = state.payouts.debtor.clone() else {
+        return Err(ApiError::Unprocessable {
+            code: "bank_rail_not_configured",
+            detail: "the server has no platform bank account (--sepa-debtor)".to_owned(),
+        });
+    };
+    let mut views = Vec::new();
+    loop {
+        let next = state.credentials.with_earnings(|e| {
+            let batch = e
+                .payouts()
+                .batch_on(date)
+                .ok_or(ApiError::NotFound("payout_batch"))?;
+            let unfiled: Vec<&PayoutRecord> = batch
+                .created
+                .payouts
+                .iter()
+                .filter_map(|id| e.payouts().payout(*id))
+                .filter(|r| {
+                    r.scheduled.method.rail() == Rail::Bank && r.status() == PayoutStatus::Scheduled
+                })
+                .take(TRANSFERS_PER_FILE)
+                .collect();
+            if unfiled.is_empty() {
+                return Ok(None);
+            }
+            let mut transfers = Vec::with_capacity(unfiled.len());
+            for record in &unfiled {
+                let usdc_cents = record.scheduled.amount.micros() / MICROS_PER_CENT;
+                let amount_cents = payouts::convert_cents(usdc_cents, rate)
+                    .filter(|c| *c > 0)
+                    .ok_or_else(|| ApiError::Unprocessable {
+                        code: "amount_out_of_range",
+                        detail: format!(
+                            "payout {}: {usdc_cents} cents at {rate} is not a positive amount",
+                            record.scheduled.payout_id
+                        ),
+                    })?;
+                transfers.push(BankTransfer {
+                    payout_id: record.scheduled.payout_id,
+                    usdc_cents,
+                    amount_cents,
+                });
+            }
+            let sequence = u32::try_from(batch.files.len() + 1).unwrap_or(u32::MAX);
+            let mut file = BankFileCreated {
+                batch_id: batch.created.batch_id,
+                message_id: sepa_file::message_id(date, sequence),
+                currency: "EUR".to_owned(),
+                rate,
+                execution_date,
+                debtor: debtor.clone(),
+                control_sum_cents: transfers.iter().map(|t| t.amount_cents).sum(),
+                transfers,
+                sha256: String::new(),
+                // Whole seconds: the file's creation time has no fraction.
+                created_at: gpunex_domain::time::Timestamp::from_unix_micros(
+                    now().unix_micros().div_euclid(1_000_000) * 1_000_000,
+                ),
+                created_by: caller.actor(),
+            };
+            file.sha256 = sha256_hex(&render(e, &file)?);
+            Ok::<_, ApiError>(Some((file, batch.version)))
+        })?;
+        let Some((file, version)) = next else {
+            break;
+        };
+        let committed = state
+            .store
+            .append(
+                crate::payout_run::batch_stream(date),
+                ExpectedVersion::Exact(version),
+                vec![NewEvent::from_domain(
+                    Uuid::now_v7(),
+                    &DomainEvent::Payout(PayoutEvent::BankFileCreated(file.clone())),
+                    Metadata::actor(caller.actor()),
+                )],
+            )
+            .await
+            .map_err(append_failure)?;
+        state
+            .credentials
+            .wait_for(committed.last_position())
+            .await?;
+        views.push(file_view(date, &file));
+    }
+    if views.is_empty() {
+        return Err(ApiError::Conflict {
+            code: "nothing_to_file",
+            detail: format!("the batch of {date} has no bank payouts waiting for a file"),
+        });
+    }
+    Ok(Json(views))
+}
+
+/// `GET /v1/payout-batches/{date}/bank-files/{message_id}`: the file, as recorded.
+pub async fn bank_file(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((date, message_id)): Path<(String, String)>,
+) -> Result<impl IntoResponse, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    let date = parse_date("date", &date)?;
+    let xml = state.credentials.with_earnings(|e| {
+        let file = e
+            .payouts()
+            .batch_on(date)
+            .and_then(|b| b.files.iter().find(|f| f.message_id == message_id))
+            .ok_or(ApiError::NotFound("bank_file"))?;
+        let xml = render(e, file)?;
+        if sha256_hex(&xml) != file.sha256 {
+            return Err(ApiError::Conflict {
+                code: "bank_file_changed",
+                detail: "the file no longer renders to the recorded bytes".to_owned(),
+            });
+        }
+        Ok(xml)
+    })?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                "application/xml; charset=utf-8".to_owned(),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{message_id}.xml\""),
+            ),
+        ],
+        xml,
+    ))
 }

@@ -24,6 +24,8 @@ pub struct AppState {
     pub fleet: crate::fleet::FleetConfig,
     /// The marketplace listings, rebuilt as the log moves.
     pub listings: crate::market::ListingIndex,
+    /// Payout rules and the platform's bank account.
+    pub payouts: std::sync::Arc<crate::payout_run::PayoutConfig>,
 }
 
 impl AppState {
@@ -42,7 +44,14 @@ impl AppState {
             login_limiter: crate::accounts::LoginLimiter::default(),
             fleet: crate::fleet::FleetConfig::default(),
             listings,
+            payouts: std::sync::Arc::default(),
         })
+    }
+
+    /// Sets the payout rules and the platform's bank account.
+    pub fn with_payout_config(mut self, config: crate::payout_run::PayoutConfig) -> AppState {
+        self.payouts = std::sync::Arc::new(config);
+        self
     }
 
     /// Sets how presence is judged, and whether simulated GPUs may be listed.
@@ -251,6 +260,66 @@ pub fn endpoints() -> crate::routes::Routes {
             "choose weekly or monthly payouts and a Solana wallet or SEPA bank details",
             ADMIN_PROVIDER,
             crate::payouts::set,
+        )
+        .get(
+            "/v1/providers/{provider_id}/payouts",
+            "the provider's balance, pending payouts and payout history with transaction details",
+            PROVIDER_DASHBOARD,
+            crate::payouts::history,
+        )
+        .post(
+            "/v1/payout-batches",
+            "build a date's payout batch (or show it with dry_run); a rerun creates nothing",
+            ADMIN_FINANCE,
+            crate::payouts::create_batch,
+        )
+        .get(
+            "/v1/payout-batches",
+            "every payout batch, newest first",
+            ADMIN_FINANCE,
+            crate::payouts::list_batches,
+        )
+        .get(
+            "/v1/payout-batches/{date}",
+            "a date's payout batch: its payouts and the balances rolled forward",
+            ADMIN_FINANCE,
+            crate::payouts::read_batch,
+        )
+        .post(
+            "/v1/payout-batches/{date}/bank-files",
+            "make the SEPA credit transfer files (pain.001.001.09) of a batch's bank payouts",
+            ADMIN_FINANCE,
+            crate::payouts::create_bank_files,
+        )
+        .get(
+            "/v1/payout-batches/{date}/bank-files/{message_id}",
+            "download a SEPA credit transfer file, byte for byte as recorded",
+            ADMIN_FINANCE,
+            crate::payouts::bank_file,
+        )
+        .get(
+            "/v1/payouts/{payout_id}",
+            "one payout: amount, method, status and transaction details",
+            PROVIDER_DASHBOARD,
+            crate::payouts::read_payout,
+        )
+        .get(
+            "/v1/payouts/{payout_id}/proof",
+            "the earnings lines a payout settled and their sum: lines + brought forward = amount + carried",
+            PROVIDER_DASHBOARD,
+            crate::payouts::proof,
+        )
+        .post(
+            "/v1/payouts/{payout_id}/confirm",
+            "finance: a bank transfer settled (with the bank's reference)",
+            ADMIN_FINANCE,
+            crate::payouts::confirm,
+        )
+        .post(
+            "/v1/payouts/{payout_id}/return",
+            "finance: the bank returned a transfer; the amount goes back to the provider's balance",
+            ADMIN_FINANCE,
+            crate::payouts::return_payout,
         )
         .get(
             "/v1/market/recommendations",
@@ -655,11 +724,22 @@ async fn account_lines(
 
 /// Serves the API until SIGTERM or Ctrl-C, with the projection runner in the background.
 /// In-flight requests finish before the process exits.
+/// What the server does about payouts.
+#[derive(Debug)]
+pub struct Payouts {
+    pub config: crate::payout_run::PayoutConfig,
+    /// Run each payout date's batch.
+    pub scheduler: bool,
+    /// Send Solana payouts.
+    pub solana: Option<crate::payout_send::SolanaRail>,
+}
+
 pub async fn serve(
     store: Store,
     listen: std::net::SocketAddr,
     notifications: Option<crate::outbox::Transport>,
     fleet: crate::fleet::FleetConfig,
+    payouts: Payouts,
 ) -> anyhow::Result<()> {
     let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
@@ -667,7 +747,24 @@ pub async fn serve(
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, database = ?store.backend(), "gpunex listening");
-    let state = AppState::load(store).await?.with_fleet_config(fleet);
+    let state = AppState::load(store)
+        .await?
+        .with_fleet_config(fleet)
+        .with_payout_config(payouts.config.clone());
+    let scheduler = payouts.scheduler.then(|| {
+        tokio::spawn(crate::payout_run::run_scheduler(
+            state.store.clone(),
+            state.credentials.clone(),
+            payouts.config.policy.clone(),
+        ))
+    });
+    let sender = payouts.solana.map(|rail| {
+        tokio::spawn(crate::payout_send::run(
+            state.store.clone(),
+            state.credentials.clone(),
+            rail,
+        ))
+    });
     let watchdog = tokio::spawn(crate::fleet::run_watchdog(
         state.store.clone(),
         state.credentials.clone(),
@@ -686,6 +783,9 @@ pub async fn serve(
         .await?;
     runner.abort();
     watchdog.abort();
+    for task in [scheduler, sender].into_iter().flatten() {
+        task.abort();
+    }
     if let Some(outbox) = outbox {
         outbox.abort();
     }

@@ -23,11 +23,11 @@ use crate::market::{
     PriceSet,
 };
 use crate::money::Usdc;
-use crate::payouts::PayoutEvent;
 use crate::onboarding::{
     ApplicationApproved, ApplicationEvent, ApplicationRejected, ApplicationSubmitted,
     ApplicationWithdrawn, InformationProvided, InformationRequested,
 };
+use crate::payouts::PayoutEvent;
 use crate::rental::{
     GpuLease, JobEnded, JobStarted, RentalEnded, RentalEvent, RentalStarted, UsageMetered,
 };
@@ -564,7 +564,9 @@ fn decode_with(
                 .map_err(json)?,
         )),
         (PAYOUT_BATCH_CREATED, _) => DomainEvent::Payout(PayoutEvent::BatchCreated(
-            source.parse::<crate::payouts::BatchCreated>().map_err(json)?,
+            source
+                .parse::<crate::payouts::BatchCreated>()
+                .map_err(json)?,
         )),
         (PAYOUT_SCHEDULED, _) => {
             let event: crate::payouts::PayoutScheduled = source.parse().map_err(json)?;
@@ -572,7 +574,9 @@ fn decode_with(
             DomainEvent::Payout(PayoutEvent::Scheduled(event))
         }
         (PAYOUT_SUBMITTED, _) => DomainEvent::Payout(PayoutEvent::Submitted(
-            source.parse::<crate::payouts::PayoutSubmitted>().map_err(json)?,
+            source
+                .parse::<crate::payouts::PayoutSubmitted>()
+                .map_err(json)?,
         )),
         (PAYOUT_BANK_FILE_CREATED, _) => {
             let event: crate::payouts::BankFileCreated = source.parse().map_err(json)?;

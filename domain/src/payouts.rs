@@ -154,7 +154,13 @@ impl PayoutScheduled {
         }
         let expected_carry = match self.method.rail() {
             Rail::Solana => Usdc::ZERO,
-            Rail::Bank => self.amount.checked_add(self.carried).and_then(Usdc::split_cents).map_err(|e| e.to_string())?.1,
+            Rail::Bank => {
+                self.amount
+                    .checked_add(self.carried)
+                    .and_then(Usdc::split_cents)
+                    .map_err(|e| e.to_string())?
+                    .1
+            }
         };
         if self.carried != expected_carry {
             return Err(format!("carried must be {expected_carry} on this rail"));
@@ -246,6 +252,8 @@ pub struct BankFileCreated {
     /// Units of `currency` per USDC (at most 6 decimals), stated by finance.
     pub rate: rust_decimal::Decimal,
     pub execution_date: NaiveDate,
+    /// The platform's account the transfers leave from, as written in the file.
+    pub debtor: BankDetails,
     pub transfers: Vec<BankTransfer>,
     /// The control sum of the file, in cents of `currency`.
     pub control_sum_cents: i64,

@@ -15,15 +15,6 @@ use sepa::pain001::CreditTransferKind;
 use sepa::{CreditTransferEntry, CreditTransferGroup, IsoDate, IsoDateTime, Pain001Builder};
 use uuid::Uuid;
 
-/// The platform's own account, which the transfers leave from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Debtor {
-    pub name: String,
-    pub iban: String,
-    pub bic: String,
-    pub address: BankAddress,
-}
-
 /// One payout in a file.
 #[derive(Debug, Clone)]
 pub struct FileTransfer<'a> {
@@ -72,13 +63,13 @@ fn address(address: &BankAddress) -> Result<sepa::PostalAddress, String> {
     Ok(built)
 }
 
-/// Checks the platform's account as a file needs it.
-pub fn check_debtor(debtor: &Debtor) -> Result<(), FileError> {
+/// Checks the platform's account (the debtor) as a file needs it.
+pub fn check_debtor(debtor: &BankDetails) -> Result<(), FileError> {
     let fail = |e: String| FileError::Debtor(e);
     sepa::validate_iban(&debtor.iban).map_err(|e| fail(e.to_string()))?;
     sepa::validate_bic(&debtor.bic).map_err(|e| fail(e.to_string()))?;
     address(&debtor.address).map_err(fail)?;
-    if debtor.name.trim().is_empty() || !sepa::is_sepa_text(&debtor.name) {
+    if debtor.account_holder.trim().is_empty() || !sepa::is_sepa_text(&debtor.account_holder) {
         return Err(fail("the name must be SEPA text".to_owned()));
     }
     Ok(())
@@ -87,7 +78,7 @@ pub fn check_debtor(debtor: &Debtor) -> Result<(), FileError> {
 /// Builds one pain.001.001.09 file: one payment group from the platform's account, executed on
 /// `execution_date`, one transfer per payout.
 pub fn credit_transfer_file(
-    debtor: &Debtor,
+    debtor: &BankDetails,
     message_id: &str,
     created_at: NaiveDateTime,
     execution_date: NaiveDate,
@@ -98,14 +89,17 @@ pub fn credit_transfer_file(
         return Err(FileError::Currency(currency.to_owned()));
     }
     check_debtor(debtor)?;
-    let debtor_iban = sepa::validate_iban(&debtor.iban).map_err(|e| FileError::Debtor(e.to_string()))?;
-    let debtor_bic = sepa::validate_bic(&debtor.bic).map_err(|e| FileError::Debtor(e.to_string()))?;
+    let debtor_iban =
+        sepa::validate_iban(&debtor.iban).map_err(|e| FileError::Debtor(e.to_string()))?;
+    let debtor_bic =
+        sepa::validate_bic(&debtor.bic).map_err(|e| FileError::Debtor(e.to_string()))?;
     let execution = iso_date(execution_date).map_err(FileError::Build)?;
-    let mut group = CreditTransferGroup::new(debtor.name.clone(), &debtor_iban, execution)
-        .kind(CreditTransferKind::Standard)
-        .debtor_bic(debtor_bic)
-        .debtor_address(address(&debtor.address).map_err(FileError::Debtor)?)
-        .batch_booking(false);
+    let mut group =
+        CreditTransferGroup::new(debtor.account_holder.clone(), &debtor_iban, execution)
+            .kind(CreditTransferKind::Standard)
+            .debtor_bic(debtor_bic)
+            .debtor_address(address(&debtor.address).map_err(FileError::Debtor)?)
+            .batch_booking(false);
     for transfer in transfers {
         let fail = |reason: String| FileError::Creditor {
             payout_id: transfer.payout_id,
@@ -133,7 +127,7 @@ pub fn credit_transfer_file(
         u8::try_from(created_at.second()).unwrap_or(0),
     )
     .map_err(|e| FileError::Build(e.to_string()))?;
-    Pain001Builder::new(debtor.name.clone(), message_id)
+    Pain001Builder::new(debtor.account_holder.clone(), message_id)
         .created_at(created)
         .add_group(group)
         .build()
@@ -180,7 +174,11 @@ pub(crate) mod tests {
                         stack.last_mut().unwrap().children.push(done);
                     }
                     Event::Text(text) => {
-                        stack.last_mut().unwrap().text.push_str(&text.decode().unwrap());
+                        stack
+                            .last_mut()
+                            .unwrap()
+                            .text
+                            .push_str(&text.decode().unwrap());
                     }
                     Event::Eof => break,
                     _ => {}
@@ -204,9 +202,9 @@ pub(crate) mod tests {
         }
     }
 
-    pub fn debtor() -> Debtor {
-        Debtor {
-            name: "GPUnex Treasury".to_owned(),
+    pub fn debtor() -> BankDetails {
+        BankDetails {
+            account_holder: "GPUnex Treasury".to_owned(),
             iban: "DE89370400440532013000".to_owned(),
             bic: "COBADEFFXXX".to_owned(),
             address: BankAddress {
@@ -261,7 +259,10 @@ pub(crate) mod tests {
             &transfers,
         )
         .unwrap();
-        assert!(xml.contains("urn:iso:std:iso:20022:tech:xsd:pain.001.001.09"), "{xml}");
+        assert!(
+            xml.contains("urn:iso:std:iso:20022:tech:xsd:pain.001.001.09"),
+            "{xml}"
+        );
         let document = Element::parse(&xml);
         let initiation = document.at("CstmrCdtTrfInitn");
         let header = initiation.at("GrpHdr");
@@ -308,8 +309,15 @@ pub(crate) mod tests {
         assert_eq!(end_to_end_id(Uuid::from_u128(1)).len(), 32);
         // The same input, the same bytes.
         assert_eq!(
-            credit_transfer_file(&debtor(), &message_id(date, 1), created, date, "EUR", &transfers)
-                .unwrap(),
+            credit_transfer_file(
+                &debtor(),
+                &message_id(date, 1),
+                created,
+                date,
+                "EUR",
+                &transfers
+            )
+            .unwrap(),
             xml
         );
         assert_eq!(

@@ -55,7 +55,10 @@ pub enum SolanaError {
     #[error("could not decode the recorded transaction: {0}")]
     Decode(String),
     #[error("Solana RPC {method}: {reason}")]
-    Rpc { method: &'static str, reason: String },
+    Rpc {
+        method: &'static str,
+        reason: String,
+    },
 }
 
 impl Treasury {
@@ -368,13 +371,7 @@ mod tests {
     use solana_program_pack::Pack;
     use spl_token_interface::state::{Account as TokenAccount, Mint};
 
-    fn token_account(
-        svm: &mut LiteSVM,
-        address: Pubkey,
-        mint: Pubkey,
-        owner: Pubkey,
-        amount: u64,
-    ) {
+    fn token_account(svm: &mut LiteSVM, address: Pubkey, mint: Pubkey, owner: Pubkey, amount: u64) {
         let mut data = vec![0u8; TokenAccount::LEN];
         TokenAccount::pack(
             TokenAccount {
@@ -514,7 +511,10 @@ mod tests {
         let failed = svm
             .send_transaction(decode_transaction(&signed.transaction).unwrap())
             .unwrap_err();
-        assert!(format!("{:?}", failed.err).contains("Custom(1)"), "{failed:?}");
+        assert!(
+            format!("{:?}", failed.err).contains("Custom(1)"),
+            "{failed:?}"
+        );
         assert_eq!(balance(&svm, &treasury.token_account(&mint)), Some(10));
         // A mint with other decimals than USDC's: refused by the token program
         // (MintDecimalsMismatch), nothing moves.
@@ -531,7 +531,10 @@ mod tests {
         let failed = svm
             .send_transaction(decode_transaction(&signed.transaction).unwrap())
             .unwrap_err();
-        assert!(format!("{:?}", failed.err).contains("Custom(18)"), "{failed:?}");
+        assert!(
+            format!("{:?}", failed.err).contains("Custom(18)"),
+            "{failed:?}"
+        );
         assert_eq!(balance(&svm, &treasury.token_account(&other)), Some(10));
     }
 
@@ -547,7 +550,10 @@ mod tests {
         .unwrap();
         let treasury = Treasury::from_file(&path).unwrap();
         assert_eq!(treasury.pubkey(), keypair.pubkey());
-        assert_eq!(format!("{treasury:?}"), format!("Treasury({})", keypair.pubkey()));
+        assert_eq!(
+            format!("{treasury:?}"),
+            format!("Treasury({})", keypair.pubkey())
+        );
         std::fs::write(&path, "[1, 2, 3]").unwrap();
         let error = Treasury::from_file(&path).unwrap_err().to_string();
         assert!(error.contains("not a valid 64-byte"), "{error}");

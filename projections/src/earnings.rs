@@ -13,10 +13,12 @@ use std::sync::Arc;
 use gpunex_domain::DomainEvent;
 use gpunex_domain::ledger::{Account, Side};
 use gpunex_domain::money::Usdc;
-use gpunex_domain::payouts::{PayoutEvent, PayoutSettingsChanged};
+use gpunex_domain::payouts::{PayoutEvent, PayoutScheduled, PayoutSettingsChanged, SettledLines};
 use gpunex_domain::rental::{RentalEvent, UsageMetered};
 use gpunex_domain::time::Timestamp;
 use uuid::Uuid;
+
+use crate::payouts::PayoutBook;
 
 /// What a line needs of its rental.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +126,19 @@ pub struct Earnings {
     adjustments: HashMap<Uuid, i64>,
     /// Each provider's payout settings in force.
     payout_settings: HashMap<Uuid, PayoutSettingsChanged>,
+    payouts: PayoutBook,
+    /// The last log position applied.
+    position: u64,
+}
+
+/// What a provider could be paid at a cutoff: the unsettled lines dated before it, and what
+/// earlier payouts, failures and adjustments bring forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Payable {
+    pub lines: SettledLines,
+    pub brought_forward: Usdc,
+    /// `lines.net + brought_forward`.
+    pub available: Usdc,
 }
 
 /// `n` shares of `amount` as equal as can be: the first `amount mod n` shares get one more unit.
@@ -136,6 +151,7 @@ pub fn equal_shares(amount: i64, n: usize) -> Vec<i64> {
 impl Earnings {
     /// Applies one event of the log at `position`, recorded at `recorded_at_us`.
     pub fn apply(&mut self, position: u64, recorded_at_us: i64, event: &DomainEvent) {
+        self.position = self.position.max(position);
         match event {
             DomainEvent::Rental(RentalEvent::Started(started)) => {
                 self.rentals.insert(
@@ -157,6 +173,14 @@ impl Earnings {
                 self.payout_settings
                     .insert(changed.provider_id, changed.clone());
             }
+            DomainEvent::Payout(PayoutEvent::Scheduled(event)) => self.payouts.scheduled(event),
+            DomainEvent::Payout(PayoutEvent::BatchCreated(event)) => self.payouts.batch(event),
+            DomainEvent::Payout(PayoutEvent::Submitted(event)) => self.payouts.submitted(event),
+            DomainEvent::Payout(PayoutEvent::BankFileCreated(event)) => {
+                self.payouts.bank_file(event)
+            }
+            DomainEvent::Payout(PayoutEvent::Confirmed(event)) => self.payouts.confirmed(event),
+            DomainEvent::Payout(PayoutEvent::Failed(event)) => self.payouts.failed(event),
             DomainEvent::AdjustmentPosted(adjustment) => {
                 for posting in adjustment.postings.lines() {
                     if let Account::ProviderPayable(provider) = posting.account {
@@ -252,10 +276,85 @@ impl Earnings {
         upto(end).minus(upto(start))
     }
 
-    /// What a provider is owed now: everything earned, plus adjustments, less what was paid
-    /// (payouts do not exist yet: nothing is paid).
-    pub fn pending_balance(&self, provider_id: Uuid) -> i64 {
+    /// What a provider earned: every line's net plus adjustments.
+    pub fn earned(&self, provider_id: Uuid) -> i64 {
         self.lifetime(provider_id).net + self.adjustments.get(&provider_id).copied().unwrap_or(0)
+    }
+
+    /// What a provider is owed and not yet in any payout (its payable account): earned, less
+    /// what payouts took, plus what failed payouts returned. Equals earned - paid - in flight.
+    pub fn pending_balance(&self, provider_id: Uuid) -> i64 {
+        let payouts = self.payouts.provider(provider_id);
+        self.earned(provider_id) - payouts.scheduled + payouts.failed
+    }
+
+    /// The last log position applied.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Every payout and batch.
+    pub fn payouts(&self) -> &PayoutBook {
+        &self.payouts
+    }
+
+    fn unsettled_range(&self, provider_id: Uuid, cutoff: Timestamp) -> (usize, usize) {
+        let Some(provider) = self.providers.get(&provider_id) else {
+            return (0, 0);
+        };
+        let settled = self.payouts.provider(provider_id).settled_through;
+        let start = provider.lines.partition_point(|l| l.position <= settled);
+        let end = provider.lines.partition_point(|l| l.at < cutoff).max(start);
+        (start, end)
+    }
+
+    /// What a provider could be paid with earnings dated before `cutoff`: the lines no payout
+    /// settled yet, plus what is brought forward (earlier carries, failed payouts, adjustments).
+    pub fn payable_at(&self, provider_id: Uuid, cutoff: Timestamp) -> Payable {
+        let (start, end) = self.unsettled_range(provider_id, cutoff);
+        let lines = self
+            .providers
+            .get(&provider_id)
+            .map_or(&[][..], |p| &p.lines[start..end]);
+        let upto = |i: usize| {
+            i.checked_sub(1).map_or(Sums::default(), |i| {
+                self.providers
+                    .get(&provider_id)
+                    .map_or(Sums::default(), |p| p.running[i])
+            })
+        };
+        let new = upto(end).minus(upto(start));
+        let settled_net = upto(start).net;
+        let payouts = self.payouts.provider(provider_id);
+        let brought_forward = settled_net
+            + self.adjustments.get(&provider_id).copied().unwrap_or(0)
+            - payouts.scheduled
+            + payouts.failed;
+        Payable {
+            lines: SettledLines {
+                after_position: payouts.settled_through,
+                through_position: lines.last().map_or(payouts.settled_through, |l| l.position),
+                count: new.lines,
+                net: Usdc::from_micros(new.net),
+            },
+            brought_forward: Usdc::from_micros(brought_forward),
+            available: Usdc::from_micros(new.net + brought_forward),
+        }
+    }
+
+    /// The lines a payout settled.
+    pub fn settled_lines(&self, payout: &PayoutScheduled) -> &[Line] {
+        let Some(provider) = self.providers.get(&payout.provider_id) else {
+            return &[];
+        };
+        let start = provider
+            .lines
+            .partition_point(|l| l.position <= payout.lines.after_position);
+        let end = provider
+            .lines
+            .partition_point(|l| l.position <= payout.lines.through_position)
+            .max(start);
+        &provider.lines[start..end]
     }
 
     /// A provider's sums over the lines at log positions up to `position`.

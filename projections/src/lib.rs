@@ -17,6 +17,7 @@ pub mod earnings;
 pub mod fleet;
 pub mod ledger;
 pub mod market;
+pub mod payouts;
 pub mod reconcile;
 pub mod runner;
 

@@ -24,3 +24,171 @@ pub struct PayoutSettingsView {
     pub changed_at: String,
     pub changed_by: String,
 }
+
+pub use gpunex_domain::payouts::Rail;
+
+/// `POST /v1/payout-batches` (finance, admin): build the batch of a date.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// `YYYY-MM-DD`.
+    pub date: String,
+    /// Show what would be paid; write nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// A payout as a batch, a provider's history and finance see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayoutView {
+    pub payout_id: Uuid,
+    pub batch_id: Uuid,
+    pub provider_id: Uuid,
+    pub payout_date: String,
+    pub period: String,
+    pub schedule: Schedule,
+    pub rail: Rail,
+    /// The method it is paid to (the one in force when it was scheduled).
+    pub method: PayoutMethod,
+    pub amount_micro_usdc: i64,
+    pub amount_usdc: String,
+    /// `scheduled`, `submitted`, `confirmed` or `failed`.
+    pub status: String,
+    /// Earnings dated before this instant were eligible.
+    pub cutoff: String,
+    /// How many earnings lines it settles, and their net sum.
+    pub lines: u64,
+    pub lines_net_micro_usdc: i64,
+    /// Carried from earlier payouts, returned by failed ones, moved by adjustments.
+    pub brought_forward_micro_usdc: i64,
+    /// The sub-cent remainder left in the balance (bank transfers).
+    pub carried_micro_usdc: i64,
+    pub scheduled_at: String,
+    /// Solana: the latest attempt's signature.
+    pub signature: Option<String>,
+    pub attempts: u32,
+    /// Bank: the file's message id and the end-to-end id of the transfer.
+    pub bank_message_id: Option<String>,
+    pub bank_end_to_end_id: Option<String>,
+    /// Bank: what the file orders, in cents of `bank_currency`.
+    pub bank_amount_cents: Option<i64>,
+    pub bank_currency: Option<String>,
+    /// Bank: the reference finance gave when confirming.
+    pub bank_reference: Option<String>,
+    /// Solana: the slot the transfer was finalized in.
+    pub slot: Option<u64>,
+    pub submitted_at: Option<String>,
+    pub settled_at: Option<String>,
+    pub failure_code: Option<String>,
+    pub failure_reason: Option<String>,
+}
+
+/// A provider whose balance rolls forward.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolledForwardView {
+    pub provider_id: Uuid,
+    pub schedule: Schedule,
+    pub available_micro_usdc: i64,
+    pub minimum_micro_usdc: i64,
+}
+
+/// A date's batch: what it pays, what rolls forward.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchView {
+    pub batch_id: Uuid,
+    pub date: String,
+    pub cutoff: String,
+    /// True when nothing was written (a dry run).
+    pub dry_run: bool,
+    /// False when the batch already existed: a rerun creates nothing.
+    pub created: bool,
+    pub payouts: Vec<PayoutView>,
+    pub rolled_forward: Vec<RolledForwardView>,
+    /// Providers with money due on this date but no payout method.
+    pub without_method: Vec<Uuid>,
+    pub total_micro_usdc: i64,
+    pub total_usdc: String,
+    /// The bank files made from it (message ids).
+    pub bank_files: Vec<String>,
+}
+
+/// A provider's payouts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayoutHistory {
+    pub provider_id: Uuid,
+    /// Not yet in a payout.
+    pub balance_micro_usdc: i64,
+    /// Scheduled or submitted.
+    pub in_flight_micro_usdc: i64,
+    pub paid_micro_usdc: i64,
+    pub pending: Vec<PayoutView>,
+    pub history: Vec<PayoutView>,
+}
+
+/// One earnings line a payout settled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettledLineView {
+    pub position: u64,
+    pub at: String,
+    pub usage_entry_id: Uuid,
+    pub rental_id: Uuid,
+    pub gpu_seconds: u64,
+    pub gross_micro_usdc: i64,
+    pub fee_micro_usdc: i64,
+    pub net_micro_usdc: i64,
+}
+
+/// `GET /v1/payouts/{id}/proof`: the lines a payout settled and the arithmetic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayoutProof {
+    pub payout: PayoutView,
+    pub lines: Vec<SettledLineView>,
+    pub lines_net_micro_usdc: i64,
+    pub brought_forward_micro_usdc: i64,
+    pub amount_micro_usdc: i64,
+    pub carried_micro_usdc: i64,
+    /// `lines_net + brought_forward == amount + carried`, and the lines are the ones recorded.
+    pub balanced: bool,
+}
+
+/// `POST /v1/payout-batches/{date}/bank-files` (finance).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankFileRequest {
+    /// Euros per USDC, at most 6 decimals (as text: `"0.9234"`).
+    pub eur_per_usdc: String,
+    /// `YYYY-MM-DD`; default: the batch's date, or today if later.
+    #[serde(default)]
+    pub execution_date: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BankFileView {
+    pub message_id: String,
+    pub batch_id: Uuid,
+    pub currency: String,
+    pub rate: String,
+    pub execution_date: String,
+    pub transfers: u64,
+    pub control_sum_cents: i64,
+    pub sha256: String,
+    pub created_at: String,
+    /// Where to download it.
+    pub href: String,
+}
+
+/// `POST /v1/payouts/{id}/confirm` (finance, bank transfers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmRequest {
+    pub bank_reference: String,
+}
+
+/// `POST /v1/payouts/{id}/return` (finance, bank transfers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReturnRequest {
+    /// The ISO 20022 return reason code (`AC01`, `AC04`, `MD07`, ...).
+    pub reason_code: String,
+    pub reason: String,
+}

@@ -1,0 +1,480 @@
+//! Payout batches: the payout rules in force, a date's batch planned from the earnings projection
+//! and written as events, and the scheduler that runs it every payout date.
+//!
+//! A batch is written in appends of at most 63 payouts (`payout.scheduled`, each on its own
+//! stream `payout-<id>`, which must not exist) and ends with `payout.batch_created` on
+//! `payout_batch-<date>` (which must not exist either). A rerun of a finished date creates
+//! nothing; a rerun after a crash part-way skips the payouts already written (their ids are
+//! derived from provider and period) and finishes the batch.
+
+use std::collections::BTreeSet;
+
+use chrono::NaiveDate;
+use gpunex_domain::money::Usdc;
+use gpunex_domain::payouts::{
+    self as rules, BatchCreated, PayoutEvent, PayoutPolicy, PayoutScheduled, RolledForward,
+};
+use gpunex_domain::time::Timestamp;
+use gpunex_domain::{DomainEvent, StreamId};
+use gpunex_projections::earnings::Earnings;
+use gpunex_projections::payouts::{BatchRecord, PayoutRecord};
+use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
+use gpunex_wire::payouts as wp;
+use uuid::Uuid;
+
+use crate::auth::CredentialCache;
+use crate::error::{ApiError, append_failure};
+use crate::server::timestamp;
+
+/// Payouts written per append (each on its own stream, with the batch's stream: 64 at most).
+const PAYOUTS_PER_APPEND: usize = 63;
+
+/// The payout rules, from flags or the environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PayoutArgs {
+    /// Weekly payouts need at least this balance, in USDC; below it the balance rolls forward.
+    #[arg(long, env = "GPUNEX_PAYOUT_WEEKLY_MINIMUM", default_value = "20")]
+    pub payout_weekly_minimum: String,
+    /// Monthly payouts need at least this balance, in USDC.
+    #[arg(long, env = "GPUNEX_PAYOUT_MONTHLY_MINIMUM", default_value = "5")]
+    pub payout_monthly_minimum: String,
+    /// Earnings wait this many days before they can be paid (the window for disputes).
+    #[arg(long, env = "GPUNEX_PAYOUT_HOLD_DAYS", default_value_t = 3)]
+    pub payout_hold_days: u32,
+    /// Holidays skipped by monthly payouts besides weekends, comma-separated `YYYY-MM-DD`.
+    #[arg(long, env = "GPUNEX_PAYOUT_HOLIDAYS", value_delimiter = ',')]
+    pub payout_holidays: Vec<NaiveDate>,
+}
+
+impl PayoutArgs {
+    pub fn policy(&self) -> anyhow::Result<PayoutPolicy> {
+        let usdc = |text: &str, flag: &str| -> anyhow::Result<Usdc> {
+            let value: rust_decimal::Decimal = text
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("{flag}: {text:?} is not an amount in USDC"))?;
+            let amount =
+                Usdc::from_decimal(value).map_err(|e| anyhow::anyhow!("{flag}: {text:?}: {e}"))?;
+            if amount.is_negative() {
+                anyhow::bail!("{flag}: {text:?} must not be negative");
+            }
+            Ok(amount)
+        };
+        Ok(PayoutPolicy {
+            weekly_minimum: usdc(&self.payout_weekly_minimum, "--payout-weekly-minimum")?,
+            monthly_minimum: usdc(&self.payout_monthly_minimum, "--payout-monthly-minimum")?,
+            hold_days: self.payout_hold_days,
+            holidays: self
+                .payout_holidays
+                .iter()
+                .copied()
+                .collect::<BTreeSet<_>>(),
+        })
+    }
+}
+
+/// What the server needs for payouts: the rules, and the platform's bank account for SEPA files.
+#[derive(Debug, Clone, Default)]
+pub struct PayoutConfig {
+    pub policy: PayoutPolicy,
+    pub debtor: Option<gpunex_domain::payouts::BankDetails>,
+}
+
+impl PayoutConfig {
+    /// Reads and checks the bank account file, if one is given.
+    pub fn new(
+        policy: PayoutPolicy,
+        debtor: Option<&std::path::Path>,
+    ) -> anyhow::Result<PayoutConfig> {
+        let debtor = match debtor {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("--sepa-debtor {}: {e}", path.display()))?;
+                let details: gpunex_domain::payouts::BankDetails = serde_json::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("--sepa-debtor {}: {e}", path.display()))?;
+                let details = gpunex_payouts::check_bank(&details).map_err(|errors| {
+                    let list: Vec<String> = errors
+                        .iter()
+                        .map(|e| format!("{}: {}", e.field, e.message))
+                        .collect();
+                    anyhow::anyhow!("--sepa-debtor {}: {}", path.display(), list.join("; "))
+                })?;
+                gpunex_payouts::sepa_file::check_debtor(&details)?;
+                Some(details)
+            }
+        };
+        Ok(PayoutConfig { policy, debtor })
+    }
+}
+
+/// A date's batch as planned from the projection.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub date: NaiveDate,
+    pub batch_id: Uuid,
+    pub cutoff: Timestamp,
+    pub payouts: Vec<PayoutScheduled>,
+    /// Payouts of this date already written by an earlier, interrupted run.
+    pub existing: Vec<Uuid>,
+    pub rolled_forward: Vec<RolledForward>,
+    pub without_method: Vec<Uuid>,
+}
+
+fn money(error: impl std::fmt::Display) -> ApiError {
+    ApiError::Unprocessable {
+        code: "amount_out_of_range",
+        detail: error.to_string(),
+    }
+}
+
+/// Plans `date`'s batch: every provider whose schedule pays on `date` is paid what is available
+/// at the cutoff (at or above its minimum; bank transfers in whole cents) or rolls forward.
+pub fn plan(
+    earnings: &Earnings,
+    policy: &PayoutPolicy,
+    date: NaiveDate,
+    now: Timestamp,
+) -> Result<Planned, ApiError> {
+    let cutoff = policy.cutoff(date);
+    let batch_id = rules::batch_id(date);
+    let mut planned = Planned {
+        date,
+        batch_id,
+        cutoff,
+        payouts: Vec::new(),
+        existing: Vec::new(),
+        rolled_forward: Vec::new(),
+        without_method: Vec::new(),
+    };
+    for provider_id in earnings.providers() {
+        let payable = earnings.payable_at(provider_id, cutoff);
+        let Some(settings) = earnings.payout_settings(provider_id) else {
+            if payable.available.is_positive() {
+                planned.without_method.push(provider_id);
+            }
+            continue;
+        };
+        if !policy.is_payout_date(settings.schedule, date) {
+            continue;
+        }
+        let period = rules::period_key(settings.schedule, date);
+        let payout_id = rules::payout_id(provider_id, &period);
+        if earnings.payouts().payout(payout_id).is_some() {
+            planned.existing.push(payout_id);
+            continue;
+        }
+        let minimum = policy.minimum(settings.schedule);
+        match rules::plan(payable.available, minimum, settings.method.rail()).map_err(money)? {
+            Some(amount) => planned.payouts.push(PayoutScheduled {
+                payout_id,
+                batch_id,
+                provider_id,
+                payout_date: date,
+                period,
+                schedule: settings.schedule,
+                method: settings.method.clone(),
+                cutoff,
+                lines: payable.lines,
+                brought_forward: payable.brought_forward,
+                amount: amount.paid,
+                carried: amount.carried,
+                postings: rules::schedule_entry(provider_id, amount.paid).map_err(money)?,
+                scheduled_at: now,
+            }),
+            None if payable.available.is_positive() => {
+                planned.rolled_forward.push(RolledForward {
+                    provider_id,
+                    schedule: settings.schedule,
+                    available: payable.available,
+                    minimum,
+                });
+            }
+            None => {}
+        }
+    }
+    Ok(planned)
+}
+
+fn stream(text: String) -> StreamId {
+    StreamId::parse(text).unwrap_or_else(|_| unreachable!("ids make valid stream ids"))
+}
+
+pub fn payout_stream(payout_id: Uuid) -> StreamId {
+    stream(format!("payout-{payout_id}"))
+}
+
+pub fn batch_stream(date: NaiveDate) -> StreamId {
+    stream(format!("payout_batch-{date}"))
+}
+
+fn today() -> NaiveDate {
+    chrono::DateTime::from_timestamp_micros(crate::tokens::now().unix_micros())
+        .map_or(NaiveDate::MIN, |t| t.date_naive())
+}
+
+/// Builds (or, with `dry_run`, shows) the batch of `date`. A date whose batch exists returns it
+/// unchanged (`created: false`).
+pub async fn run_batch(
+    store: &Store,
+    credentials: &CredentialCache,
+    policy: &PayoutPolicy,
+    date: NaiveDate,
+    dry_run: bool,
+    actor: &str,
+) -> Result<wp::BatchView, ApiError> {
+    if date > today() {
+        return Err(ApiError::Unprocessable {
+            code: "date_in_future",
+            detail: format!("{date} is in the future: a batch pays what was earned up to its date"),
+        });
+    }
+    if !policy.is_payout_date(rules::Schedule::Weekly, date)
+        && !policy.is_payout_date(rules::Schedule::Monthly, date)
+    {
+        return Err(ApiError::Unprocessable {
+            code: "not_a_payout_date",
+            detail: format!(
+                "{date} is neither a Monday (weekly payouts) nor the first business day of its month (monthly payouts, first {})",
+                policy.first_business_day(date)
+            ),
+        });
+    }
+    credentials.wait_for(store.head_position().await?).await?;
+    let existing = credentials.with_earnings(|e| {
+        e.payouts()
+            .batch_on(date)
+            .map(|batch| batch_view(e, batch, false))
+    });
+    if let Some(view) = existing {
+        return Ok(view);
+    }
+    let now = crate::tokens::now();
+    let planned = credentials.with_earnings(|e| plan(e, policy, date, now))?;
+    if dry_run {
+        return Ok(credentials.with_earnings(|e| planned_view(e, &planned)));
+    }
+    let mut ids: Vec<Uuid> = planned.existing.clone();
+    ids.extend(planned.payouts.iter().map(|p| p.payout_id));
+    let total = credentials.with_earnings(|e| {
+        ids.iter()
+            .filter_map(|id| e.payouts().payout(*id))
+            .map(|r| r.scheduled.amount.micros())
+            .sum::<i64>()
+    }) + planned
+        .payouts
+        .iter()
+        .map(|p| p.amount.micros())
+        .sum::<i64>();
+    let batch = BatchCreated {
+        batch_id: planned.batch_id,
+        payout_date: date,
+        cutoff: planned.cutoff,
+        payouts: ids,
+        total: Usdc::from_micros(total),
+        rolled_forward: planned.rolled_forward.clone(),
+        created_at: now,
+    };
+    let event = |e: DomainEvent| NewEvent::from_domain(Uuid::now_v7(), &e, Metadata::actor(actor));
+    let mut chunks: Vec<&[PayoutScheduled]> = planned.payouts.chunks(PAYOUTS_PER_APPEND).collect();
+    if chunks.is_empty() {
+        chunks.push(&[]);
+    }
+    let last = chunks.len() - 1;
+    let mut position = 0;
+    for (index, chunk) in chunks.into_iter().enumerate() {
+        let mut streams: Vec<StreamAppend> = chunk
+            .iter()
+            .map(|payout| StreamAppend {
+                stream_id: payout_stream(payout.payout_id),
+                expected: ExpectedVersion::NoStream,
+                events: vec![event(DomainEvent::Payout(PayoutEvent::Scheduled(
+                    payout.clone(),
+                )))],
+            })
+            .collect();
+        if index == last {
+            streams.push(StreamAppend {
+                stream_id: batch_stream(date),
+                expected: ExpectedVersion::NoStream,
+                events: vec![event(DomainEvent::Payout(PayoutEvent::BatchCreated(
+                    batch.clone(),
+                )))],
+            });
+        }
+        position = store
+            .append_streams(streams)
+            .await
+            .map_err(append_failure)?
+            .last_position();
+    }
+    credentials.wait_for(position).await?;
+    tracing::info!(%date, payouts = batch.payouts.len(), total = %batch.total, "payout batch created");
+    credentials.with_earnings(|e| {
+        e.payouts()
+            .batch_on(date)
+            .map(|b| batch_view(e, b, true))
+            .ok_or(ApiError::NotFound("payout_batch"))
+    })
+}
+
+/// A payout as the API shows it.
+pub fn payout_view(record: &PayoutRecord) -> wp::PayoutView {
+    let scheduled = &record.scheduled;
+    let last = record.submissions.last();
+    let signature = last.map(|s| match &s.submission {
+        rules::Submission::Solana { signature, .. } => signature.clone(),
+    });
+    let (slot, bank_reference) = match record.confirmed.as_ref().map(|c| &c.confirmation) {
+        Some(rules::Confirmation::Solana { slot, .. }) => (Some(*slot), None),
+        Some(rules::Confirmation::Bank { bank_reference, .. }) => {
+            (None, Some(bank_reference.clone()))
+        }
+        None => (None, None),
+    };
+    let submitted_at = record
+        .submissions
+        .first()
+        .map(|s| s.submitted_at)
+        .or(record.bank_file.as_ref().map(|f| f.created_at));
+    let settled_at = record
+        .confirmed
+        .as_ref()
+        .map(|c| c.confirmed_at)
+        .or(record.failed.as_ref().map(|f| f.failed_at));
+    let status = serde_json::to_value(record.status())
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    wp::PayoutView {
+        payout_id: scheduled.payout_id,
+        batch_id: scheduled.batch_id,
+        provider_id: scheduled.provider_id,
+        payout_date: scheduled.payout_date.to_string(),
+        period: scheduled.period.clone(),
+        schedule: scheduled.schedule,
+        rail: scheduled.method.rail(),
+        method: scheduled.method.clone(),
+        amount_micro_usdc: scheduled.amount.micros(),
+        amount_usdc: scheduled.amount.to_string(),
+        status,
+        cutoff: timestamp(scheduled.cutoff.unix_micros()),
+        lines: scheduled.lines.count,
+        lines_net_micro_usdc: scheduled.lines.net.micros(),
+        brought_forward_micro_usdc: scheduled.brought_forward.micros(),
+        carried_micro_usdc: scheduled.carried.micros(),
+        scheduled_at: timestamp(scheduled.scheduled_at.unix_micros()),
+        signature,
+        attempts: u32::try_from(record.submissions.len()).unwrap_or(u32::MAX),
+        bank_message_id: record.bank_file.as_ref().map(|f| f.message_id.clone()),
+        bank_end_to_end_id: (scheduled.method.rail() == rules::Rail::Bank)
+            .then(|| gpunex_payouts::sepa_file::end_to_end_id(scheduled.payout_id)),
+        bank_amount_cents: record.bank_file.as_ref().map(|f| f.amount_cents),
+        bank_currency: record.bank_file.as_ref().map(|f| f.currency.clone()),
+        bank_reference,
+        slot,
+        submitted_at: submitted_at.map(|t| timestamp(t.unix_micros())),
+        settled_at: settled_at.map(|t| timestamp(t.unix_micros())),
+        failure_code: record.failed.as_ref().map(|f| f.reason_code.clone()),
+        failure_reason: record.failed.as_ref().map(|f| f.reason.clone()),
+    }
+}
+
+fn rolled(r: &RolledForward) -> wp::RolledForwardView {
+    wp::RolledForwardView {
+        provider_id: r.provider_id,
+        schedule: r.schedule,
+        available_micro_usdc: r.available.micros(),
+        minimum_micro_usdc: r.minimum.micros(),
+    }
+}
+
+/// A recorded batch.
+pub fn batch_view(earnings: &Earnings, batch: &BatchRecord, created: bool) -> wp::BatchView {
+    let created_event = &batch.created;
+    wp::BatchView {
+        batch_id: created_event.batch_id,
+        date: created_event.payout_date.to_string(),
+        cutoff: timestamp(created_event.cutoff.unix_micros()),
+        dry_run: false,
+        created,
+        payouts: created_event
+            .payouts
+            .iter()
+            .filter_map(|id| earnings.payouts().payout(*id))
+            .map(payout_view)
+            .collect(),
+        rolled_forward: created_event.rolled_forward.iter().map(rolled).collect(),
+        without_method: Vec::new(),
+        total_micro_usdc: created_event.total.micros(),
+        total_usdc: created_event.total.to_string(),
+        bank_files: batch.files.iter().map(|f| f.message_id.clone()).collect(),
+    }
+}
+
+/// A planned batch (a dry run): its payouts as they would be scheduled.
+fn planned_view(earnings: &Earnings, planned: &Planned) -> wp::BatchView {
+    let mut payouts: Vec<wp::PayoutView> = planned
+        .existing
+        .iter()
+        .filter_map(|id| earnings.payouts().payout(*id))
+        .map(payout_view)
+        .collect();
+    payouts.extend(planned.payouts.iter().map(|scheduled| {
+        payout_view(&PayoutRecord {
+            scheduled: scheduled.clone(),
+            submissions: Vec::new(),
+            bank_file: None,
+            confirmed: None,
+            failed: None,
+            version: 0,
+        })
+    }));
+    let total: i64 = payouts.iter().map(|p| p.amount_micro_usdc).sum();
+    wp::BatchView {
+        batch_id: planned.batch_id,
+        date: planned.date.to_string(),
+        cutoff: timestamp(planned.cutoff.unix_micros()),
+        dry_run: true,
+        created: false,
+        payouts,
+        rolled_forward: planned.rolled_forward.iter().map(rolled).collect(),
+        without_method: planned.without_method.clone(),
+        total_micro_usdc: total,
+        total_usdc: Usdc::from_micros(total).to_string(),
+        bank_files: Vec::new(),
+    }
+}
+
+/// Runs each payout date's batch once the day has begun (UTC), checking every minute: a missed
+/// date (the server was down) is not run late by itself; `gpunex payouts run --date` does that.
+pub async fn run_scheduler(store: Store, credentials: CredentialCache, policy: PayoutPolicy) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+    loop {
+        tick.tick().await;
+        let date = today();
+        let due = policy.is_payout_date(rules::Schedule::Weekly, date)
+            || policy.is_payout_date(rules::Schedule::Monthly, date);
+        let done = credentials.with_earnings(|e| e.payouts().batch_on(date).is_some());
+        if !due || done {
+            continue;
+        }
+        match run_batch(
+            &store,
+            &credentials,
+            &policy,
+            date,
+            false,
+            "system:payout-scheduler",
+        )
+        .await
+        {
+            Ok(batch) => {
+                tracing::info!(%date, payouts = batch.payouts.len(), "scheduled payout batch")
+            }
+            Err(error) => {
+                tracing::warn!(%date, %error, "payout batch failed; retrying in a minute")
+            }
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The Solana sender: drives every open Solana payout to `finalized` or failure, so that no
+//! payout is ever paid twice, whatever crashes where.
+//!
+//! For each open payout, one step at a time:
+//! - **scheduled**: take a recent blockhash, build and sign the transfer, record
+//!   `payout.submitted` (the signed bytes, the signature, the last valid block height), and only
+//!   then send it. A crash after the record and before or after the send is harmless: the next
+//!   step finds the record.
+//! - **submitted**: look up every attempt's signature (searching history).
+//!   - one is `finalized`: record `payout.confirmed` (its slot), or `payout.failed` if the
+//!     transaction failed on chain (fees are charged even then; the amount returns to the
+//!     balance);
+//!   - one is known but not finalized: wait;
+//!   - none is known and the finalized block height is past the last attempt's last valid block
+//!     height: that transaction can never land, so sign a new one (a new attempt, recorded
+//!     before it is sent);
+//!   - none is known and the blockhash is still valid: rebroadcast the same bytes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gpunex_domain::DomainEvent;
+use gpunex_domain::payouts::{
+    self as rules, Confirmation, PayoutConfirmed, PayoutEvent, PayoutFailed, PayoutMethod,
+    PayoutSubmitted, Submission,
+};
+use gpunex_payouts::solana::{self, Commitment, Rpc, Treasury};
+use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
+use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store};
+use uuid::Uuid;
+
+use crate::auth::CredentialCache;
+use crate::payout_run::payout_stream;
+
+const ACTOR: &str = "system:solana-sender";
+
+/// Where and how the Solana rail sends.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SolanaArgs {
+    /// Solana JSON-RPC endpoint. Without it, Solana payouts are scheduled but not sent.
+    #[arg(long, env = "GPUNEX_SOLANA_RPC_URL")]
+    pub solana_rpc_url: Option<String>,
+    /// The treasury's key file (Solana CLI format). It pays the fees and holds the USDC.
+    #[arg(long, env = "GPUNEX_TREASURY_KEYPAIR")]
+    pub treasury_keypair: Option<PathBuf>,
+    /// The USDC mint (6 decimals).
+    #[arg(long, env = "GPUNEX_USDC_MINT", default_value = solana::USDC_MAINNET_MINT)]
+    pub usdc_mint: String,
+    /// How long to wait between passes over the open payouts.
+    #[arg(long, env = "GPUNEX_SOLANA_POLL", default_value = "2s", value_parser = crate::cli::parse_duration)]
+    pub solana_poll: Duration,
+}
+
+/// A configured Solana rail.
+#[derive(Debug)]
+pub struct SolanaRail {
+    pub rpc: Rpc,
+    pub treasury: Treasury,
+    pub mint: solana_pubkey::Pubkey,
+    pub poll: Duration,
+}
+
+impl SolanaArgs {
+    /// The rail, when an RPC endpoint is configured (then the key file is required).
+    pub fn rail(&self) -> anyhow::Result<Option<SolanaRail>> {
+        let Some(url) = &self.solana_rpc_url else {
+            return Ok(None);
+        };
+        let path = self.treasury_keypair.as_ref().ok_or_else(|| {
+            anyhow::anyhow!("--treasury-keypair is required with --solana-rpc-url")
+        })?;
+        Ok(Some(SolanaRail {
+            rpc: Rpc::new(url.clone())?,
+            treasury: Treasury::from_file(path)?,
+            mint: solana::pubkey(&self.usdc_mint)?,
+            poll: self.solana_poll,
+        }))
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassReport {
+    pub submitted: u32,
+    pub rebroadcast: u32,
+    pub resigned: u32,
+    pub confirmed: u32,
+    pub failed: u32,
+    /// Open Solana payouts left after the pass.
+    pub open: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error(transparent)]
+    Solana(#[from] solana::SolanaError),
+    #[error("the log refused the record: {0}")]
+    Append(#[from] gpunex_store::AppendError),
+    #[error(transparent)]
+    Api(#[from] crate::error::ApiError),
+    #[error(transparent)]
+    Store(#[from] gpunex_store::StoreError),
+    #[error("payout {0}: {1}")]
+    Payout(Uuid, String),
+}
+
+async fn record(
+    store: &Store,
+    credentials: &CredentialCache,
+    payout: &PayoutRecord,
+    event: PayoutEvent,
+) -> Result<bool, SendError> {
+    let appended = store
+        .append(
+            payout_stream(payout.scheduled.payout_id),
+            ExpectedVersion::Exact(payout.version),
+            vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &DomainEvent::Payout(event),
+                Metadata::actor(ACTOR),
+            )],
+        )
+        .await;
+    match appended {
+        Ok(committed) => {
+            credentials.wait_for(committed.last_position()).await?;
+            Ok(true)
+        }
+        // Another sender moved this payout first: its record stands; look again next pass.
+        Err(gpunex_store::AppendError::WrongExpectedVersion { .. }) => Ok(false),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Signs a new attempt, records it, then sends it.
+async fn submit(
+    store: &Store,
+    credentials: &CredentialCache,
+    rail: &SolanaRail,
+    payout: &PayoutRecord,
+) -> Result<bool, SendError> {
+    let scheduled = &payout.scheduled;
+    let PayoutMethod::Solana { wallet } = &scheduled.method else {
+        return Err(SendError::Payout(
+            scheduled.payout_id,
+            "not a Solana payout".to_owned(),
+        ));
+    };
+    let wallet = solana::pubkey(wallet)?;
+    let amount = u64::try_from(scheduled.amount.micros())
+        .map_err(|_| SendError::Payout(scheduled.payout_id, "negative amount".to_owned()))?;
+    let (blockhash, last_valid_block_height) = rail.rpc.latest_blockhash().await?;
+    let signed = solana::transfer(
+        &rail.treasury,
+        &rail.mint,
+        &wallet,
+        amount,
+        scheduled.payout_id,
+        blockhash,
+    )?;
+    let attempt = u32::try_from(payout.submissions.len()).unwrap_or(u32::MAX - 1) + 1;
+    let submitted = PayoutSubmitted {
+        payout_id: scheduled.payout_id,
+        submission: Submission::Solana {
+            signature: signed.signature.clone(),
+            last_valid_block_height,
+            transaction: signed.transaction.clone(),
+            destination: signed.destination.clone(),
+            attempt,
+        },
+        submitted_at: crate::tokens::now(),
+    };
+    if !record(
+        store,
+        credentials,
+        payout,
+        PayoutEvent::Submitted(submitted),
+    )
+    .await?
+    {
+        return Ok(false);
+    }
+    tracing::info!(payout_id = %scheduled.payout_id, signature = %signed.signature, attempt, "payout transaction recorded; sending");
+    if let Err(error) = rail.rpc.send(&signed.transaction).await {
+        // Recorded: the next pass looks it up and rebroadcasts it.
+        tracing::warn!(payout_id = %scheduled.payout_id, %error, "send failed; will rebroadcast");
+    }
+    Ok(true)
+}
+
+/// One step for one open Solana payout.
+async fn step(
+    store: &Store,
+    credentials: &CredentialCache,
+    rail: &SolanaRail,
+    payout: &PayoutRecord,
+    report: &mut PassReport,
+) -> Result<(), SendError> {
+    let scheduled = &payout.scheduled;
+    if payout.status() == PayoutStatus::Scheduled {
+        if submit(store, credentials, rail, payout).await? {
+            report.submitted += 1;
+        }
+        return Ok(());
+    }
+    let attempts: Vec<(&str, u64, &str)> = payout
+        .submissions
+        .iter()
+        .map(|s| match &s.submission {
+            Submission::Solana {
+                signature,
+                last_valid_block_height,
+                transaction,
+                ..
+            } => (
+                signature.as_str(),
+                *last_valid_block_height,
+                transaction.as_str(),
+            ),
+        })
+        .collect();
+    let signatures: Vec<String> = attempts.iter().map(|a| a.0.to_owned()).collect();
+    let statuses = rail.rpc.signature_statuses(&signatures).await?;
+    let landed = signatures
+        .iter()
+        .zip(&statuses)
+        .find_map(|(signature, status)| status.as_ref().map(|s| (signature, s)));
+    if let Some((signature, status)) = landed {
+        if status.commitment != Commitment::Finalized {
+            return Ok(());
+        }
+        let now = crate::tokens::now();
+        let provider_id = scheduled.provider_id;
+        let amount = scheduled.amount;
+        let money = |e: gpunex_domain::ledger::JournalError| {
+            SendError::Payout(scheduled.payout_id, e.to_string())
+        };
+        let event = match &status.err {
+            None => PayoutEvent::Confirmed(PayoutConfirmed {
+                payout_id: scheduled.payout_id,
+                provider_id,
+                amount,
+                confirmation: Confirmation::Solana {
+                    signature: signature.clone(),
+                    slot: status.slot,
+                },
+                postings: rules::confirm_entry(provider_id, amount).map_err(money)?,
+                confirmed_at: now,
+            }),
+            Some(err) => PayoutEvent::Failed(PayoutFailed {
+                payout_id: scheduled.payout_id,
+                provider_id,
+                amount,
+                reason_code: "transaction_failed".to_owned(),
+                reason: format!(
+                    "transaction {signature} failed on chain in slot {}: {err}",
+                    status.slot
+                ),
+                postings: rules::fail_entry(provider_id, amount).map_err(money)?,
+                failed_at: now,
+                failed_by: ACTOR.to_owned(),
+            }),
+        };
+        let confirmed = matches!(event, PayoutEvent::Confirmed(_));
+        if record(store, credentials, payout, event).await? {
+            if confirmed {
+                report.confirmed += 1;
+            } else {
+                report.failed += 1;
+            }
+        }
+        return Ok(());
+    }
+    let Some(&(_, last_valid, transaction)) = attempts.last() else {
+        return Ok(());
+    };
+    let finalized_height = rail.rpc.block_height(Commitment::Finalized).await?;
+    if finalized_height > last_valid {
+        // Expired and unknown everywhere: it can never land. Only now may it be re-signed.
+        if submit(store, credentials, rail, payout).await? {
+            report.resigned += 1;
+        }
+    } else {
+        if let Err(error) = rail.rpc.send(transaction).await {
+            tracing::warn!(payout_id = %scheduled.payout_id, %error, "rebroadcast failed");
+        }
+        report.rebroadcast += 1;
+    }
+    Ok(())
+}
+
+fn open_solana(credentials: &CredentialCache) -> Vec<PayoutRecord> {
+    credentials.with_earnings(|e| {
+        e.payouts()
+            .open()
+            .into_iter()
+            .filter(|r| r.scheduled.method.rail() == rules::Rail::Solana)
+            .cloned()
+            .collect()
+    })
+}
+
+/// One pass over the open Solana payouts. A payout whose step fails (the RPC node down) is
+/// retried next pass; the others go on.
+pub async fn pass(
+    store: &Store,
+    credentials: &CredentialCache,
+    rail: &SolanaRail,
+) -> Result<PassReport, SendError> {
+    credentials.wait_for(store.head_position().await?).await?;
+    let mut report = PassReport::default();
+    for payout in open_solana(credentials) {
+        if let Err(error) = step(store, credentials, rail, &payout, &mut report).await {
+            tracing::warn!(payout_id = %payout.scheduled.payout_id, %error, "payout step failed; retrying next pass");
+        }
+    }
+    report.open = u32::try_from(open_solana(credentials).len()).unwrap_or(u32::MAX);
+    Ok(report)
+}
+
+/// Passes forever, `rail.poll` apart (the server's background sender).
+pub async fn run(store: Store, credentials: CredentialCache, rail: SolanaRail) {
+    tracing::info!(treasury = %rail.treasury.pubkey(), mint = %rail.mint, "Solana payout sender running");
+    loop {
+        if let Err(error) = pass(&store, &credentials, &rail).await {
+            tracing::warn!(%error, "Solana payout pass failed");
+        }
+        tokio::time::sleep(rail.poll).await;
+    }
+}

@@ -1,0 +1,584 @@
+//! Payout batches over real HTTP, on SQLite and PostgreSQL: the weekly minimum and roll-forward,
+//! the first business day after a holiday, idempotent reruns, the bank rail's file, cents and
+//! carried remainder, confirmations and returns, and each payout's proof summing exactly.
+//!
+//! Earnings are written as the platform writes them (`domain::rental::meter_usage`, machine
+//! online, rental started) but dated in October 2026, so the batches of November can pay them.
+
+use axum::http::StatusCode;
+use chrono::NaiveDate;
+use gpunex_api::AppState;
+use gpunex_api::payout_run::PayoutConfig;
+use gpunex_domain::fleet::{FleetEvent, MachineOnline};
+use gpunex_domain::metering::{FeeSchedule, Meter};
+use gpunex_domain::money::Usdc;
+use gpunex_domain::onboarding::Tier;
+use gpunex_domain::payouts::{BankAddress, BankDetails, PayoutPolicy};
+use gpunex_domain::rental::{RentalEvent, RentalStarted, UsageInput, meter_usage};
+use gpunex_domain::time::Timestamp;
+use gpunex_domain::{DomainEvent, StreamId};
+use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store};
+use gpunex_tests::{TestDb, conformance};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+conformance!(batches_pay_what_is_due_once_and_prove_it);
+
+mod common;
+
+/// The ed25519 base point, a valid wallet address.
+const WALLET: &str = "6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH";
+
+fn at(text: &str) -> Timestamp {
+    Timestamp::from_unix_micros(
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .timestamp_micros(),
+    )
+}
+
+async fn append(store: &Store, stream: String, event: DomainEvent) {
+    store
+        .append(
+            StreamId::parse(stream).unwrap(),
+            ExpectedVersion::Any,
+            vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &event,
+                Metadata::actor("test"),
+            )],
+        )
+        .await
+        .unwrap();
+}
+
+/// A rental of one GPU at 3.60 USDC per hour (1,000 micro-USDC a second) on a machine online
+/// since a day before, metered once at `when` for `seconds`: Community fee 20%, so the provider
+/// earns exactly 800 micro-USDC a second.
+async fn earn(store: &Store, provider_id: Uuid, seconds: u64, when: &str) -> i64 {
+    let when = at(when);
+    let machine_id = Uuid::now_v7();
+    let started_at = Timestamp::from_unix_micros(when.unix_micros() - 86_400_000_000);
+    append(
+        store,
+        format!("machine-{machine_id}"),
+        DomainEvent::Fleet(FleetEvent::MachineOnline(MachineOnline {
+            machine_id,
+            provider_id,
+            at: started_at,
+        })),
+    )
+    .await;
+    let rental = RentalStarted {
+        rental_id: Uuid::now_v7(),
+        renter_id: Uuid::from_u128(99),
+        provider_id,
+        machine_id,
+        gpu_uuids: vec![format!("GPU-{machine_id}")],
+        model_id: "h100-80gb".to_owned(),
+        price_per_gpu_hour: Usdc::from_micros(3_600_000),
+        started_at,
+        workload: None,
+    };
+    let stream = format!("rental-{}", rental.rental_id);
+    append(
+        store,
+        stream.clone(),
+        DomainEvent::Rental(RentalEvent::Started(rental.clone())),
+    )
+    .await;
+    let metered = meter_usage(&UsageInput {
+        rental: &rental,
+        meter: Meter::default(),
+        tier: Tier::Community,
+        fees: FeeSchedule::default(),
+        reported_gpu_seconds: seconds,
+        online_gpu_seconds: 86_400,
+        report_id: Uuid::now_v7(),
+        at: when,
+    })
+    .unwrap()
+    .unwrap();
+    let net = metered.net.micros();
+    append(
+        store,
+        stream,
+        DomainEvent::Rental(RentalEvent::UsageMetered(metered)),
+    )
+    .await;
+    net
+}
+
+fn bank(holder: &str, iban: &str) -> Value {
+    json!({"kind": "bank", "iban": iban, "bic": "ABNANL2A", "account_holder": holder,
+           "address": {"street": "Damrak", "post_code": "1012 LG", "town": "Amsterdam", "country": "NL"}})
+}
+
+async fn batch(base: &str, token: &str, date: &str, dry_run: bool) -> (StatusCode, Value) {
+    let (status, _, body) = common::request(
+        base,
+        "POST",
+        "/v1/payout-batches",
+        Some(token),
+        Some(json!({"date": date, "dry_run": dry_run})),
+    )
+    .await;
+    (status, body)
+}
+
+fn payout_of<'a>(batch: &'a Value, provider: Uuid) -> &'a Value {
+    batch["payouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["provider_id"] == provider.to_string())
+        .unwrap_or_else(|| panic!("no payout for {provider} in {batch}"))
+}
+
+async fn proof(base: &str, token: &str, payout: &Value) -> Value {
+    let (status, _, proof) = common::request(
+        base,
+        "GET",
+        &format!(
+            "/v1/payouts/{}/proof",
+            payout["payout_id"].as_str().unwrap()
+        ),
+        Some(token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{proof}");
+    assert_eq!(proof["balanced"], true, "{proof}");
+    let lines: i64 = proof["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["net_micro_usdc"].as_i64().unwrap())
+        .sum();
+    assert_eq!(lines, proof["lines_net_micro_usdc"].as_i64().unwrap());
+    assert_eq!(
+        lines + proof["brought_forward_micro_usdc"].as_i64().unwrap(),
+        proof["amount_micro_usdc"].as_i64().unwrap()
+            + proof["carried_micro_usdc"].as_i64().unwrap(),
+        "{proof}"
+    );
+    proof
+}
+
+async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
+    let mut policy = PayoutPolicy::default();
+    // Monday 2026-11-02 is a holiday: weekly payouts still run on Monday, the monthly ones wait
+    // for Tuesday the 3rd (November 2026 starts on a Sunday).
+    policy
+        .holidays
+        .insert(NaiveDate::from_ymd_opt(2026, 11, 2).unwrap());
+    let debtor = BankDetails {
+        iban: "DE89370400440532013000".to_owned(),
+        bic: "COBADEFFXXX".to_owned(),
+        account_holder: "GPUnex Treasury".to_owned(),
+        address: BankAddress {
+            street: "Friedrichstrasse".to_owned(),
+            building_number: Some("68".to_owned()),
+            post_code: "10117".to_owned(),
+            town: "Berlin".to_owned(),
+            country: "DE".to_owned(),
+        },
+    };
+    let state = AppState::load(db.open().await)
+        .await
+        .unwrap()
+        .with_payout_config(PayoutConfig {
+            policy,
+            debtor: Some(debtor),
+        });
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let entry = json!([{
+        "model": "h100-80gb", "quantity": 1, "system_ram_gb": 256, "upload_gbps": "10",
+        "download_gbps": "10", "availability": {"kind": "always_on"},
+        "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}
+    }]);
+    let mut providers = Vec::new();
+    for (email, schedule, method) in [
+        (
+            "sol@example.com",
+            "weekly",
+            json!({"kind": "solana", "wallet": WALLET}),
+        ),
+        (
+            "bank@example.com",
+            "weekly",
+            bank("Ada Lovelace", "NL91ABNA0417164300"),
+        ),
+        (
+            "low@example.com",
+            "weekly",
+            json!({"kind": "solana", "wallet": WALLET}),
+        ),
+        (
+            "month@example.com",
+            "monthly",
+            bank("Alan Turing", "NL02ABNA0123456789"),
+        ),
+    ] {
+        let (provider, token) =
+            common::approved_provider(&base, &admin, email, entry.clone()).await;
+        let (status, _, set) = common::request(
+            &base,
+            "PUT",
+            &format!("/v1/providers/{provider}/payout-settings"),
+            Some(&token),
+            Some(json!({"schedule": schedule, "method": method})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{set}");
+        providers.push((provider, token));
+    }
+    let [(sol, sol_token), (bank_p, bank_token), (low, _), (month, _)] =
+        <[(Uuid, String); 4]>::try_from(providers).unwrap();
+    let store = &state.store;
+    // Before the cutoff of Monday 2026-11-02 (Friday 2026-10-30 00:00 UTC, a 3-day hold):
+    assert_eq!(
+        earn(store, sol, 31_404, "2026-10-20T10:00:00Z").await,
+        25_123_200
+    );
+    assert_eq!(
+        earn(store, bank_p, 39_270, "2026-10-21T10:00:00Z").await,
+        31_416_000
+    );
+    assert_eq!(
+        earn(store, low, 24_999, "2026-10-22T10:00:00Z").await,
+        19_999_200
+    );
+    assert_eq!(
+        earn(store, month, 62_500, "2026-10-23T10:00:00Z").await,
+        50_000_000
+    );
+    // After it (held until the next week):
+    assert_eq!(
+        earn(store, sol, 30_000, "2026-10-31T12:00:00Z").await,
+        24_000_000
+    );
+    state
+        .credentials
+        .wait_for(store.head_position().await.unwrap())
+        .await
+        .unwrap();
+
+    // Refusals first: nothing is written.
+    let head = store.head_position().await.unwrap();
+    for (date, status, code) in [
+        (
+            "2026-11-04",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not_a_payout_date",
+        ),
+        (
+            "2099-01-05",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "date_in_future",
+        ),
+        ("2026-13-01", StatusCode::BAD_REQUEST, "invalid_date"),
+    ] {
+        let (got, body) = batch(&base, &admin, date, false).await;
+        assert_eq!(got, status, "{date}: {body}");
+        assert!(body.to_string().contains(code), "{date}: {body}");
+    }
+    let (status, _) = batch(&base, &sol_token, "2026-11-02", false).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // A dry run shows the batch and writes nothing.
+    let (status, dry) = batch(&base, &admin, "2026-11-02", true).await;
+    assert_eq!(status, StatusCode::OK, "{dry}");
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(store.head_position().await.unwrap(), head);
+    assert_eq!(dry["payouts"].as_array().unwrap().len(), 2, "{dry}");
+
+    let (status, monday) = batch(&base, &admin, "2026-11-02", false).await;
+    assert_eq!(status, StatusCode::OK, "{monday}");
+    assert_eq!(monday["created"], true);
+    assert_eq!(monday["cutoff"], "2026-10-30T00:00:00.000000Z");
+    // Solana: the exact micro-USDC, the late line held back.
+    let paid_sol = payout_of(&monday, sol);
+    assert_eq!(paid_sol["amount_micro_usdc"], 25_123_200);
+    assert_eq!(paid_sol["lines"], 1);
+    assert_eq!(paid_sol["status"], "scheduled");
+    // Bank: whole cents; the sub-cent remainder stays in the balance.
+    let paid_bank = payout_of(&monday, bank_p);
+    assert_eq!(paid_bank["amount_micro_usdc"], 31_410_000);
+    assert_eq!(paid_bank["carried_micro_usdc"], 6_000);
+    assert_eq!(paid_bank["rail"], "bank");
+    // Below the 20 USDC minimum: rolls forward. Monthly: not due on a holiday.
+    assert_eq!(
+        monday["rolled_forward"],
+        json!([{"provider_id": low, "schedule": "weekly", "available_micro_usdc": 19_999_200,
+                "minimum_micro_usdc": 20_000_000}])
+    );
+    assert_eq!(monday["payouts"].as_array().unwrap().len(), 2);
+    assert_eq!(monday["total_micro_usdc"], 25_123_200 + 31_410_000);
+    // The dry run showed exactly this.
+    for (dry, real) in dry["payouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(monday["payouts"].as_array().unwrap())
+    {
+        for field in [
+            "payout_id",
+            "amount_micro_usdc",
+            "carried_micro_usdc",
+            "lines",
+        ] {
+            assert_eq!(dry[field], real[field], "{field}");
+        }
+    }
+
+    // Rerun: nothing new.
+    let head = store.head_position().await.unwrap();
+    let (status, again) = batch(&base, &admin, "2026-11-02", false).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(again["created"], false);
+    assert_eq!(again["payouts"], monday["payouts"]);
+    assert_eq!(store.head_position().await.unwrap(), head);
+
+    // The provider sees its pending payout; the balance left is what was held back.
+    let (status, _, history) = common::request(
+        &base,
+        "GET",
+        &format!("/v1/providers/{sol}/payouts"),
+        Some(&sol_token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{history}");
+    assert_eq!(history["balance_micro_usdc"], 24_000_000);
+    assert_eq!(history["in_flight_micro_usdc"], 25_123_200);
+    assert_eq!(history["pending"][0]["payout_id"], paid_sol["payout_id"]);
+    let (status, _, _) = common::request(
+        &base,
+        "GET",
+        &format!("/v1/payouts/{}", paid_sol["payout_id"].as_str().unwrap()),
+        Some(&bank_token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // Tuesday: the monthly payout (first business day after the holiday).
+    let (status, tuesday) = batch(&base, &admin, "2026-11-03", false).await;
+    assert_eq!(status, StatusCode::OK, "{tuesday}");
+    let paid_month = payout_of(&tuesday, month);
+    assert_eq!(paid_month["amount_micro_usdc"], 50_000_000);
+    assert_eq!(paid_month["period"], "monthly-2026-11");
+    assert_eq!(tuesday["payouts"].as_array().unwrap().len(), 1);
+
+    // Bank payouts cannot be confirmed before they are in a file, nor Solana ones by hand.
+    let confirm = |payout: &Value| {
+        format!(
+            "/v1/payouts/{}/confirm",
+            payout["payout_id"].as_str().unwrap()
+        )
+    };
+    let (status, _, refused) = common::request(
+        &base,
+        "POST",
+        &confirm(paid_bank),
+        Some(&admin),
+        Some(json!({"bank_reference": "REF-1"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(refused["code"], "payout_not_submitted", "{refused}");
+    let (status, _, refused) = common::request(
+        &base,
+        "POST",
+        &confirm(paid_sol),
+        Some(&admin),
+        Some(json!({"bank_reference": "REF-1"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(refused["code"], "not_a_bank_payout", "{refused}");
+
+    // The SEPA file of Monday's batch: one transfer, euros at the stated rate, floored.
+    let files_path = "/v1/payout-batches/2026-11-02/bank-files";
+    let (status, _, refused) = common::request(
+        &base,
+        "POST",
+        files_path,
+        Some(&admin),
+        Some(json!({"eur_per_usdc": "0.92.1"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused["errors"][0]["code"], "invalid_rate", "{refused}");
+    let (status, _, files) = common::request(
+        &base,
+        "POST",
+        files_path,
+        Some(&admin),
+        Some(json!({"eur_per_usdc": "0.92"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{files}");
+    let file = &files[0];
+    assert_eq!(file["message_id"], "GPUNEX-20261102-01");
+    assert_eq!(file["transfers"], 1);
+    // 3,141 USDC cents x 0.92 = 2,889.72: 2,889 euro cents.
+    assert_eq!(file["control_sum_cents"], 2_889);
+    let (status, headers, _) = common::request(
+        &base,
+        "GET",
+        file["href"].as_str().unwrap(),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/xml")
+    );
+    let xml = reqwest::Client::new()
+        .get(format!("{base}{}", file["href"].as_str().unwrap()))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let end_to_end = Uuid::parse_str(paid_bank["payout_id"].as_str().unwrap())
+        .unwrap()
+        .simple()
+        .to_string();
+    for expected in [
+        "<MsgId>GPUNEX-20261102-01</MsgId>".to_owned(),
+        "<NbOfTxs>1</NbOfTxs>".to_owned(),
+        "<CtrlSum>28.89</CtrlSum>".to_owned(),
+        "<InstdAmt Ccy=\"EUR\">28.89</InstdAmt>".to_owned(),
+        format!("<EndToEndId>{end_to_end}</EndToEndId>"),
+        "<IBAN>NL91ABNA0417164300</IBAN>".to_owned(),
+        "<StrtNm>Damrak</StrtNm>".to_owned(),
+        "<TwnNm>Amsterdam</TwnNm>".to_owned(),
+    ] {
+        assert!(xml.contains(&expected), "{expected} not in {xml}");
+    }
+    use sha2::Digest;
+    assert_eq!(
+        hex::encode(sha2::Sha256::digest(xml.as_bytes())),
+        file["sha256"].as_str().unwrap()
+    );
+    // Nothing left to file.
+    let (status, _, refused) = common::request(
+        &base,
+        "POST",
+        files_path,
+        Some(&admin),
+        Some(json!({"eur_per_usdc": "0.92"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(refused["code"], "nothing_to_file");
+
+    // Finance confirms the transfer with the bank's reference.
+    let (status, _, confirmed) = common::request(
+        &base,
+        "POST",
+        &confirm(paid_bank),
+        Some(&admin),
+        Some(json!({"bank_reference": "NOTPROVIDED-4711"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{confirmed}");
+    assert_eq!(confirmed["status"], "confirmed");
+    assert_eq!(confirmed["bank_reference"], "NOTPROVIDED-4711");
+    assert_eq!(confirmed["bank_amount_cents"], 2_889);
+
+    // The monthly bank payout is filed, then returned by the bank: back in the balance.
+    let (status, _, _) = common::request(
+        &base,
+        "POST",
+        "/v1/payout-batches/2026-11-03/bank-files",
+        Some(&admin),
+        Some(json!({"eur_per_usdc": "1"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let returned_path = format!(
+        "/v1/payouts/{}/return",
+        paid_month["payout_id"].as_str().unwrap()
+    );
+    let (status, _, refused) = common::request(
+        &base,
+        "POST",
+        &returned_path,
+        Some(&admin),
+        Some(json!({"reason_code": "closed", "reason": "account closed"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let (status, _, returned) = common::request(
+        &base,
+        "POST",
+        &returned_path,
+        Some(&admin),
+        Some(json!({"reason_code": "AC04", "reason": "account closed"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{returned}");
+    assert_eq!(returned["status"], "failed");
+    assert_eq!(returned["failure_reason"], "AC04: account closed");
+    let (_, _, history) = common::request(
+        &base,
+        "GET",
+        &format!("/v1/providers/{month}/payouts"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(history["balance_micro_usdc"], 50_000_000, "{history}");
+    assert_eq!(history["in_flight_micro_usdc"], 0);
+    assert_eq!(history["history"][0]["status"], "failed");
+
+    // The next Monday (all above the 20 USDC minimum): the held line is paid; the bank provider's carried 6,000 micro-USDC is
+    // brought forward; one more second takes the low provider to exactly the minimum.
+    assert_eq!(
+        earn(store, bank_p, 31_256, "2026-11-04T10:00:00Z").await,
+        25_004_800
+    );
+    assert_eq!(earn(store, low, 1, "2026-11-04T11:00:00Z").await, 800);
+    let (status, next) = batch(&base, &admin, "2026-11-09", false).await;
+    assert_eq!(status, StatusCode::OK, "{next}");
+    let sol_next = payout_of(&next, sol);
+    assert_eq!(sol_next["amount_micro_usdc"], 24_000_000);
+    let bank_next = payout_of(&next, bank_p);
+    assert_eq!(bank_next["brought_forward_micro_usdc"], 6_000);
+    assert_eq!(bank_next["lines_net_micro_usdc"], 25_004_800);
+    // 25.010800 available: 25.01 paid, 800 micro-USDC carried again.
+    assert_eq!(bank_next["amount_micro_usdc"], 25_010_000);
+    assert_eq!(bank_next["carried_micro_usdc"], 800);
+    let low_next = payout_of(&next, low);
+    assert_eq!(low_next["amount_micro_usdc"], 20_000_000);
+    assert_eq!(low_next["lines"], 2);
+    assert_eq!(next["rolled_forward"], json!([]));
+
+    // Every payout's proof: the lines it settled sum, with what was brought forward, to the
+    // amount plus what was carried.
+    for payout in [
+        paid_sol, paid_bank, paid_month, sol_next, bank_next, low_next,
+    ] {
+        proof(&base, &admin, payout).await;
+    }
+    let low_proof = proof(&base, &admin, low_next).await;
+    assert_eq!(low_proof["lines"].as_array().unwrap().len(), 2);
+    assert_eq!(low_proof["lines_net_micro_usdc"], 20_000_000);
+
+    // Money reconciles, payouts included.
+    let (status, _, report) =
+        common::request(&base, "GET", "/v1/audit/reconcile", Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(report["mismatches"], json!([]), "{report}");
+}
