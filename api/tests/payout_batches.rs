@@ -9,15 +9,7 @@ use axum::http::StatusCode;
 use chrono::NaiveDate;
 use gpunex_api::AppState;
 use gpunex_api::payout_run::PayoutConfig;
-use gpunex_domain::fleet::{FleetEvent, MachineOnline};
-use gpunex_domain::metering::{FeeSchedule, Meter};
-use gpunex_domain::money::Usdc;
-use gpunex_domain::onboarding::Tier;
 use gpunex_domain::payouts::{BankAddress, BankDetails, PayoutPolicy};
-use gpunex_domain::rental::{RentalEvent, RentalStarted, UsageInput, meter_usage};
-use gpunex_domain::time::Timestamp;
-use gpunex_domain::{DomainEvent, StreamId};
-use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store};
 use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -28,86 +20,6 @@ mod common;
 
 /// The ed25519 base point, a valid wallet address.
 const WALLET: &str = "6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH";
-
-fn at(text: &str) -> Timestamp {
-    Timestamp::from_unix_micros(
-        chrono::DateTime::parse_from_rfc3339(text)
-            .unwrap()
-            .timestamp_micros(),
-    )
-}
-
-async fn append(store: &Store, stream: String, event: DomainEvent) {
-    store
-        .append(
-            StreamId::parse(stream).unwrap(),
-            ExpectedVersion::Any,
-            vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &event,
-                Metadata::actor("test"),
-            )],
-        )
-        .await
-        .unwrap();
-}
-
-/// A rental of one GPU at 3.60 USDC per hour (1,000 micro-USDC a second) on a machine online
-/// since a day before, metered once at `when` for `seconds`: Community fee 20%, so the provider
-/// earns exactly 800 micro-USDC a second.
-async fn earn(store: &Store, provider_id: Uuid, seconds: u64, when: &str) -> i64 {
-    let when = at(when);
-    let machine_id = Uuid::now_v7();
-    let started_at = Timestamp::from_unix_micros(when.unix_micros() - 86_400_000_000);
-    append(
-        store,
-        format!("machine-{machine_id}"),
-        DomainEvent::Fleet(FleetEvent::MachineOnline(MachineOnline {
-            machine_id,
-            provider_id,
-            at: started_at,
-        })),
-    )
-    .await;
-    let rental = RentalStarted {
-        rental_id: Uuid::now_v7(),
-        renter_id: Uuid::from_u128(99),
-        provider_id,
-        machine_id,
-        gpu_uuids: vec![format!("GPU-{machine_id}")],
-        model_id: "h100-80gb".to_owned(),
-        price_per_gpu_hour: Usdc::from_micros(3_600_000),
-        started_at,
-        workload: None,
-    };
-    let stream = format!("rental-{}", rental.rental_id);
-    append(
-        store,
-        stream.clone(),
-        DomainEvent::Rental(RentalEvent::Started(rental.clone())),
-    )
-    .await;
-    let metered = meter_usage(&UsageInput {
-        rental: &rental,
-        meter: Meter::default(),
-        tier: Tier::Community,
-        fees: FeeSchedule::default(),
-        reported_gpu_seconds: seconds,
-        online_gpu_seconds: 86_400,
-        report_id: Uuid::now_v7(),
-        at: when,
-    })
-    .unwrap()
-    .unwrap();
-    let net = metered.net.micros();
-    append(
-        store,
-        stream,
-        DomainEvent::Rental(RentalEvent::UsageMetered(metered)),
-    )
-    .await;
-    net
-}
 
 fn bank(holder: &str, iban: &str) -> Value {
     json!({"kind": "bank", "iban": iban, "bic": "ABNANL2A", "account_holder": holder,
@@ -239,24 +151,24 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     let store = &state.store;
     // Before the cutoff of Monday 2026-11-02 (Friday 2026-10-30 00:00 UTC, a 3-day hold):
     assert_eq!(
-        earn(store, sol, 31_404, "2026-10-20T10:00:00Z").await,
+        common::earn(store, sol, 31_404, "2026-10-20T10:00:00Z").await,
         25_123_200
     );
     assert_eq!(
-        earn(store, bank_p, 39_270, "2026-10-21T10:00:00Z").await,
+        common::earn(store, bank_p, 39_270, "2026-10-21T10:00:00Z").await,
         31_416_000
     );
     assert_eq!(
-        earn(store, low, 24_999, "2026-10-22T10:00:00Z").await,
+        common::earn(store, low, 24_999, "2026-10-22T10:00:00Z").await,
         19_999_200
     );
     assert_eq!(
-        earn(store, month, 62_500, "2026-10-23T10:00:00Z").await,
+        common::earn(store, month, 62_500, "2026-10-23T10:00:00Z").await,
         50_000_000
     );
     // After it (held until the next week):
     assert_eq!(
-        earn(store, sol, 30_000, "2026-10-31T12:00:00Z").await,
+        common::earn(store, sol, 30_000, "2026-10-31T12:00:00Z").await,
         24_000_000
     );
     state
@@ -546,10 +458,13 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     // The next Monday (all above the 20 USDC minimum): the held line is paid; the bank provider's carried 6,000 micro-USDC is
     // brought forward; one more second takes the low provider to exactly the minimum.
     assert_eq!(
-        earn(store, bank_p, 31_256, "2026-11-04T10:00:00Z").await,
+        common::earn(store, bank_p, 31_256, "2026-11-04T10:00:00Z").await,
         25_004_800
     );
-    assert_eq!(earn(store, low, 1, "2026-11-04T11:00:00Z").await, 800);
+    assert_eq!(
+        common::earn(store, low, 1, "2026-11-04T11:00:00Z").await,
+        800
+    );
     let (status, next) = batch(&base, &admin, "2026-11-09", false).await;
     assert_eq!(status, StatusCode::OK, "{next}");
     let sol_next = payout_of(&next, sol);

@@ -5,6 +5,7 @@
 use axum::http::{HeaderMap, StatusCode};
 use gpunex_api::{AppState, router};
 use serde_json::Value;
+use uuid::Uuid;
 
 /// Serves `state` on 127.0.0.1 with an OS-chosen port for the rest of the test; returns the
 /// base URL.
@@ -183,4 +184,96 @@ pub async fn agent_token(
     .await;
     assert!(status.is_success(), "{issued}");
     issued["token"].as_str().unwrap().to_owned()
+}
+
+/// An RFC 3339 instant.
+pub fn at(text: &str) -> gpunex_domain::time::Timestamp {
+    gpunex_domain::time::Timestamp::from_unix_micros(
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .timestamp_micros(),
+    )
+}
+
+pub async fn append(
+    store: &gpunex_store::Store,
+    stream: String,
+    event: gpunex_domain::DomainEvent,
+) {
+    store
+        .append(
+            gpunex_domain::StreamId::parse(stream).unwrap(),
+            gpunex_store::ExpectedVersion::Any,
+            vec![gpunex_store::NewEvent::from_domain(
+                Uuid::now_v7(),
+                &event,
+                gpunex_store::Metadata::actor("test"),
+            )],
+        )
+        .await
+        .unwrap();
+}
+
+/// A rental of one GPU at 3.60 USDC per hour (1,000 micro-USDC a second) on a machine online
+/// since a day before, metered once at `when` for `seconds`: Community fee 20%, so the provider
+/// earns exactly 800 micro-USDC a second.
+pub async fn earn(store: &gpunex_store::Store, provider_id: Uuid, seconds: u64, when: &str) -> i64 {
+    let when = at(when);
+    let machine_id = Uuid::now_v7();
+    let started_at =
+        gpunex_domain::time::Timestamp::from_unix_micros(when.unix_micros() - 86_400_000_000);
+    append(
+        store,
+        format!("machine-{machine_id}"),
+        gpunex_domain::DomainEvent::Fleet(gpunex_domain::fleet::FleetEvent::MachineOnline(
+            gpunex_domain::fleet::MachineOnline {
+                machine_id,
+                provider_id,
+                at: started_at,
+            },
+        )),
+    )
+    .await;
+    let rental = gpunex_domain::rental::RentalStarted {
+        rental_id: Uuid::now_v7(),
+        renter_id: Uuid::from_u128(99),
+        provider_id,
+        machine_id,
+        gpu_uuids: vec![format!("GPU-{machine_id}")],
+        model_id: "h100-80gb".to_owned(),
+        price_per_gpu_hour: gpunex_domain::money::Usdc::from_micros(3_600_000),
+        started_at,
+        workload: None,
+    };
+    let stream = format!("rental-{}", rental.rental_id);
+    append(
+        store,
+        stream.clone(),
+        gpunex_domain::DomainEvent::Rental(gpunex_domain::rental::RentalEvent::Started(
+            rental.clone(),
+        )),
+    )
+    .await;
+    let metered = gpunex_domain::rental::meter_usage(&gpunex_domain::rental::UsageInput {
+        rental: &rental,
+        meter: gpunex_domain::metering::Meter::default(),
+        tier: gpunex_domain::onboarding::Tier::Community,
+        fees: gpunex_domain::metering::FeeSchedule::default(),
+        reported_gpu_seconds: seconds,
+        online_gpu_seconds: 86_400,
+        report_id: Uuid::now_v7(),
+        at: when,
+    })
+    .unwrap()
+    .unwrap();
+    let net = metered.net.micros();
+    append(
+        store,
+        stream,
+        gpunex_domain::DomainEvent::Rental(gpunex_domain::rental::RentalEvent::UsageMetered(
+            metered,
+        )),
+    )
+    .await;
+    net
 }
