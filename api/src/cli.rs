@@ -37,6 +37,8 @@ pub enum LogFormat {
     Json,
 }
 
+// Parsed once at start; the size of `Serve`'s flags does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP API (migrations are applied on start; SIGTERM or Ctrl-C stops it gracefully).

@@ -38,7 +38,7 @@ async fn batch(base: &str, token: &str, date: &str, dry_run: bool) -> (StatusCod
     (status, body)
 }
 
-fn payout_of<'a>(batch: &'a Value, provider: Uuid) -> &'a Value {
+fn payout_of(batch: &Value, provider: Uuid) -> &Value {
     batch["payouts"]
         .as_array()
         .unwrap()
