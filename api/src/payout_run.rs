@@ -251,8 +251,14 @@ pub async fn run_batch(
     }
     let now = crate::tokens::now();
     let planned = credentials.with_earnings(|e| plan(e, policy, date, now))?;
-    if dry_run {
-        return Ok(credentials.with_earnings(|e| planned_view(e, &planned)));
+    let nothing = planned.payouts.is_empty()
+        && planned.existing.is_empty()
+        && planned.rolled_forward.is_empty();
+    if dry_run || nothing {
+        // Nothing due on this date: no batch is recorded (a later run that day may have one).
+        let mut view = credentials.with_earnings(|e| planned_view(e, &planned));
+        view.dry_run = dry_run;
+        return Ok(view);
     }
     let mut ids: Vec<Uuid> = planned.existing.clone();
     ids.extend(planned.payouts.iter().map(|p| p.payout_id));
@@ -469,9 +475,10 @@ pub async fn run_scheduler(store: Store, credentials: CredentialCache, policy: P
         )
         .await
         {
-            Ok(batch) => {
+            Ok(batch) if batch.created => {
                 tracing::info!(%date, payouts = batch.payouts.len(), "scheduled payout batch")
             }
+            Ok(_) => {}
             Err(error) => {
                 tracing::warn!(%date, %error, "payout batch failed; retrying in a minute")
             }
