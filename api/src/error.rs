@@ -43,6 +43,11 @@ impl ApiError {
         }])
     }
 
+    /// The stable code clients and operators match on.
+    pub fn code(&self) -> &'static str {
+        self.status_and_code().1
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),

@@ -214,7 +214,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "system:cli",
             )
             .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&batch)?);
             } else {

@@ -208,7 +208,8 @@ pub fn batch_stream(date: NaiveDate) -> StreamId {
     stream(format!("payout_batch-{date}"))
 }
 
-fn today() -> NaiveDate {
+/// Today's date in UTC: the server's payout calendar.
+pub fn today_utc() -> NaiveDate {
     chrono::DateTime::from_timestamp_micros(crate::tokens::now().unix_micros())
         .map_or(NaiveDate::MIN, |t| t.date_naive())
 }
@@ -223,7 +224,7 @@ pub async fn run_batch(
     dry_run: bool,
     actor: &str,
 ) -> Result<wp::BatchView, ApiError> {
-    if date > today() {
+    if date > today_utc() {
         return Err(ApiError::Unprocessable {
             code: "date_in_future",
             detail: format!("{date} is in the future: a batch pays what was earned up to its date"),
@@ -452,36 +453,85 @@ fn planned_view(earnings: &Earnings, planned: &Planned) -> wp::BatchView {
     }
 }
 
-/// Runs each payout date's batch once the day has begun (UTC), checking every minute: a missed
-/// date (the server was down) is not run late by itself; `gpunex payouts run --date` does that.
-pub async fn run_scheduler(store: Store, credentials: CredentialCache, policy: PayoutPolicy) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
-    loop {
-        tick.tick().await;
-        let date = today();
-        let due = policy.is_payout_date(rules::Schedule::Weekly, date)
-            || policy.is_payout_date(rules::Schedule::Monthly, date);
+/// How far back the scheduler looks for a payout date it missed (the server was down): six
+/// days, so a missed Monday is still paid before the next one.
+pub const CATCH_UP_DAYS: i64 = 6;
+
+/// The payout dates the scheduler considers on `today`: today's, and those of the past
+/// [`CATCH_UP_DAYS`] days, oldest first.
+pub fn scheduler_dates(policy: &PayoutPolicy, today: NaiveDate) -> Vec<NaiveDate> {
+    (0..=CATCH_UP_DAYS)
+        .rev()
+        .filter_map(|back| today.checked_sub_signed(chrono::Duration::days(back)))
+        .filter(|date| {
+            policy.is_payout_date(rules::Schedule::Weekly, *date)
+                || policy.is_payout_date(rules::Schedule::Monthly, *date)
+        })
+        .collect()
+}
+
+/// The scheduler's memory between ticks: the log position at which a date was last found with
+/// nothing due, so it is planned again only once something new is written.
+#[derive(Debug, Default)]
+pub struct SchedulerState {
+    nothing_due_at: std::collections::BTreeMap<NaiveDate, u64>,
+}
+
+/// One tick of the scheduler: runs the batch of every date of [`scheduler_dates`] that has none
+/// yet. Returns the batches it created.
+pub async fn scheduler_tick(
+    store: &Store,
+    credentials: &CredentialCache,
+    policy: &PayoutPolicy,
+    today: NaiveDate,
+    memory: &mut SchedulerState,
+) -> Result<Vec<wp::BatchView>, ApiError> {
+    let mut created = Vec::new();
+    let dates = scheduler_dates(policy, today);
+    memory.nothing_due_at.retain(|date, _| dates.contains(date));
+    for date in dates {
+        let head = store.head_position().await?;
         let done = credentials.with_earnings(|e| e.payouts().batch_on(date).is_some());
-        if !due || done {
+        if done || memory.nothing_due_at.get(&date) == Some(&head) {
             continue;
         }
-        match run_batch(
-            &store,
-            &credentials,
-            &policy,
+        let batch = run_batch(
+            store,
+            credentials,
+            policy,
             date,
             false,
             "system:payout-scheduler",
         )
-        .await
+        .await?;
+        if batch.created {
+            tracing::info!(%date, payouts = batch.payouts.len(), total = %batch.total_usdc, "scheduled payout batch");
+            created.push(batch);
+        } else {
+            memory.nothing_due_at.insert(date, head);
+        }
+    }
+    Ok(created)
+}
+
+/// Runs each payout date's batch once the day has begun (UTC, from `clock`), checking `every`
+/// so often; a date missed while the server was down is run within [`CATCH_UP_DAYS`].
+pub async fn run_scheduler(
+    store: Store,
+    credentials: CredentialCache,
+    policy: PayoutPolicy,
+    clock: impl Fn() -> NaiveDate,
+    every: std::time::Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut memory = SchedulerState::default();
+    loop {
+        tick.tick().await;
+        if let Err(error) =
+            scheduler_tick(&store, &credentials, &policy, clock(), &mut memory).await
         {
-            Ok(batch) if batch.created => {
-                tracing::info!(%date, payouts = batch.payouts.len(), "scheduled payout batch")
-            }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(%date, %error, "payout batch failed; retrying in a minute")
-            }
+            tracing::warn!(%error, "payout scheduler: a batch failed; retrying at the next tick");
         }
     }
 }

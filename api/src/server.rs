@@ -756,6 +756,8 @@ pub async fn serve(
             state.store.clone(),
             state.credentials.clone(),
             payouts.config.policy.clone(),
+            crate::payout_run::today_utc,
+            std::time::Duration::from_secs(60),
         ))
     });
     let sender = payouts.solana.map(|rail| {

@@ -11,8 +11,11 @@ const GPUNEX: &str = env!("CARGO_BIN_EXE_gpunex");
 conformance!(
     audit_verify_exits_zero_when_clean_and_one_with_each_difference,
     audit_reconcile_lists_every_mismatch,
-    migrate_and_tail_the_log
+    migrate_and_tail_the_log,
+    payouts_run_builds_a_batch_once_and_dry_runs_write_nothing
 );
+
+mod common;
 
 fn gpunex(db: &TestDb, args: &[&str]) -> Output {
     Command::new(GPUNEX)
@@ -446,4 +449,143 @@ async fn audit_reconcile_lists_every_mismatch(db: &TestDb) {
         4,
         "{report}"
     );
+}
+
+/// Writes a provider's payout settings as the API does.
+async fn weekly_solana(store: &gpunex_store::Store, provider_id: uuid::Uuid) {
+    common::append(
+        store,
+        format!("payout_settings-{provider_id}"),
+        gpunex_domain::DomainEvent::Payout(gpunex_domain::payouts::PayoutEvent::SettingsChanged(
+            gpunex_domain::payouts::PayoutSettingsChanged {
+                provider_id,
+                schedule: gpunex_domain::payouts::Schedule::Weekly,
+                // The ed25519 base point, a valid wallet.
+                method: gpunex_domain::payouts::PayoutMethod::Solana {
+                    wallet: "6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH".to_owned(),
+                },
+                changed_at: common::at("2026-10-01T00:00:00Z"),
+                changed_by: "test".to_owned(),
+            },
+        )),
+    )
+    .await;
+}
+
+async fn payouts_run_builds_a_batch_once_and_dry_runs_write_nothing(db: &TestDb) {
+    let store = db.open().await;
+    let (paid, low) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    for provider in [paid, low] {
+        weekly_solana(&store, provider).await;
+    }
+    assert_eq!(
+        common::earn(&store, paid, 31_404, "2026-10-20T10:00:00Z").await,
+        25_123_200
+    );
+    assert_eq!(
+        common::earn(&store, low, 24_999, "2026-10-21T10:00:00Z").await,
+        19_999_200
+    );
+    let head = store.head_position().await.unwrap();
+    let stderr = |output: &Output| String::from_utf8_lossy(&output.stderr).into_owned();
+
+    // Not a payout date, or a minimum that is not an amount: exit 2, nothing written.
+    let wednesday = gpunex(db, &["payouts", "run", "--date", "2026-11-04"]);
+    assert_eq!(wednesday.status.code(), Some(2));
+    assert!(
+        stderr(&wednesday).contains("not_a_payout_date"),
+        "{}",
+        stderr(&wednesday)
+    );
+    let bad_flag = gpunex(
+        db,
+        &[
+            "payouts",
+            "run",
+            "--date",
+            "2026-11-02",
+            "--payout-weekly-minimum",
+            "twenty",
+        ],
+    );
+    assert_eq!(bad_flag.status.code(), Some(2));
+    assert!(
+        stderr(&bad_flag).contains("--payout-weekly-minimum"),
+        "{}",
+        stderr(&bad_flag)
+    );
+
+    // A dry run shows the payout and the roll-forward, and writes nothing.
+    let dry = gpunex(db, &["payouts", "run", "--date", "2026-11-02", "--dry-run"]);
+    let text = stdout(&dry);
+    assert_eq!(dry.status.code(), Some(0), "{text}{}", stderr(&dry));
+    assert!(text.contains("dry run: nothing written"), "{text}");
+    assert!(text.contains(&format!("provider {paid}")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "roll  provider {low} Weekly: 19999200 micro-USDC available, minimum 20000000"
+        )),
+        "{text}"
+    );
+    let dry_json = gpunex(
+        db,
+        &[
+            "payouts",
+            "run",
+            "--date",
+            "2026-11-02",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    let dry_batch: serde_json::Value = serde_json::from_slice(&dry_json.stdout).unwrap();
+    assert_eq!(dry_batch["dry_run"], true);
+    assert_eq!(dry_batch["payouts"][0]["amount_micro_usdc"], 25_123_200);
+    assert_eq!(store.head_position().await.unwrap(), head);
+
+    // The run writes the payout and the batch; the same payout the dry run showed.
+    let run = gpunex(db, &["payouts", "run", "--date", "2026-11-02", "--json"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let batch: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(batch["created"], true);
+    assert_eq!(
+        batch["payouts"][0]["payout_id"],
+        dry_batch["payouts"][0]["payout_id"]
+    );
+    assert_eq!(batch["total_micro_usdc"], 25_123_200);
+    assert_eq!(store.head_position().await.unwrap(), head + 2);
+
+    // Again: nothing new.
+    let again = gpunex(db, &["payouts", "run", "--date", "2026-11-02"]);
+    let text = stdout(&again);
+    assert_eq!(again.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("already existed: nothing new created"),
+        "{text}"
+    );
+    assert!(
+        text.contains(batch["payouts"][0]["payout_id"].as_str().unwrap()),
+        "{text}"
+    );
+    assert_eq!(store.head_position().await.unwrap(), head + 2);
+
+    // A lower minimum by flag pays the rolled-forward balance the next Monday.
+    let lower = gpunex(
+        db,
+        &[
+            "payouts",
+            "run",
+            "--date",
+            "2026-11-09",
+            "--payout-weekly-minimum",
+            "19.5",
+            "--json",
+        ],
+    );
+    let next: serde_json::Value = serde_json::from_slice(&lower.stdout).unwrap();
+    assert_eq!(next["payouts"].as_array().unwrap().len(), 1, "{next}");
+    assert_eq!(next["payouts"][0]["provider_id"], low.to_string());
+    assert_eq!(next["payouts"][0]["amount_micro_usdc"], 19_999_200);
+    let reconcile = gpunex(db, &["audit", "reconcile"]);
+    assert_eq!(reconcile.status.code(), Some(0), "{}", stdout(&reconcile));
 }

@@ -14,7 +14,10 @@ use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-conformance!(batches_pay_what_is_due_once_and_prove_it);
+conformance!(
+    batches_pay_what_is_due_once_and_prove_it,
+    the_scheduler_runs_each_due_date_once_and_catches_up
+);
 
 mod common;
 
@@ -496,4 +499,123 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
         common::request(&base, "GET", "/v1/audit/reconcile", Some(&admin), None).await;
     assert_eq!(status, StatusCode::OK, "{report}");
     assert_eq!(report["mismatches"], json!([]), "{report}");
+}
+
+/// The server's scheduler loop, on a clock that says Wednesday 2026-11-04: the Monday it missed
+/// (the server was down) is paid once; later ticks write nothing.
+async fn the_scheduler_runs_each_due_date_once_and_catches_up(db: &TestDb) {
+    use gpunex_api::payout_run::{SchedulerState, run_scheduler, scheduler_dates, scheduler_tick};
+    let date = |text: &str| NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap();
+    let policy = PayoutPolicy::default();
+    assert_eq!(
+        scheduler_dates(&policy, date("2026-11-04")),
+        [date("2026-11-02")]
+    );
+    assert_eq!(
+        scheduler_dates(&policy, date("2026-11-09")),
+        [date("2026-11-09")]
+    );
+    // Tuesday 2026-12-01 is December's first business day; Monday the 30th is within reach.
+    assert_eq!(
+        scheduler_dates(&policy, date("2026-12-01")),
+        [date("2026-11-30"), date("2026-12-01")]
+    );
+
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let entry = json!([{
+        "model": "h100-80gb", "quantity": 1, "system_ram_gb": 256, "upload_gbps": "10",
+        "download_gbps": "10", "availability": {"kind": "always_on"},
+        "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}
+    }]);
+    let (provider, token) =
+        common::approved_provider(&base, &admin, "sched@example.com", entry).await;
+    let (status, _, set) = common::request(
+        &base,
+        "PUT",
+        &format!("/v1/providers/{provider}/payout-settings"),
+        Some(&token),
+        Some(json!({"schedule": "weekly", "method": {"kind": "solana", "wallet": WALLET}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    let store = &state.store;
+    assert_eq!(
+        common::earn(store, provider, 31_404, "2026-10-20T10:00:00Z").await,
+        25_123_200
+    );
+
+    let scheduler = tokio::spawn(run_scheduler(
+        store.clone(),
+        state.credentials.clone(),
+        policy.clone(),
+        move || NaiveDate::from_ymd_opt(2026, 11, 4).unwrap(),
+        std::time::Duration::from_millis(20),
+    ));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let batch = loop {
+        let (status, _, body) = common::request(
+            &base,
+            "GET",
+            "/v1/payout-batches/2026-11-02",
+            Some(&admin),
+            None,
+        )
+        .await;
+        if status == StatusCode::OK {
+            break body;
+        }
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no batch from the scheduler"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let paid = payout_of(&batch, provider);
+    assert_eq!(paid["amount_micro_usdc"], 25_123_200, "{batch}");
+    assert_eq!(paid["status"], "scheduled");
+    // Many ticks later: nothing more was written.
+    let head = store.head_position().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(store.head_position().await.unwrap(), head);
+    scheduler.abort();
+
+    // The next Monday has nothing due: the tick writes nothing, and remembers it until the log
+    // moves.
+    let mut memory = SchedulerState::default();
+    let created = scheduler_tick(
+        store,
+        &state.credentials,
+        &policy,
+        date("2026-11-09"),
+        &mut memory,
+    )
+    .await
+    .unwrap();
+    assert!(created.is_empty());
+    assert_eq!(store.head_position().await.unwrap(), head);
+    // New earnings before that Monday's cutoff: the next tick pays them.
+    assert_eq!(
+        common::earn(store, provider, 25_000, "2026-11-03T10:00:00Z").await,
+        20_000_000
+    );
+    state
+        .credentials
+        .wait_for(store.head_position().await.unwrap())
+        .await
+        .unwrap();
+    let created = scheduler_tick(
+        store,
+        &state.credentials,
+        &policy,
+        date("2026-11-09"),
+        &mut memory,
+    )
+    .await
+    .unwrap();
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0].payouts[0].amount_micro_usdc, 20_000_000);
+    assert_eq!(created[0].date, "2026-11-09");
 }
