@@ -13,8 +13,9 @@
 //!   machine was online during the rental;
 //! - each payout: its own arithmetic (`lines + brought forward = amount + carried`, the carry a
 //!   bank transfer cannot pay), the lines it claims are the provider's next unsettled lines (same
-//!   count and net sum, none settled twice or skipped), and its confirmation or failure moves
-//!   its own amount, once;
+//!   count and net sum, none settled twice or skipped), it brings forward no more than the
+//!   balance holds besides those lines, and its confirmation or failure moves its own amount,
+//!   once;
 //! - per provider: the payable account, as posted by every event, equals earned - paid - in
 //!   flight, as told by the payouts' statuses;
 //! - optionally, a live earnings projection agrees with the replay.
@@ -52,7 +53,8 @@ struct RentalUsage {
 pub struct Mismatch {
     /// `line_charge`, `line_fee`, `line_split`, `line_postings`, `totals`, `rental_gap`,
     /// `rental_billed_vs_earned`, `rental_charge`, `rental_beyond_online`, `unknown_rental`,
-    /// `projection_drift`.
+    /// `payout_arithmetic`, `payout_twice`, `payout_lines`, `payout_brought_forward`,
+    /// `payout_unknown`, `payout_settled_twice`, `payout_amount`, `payable`, `projection_drift`.
     pub kind: &'static str,
     pub rental_id: Option<Uuid>,
     pub provider_id: Option<Uuid>,
@@ -215,6 +217,18 @@ impl Reconciler {
                     return;
                 }
                 let money = self.money.entry(s.provider_id).or_default();
+                // What the balance holds besides the unsettled lines: earlier lines, adjustments
+                // and failed payouts, less what was paid or is in flight. A payout may bring
+                // forward at most that.
+                let first_unsettled = money
+                    .lines
+                    .partition_point(|(p, _)| *p <= money.settled_through);
+                let unsettled: i64 = money.lines[first_unsettled..]
+                    .iter()
+                    .map(|(_, net)| net)
+                    .sum();
+                let beyond_lines = money.earned - unsettled - money.paid - money.in_flight;
+                let brought_forward = s.brought_forward.micros();
                 let claimed = (s.lines.after_position, s.lines.count, s.lines.net.micros());
                 let next: Vec<&(u64, i64)> = money
                     .lines
@@ -236,6 +250,15 @@ impl Reconciler {
                         settled: false,
                     },
                 );
+                if brought_forward > beyond_lines {
+                    self.payout_mismatch(
+                        "payout_brought_forward",
+                        s.provider_id,
+                        position,
+                        format!("at most {beyond_lines}"),
+                        brought_forward,
+                    );
+                }
                 if claimed != found {
                     self.payout_mismatch(
                         "payout_lines",
@@ -587,4 +610,258 @@ impl Reconciler {
 /// are then comparable with the replay's; one ahead of it is compared on line sums only).
 fn live_is_at(live: &crate::earnings::Earnings, position: u64) -> bool {
     live.position() <= position
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpunex_domain::fleet::MachineOnline;
+    use gpunex_domain::metering::{FeeSchedule, Meter};
+    use gpunex_domain::money::Usdc;
+    use gpunex_domain::onboarding::Tier;
+    use gpunex_domain::payouts::{
+        self as rules, Confirmation, PayoutConfirmed, PayoutFailed, PayoutMethod, PayoutScheduled,
+        Schedule, SettledLines,
+    };
+    use gpunex_domain::rental::{UsageInput, meter_usage};
+
+    const PROVIDER: Uuid = Uuid::from_u128(7);
+    const HOUR: i64 = 3_600_000_000;
+
+    fn at(micros: i64) -> Timestamp {
+        Timestamp::from_unix_micros(micros)
+    }
+
+    /// Positions 1-6: two rentals of one GPU at 3.60 USDC an hour, each metered once for 1,000
+    /// seconds (Community fee 20%: 800,000 micro-USDC earned each), lines at 3 and 6.
+    fn earned() -> Vec<(u64, DomainEvent)> {
+        let mut events = Vec::new();
+        for n in 0..2u128 {
+            let base = 3 * n as u64;
+            let machine_id = Uuid::from_u128(100 + n);
+            let rental = RentalStarted {
+                rental_id: Uuid::from_u128(200 + n),
+                renter_id: Uuid::from_u128(300),
+                provider_id: PROVIDER,
+                machine_id,
+                gpu_uuids: vec![format!("GPU-{n}")],
+                model_id: "h100-80gb".to_owned(),
+                price_per_gpu_hour: Usdc::from_micros(3_600_000),
+                started_at: at(0),
+                workload: None,
+            };
+            let line = meter_usage(&UsageInput {
+                rental: &rental,
+                meter: Meter::default(),
+                tier: Tier::Community,
+                fees: FeeSchedule::default(),
+                reported_gpu_seconds: 1_000,
+                online_gpu_seconds: 3_600,
+                report_id: Uuid::from_u128(400 + n),
+                at: at(HOUR),
+            })
+            .unwrap()
+            .unwrap();
+            assert_eq!(line.net.micros(), 800_000);
+            events.push((
+                base + 1,
+                DomainEvent::Fleet(FleetEvent::MachineOnline(MachineOnline {
+                    machine_id,
+                    provider_id: PROVIDER,
+                    at: at(0),
+                })),
+            ));
+            events.push((base + 2, DomainEvent::Rental(RentalEvent::Started(rental))));
+            events.push((
+                base + 3,
+                DomainEvent::Rental(RentalEvent::UsageMetered(line)),
+            ));
+        }
+        events
+    }
+
+    fn scheduled(id: u128, after: u64, through: u64, count: u64, net: i64) -> PayoutScheduled {
+        let amount = Usdc::from_micros(net);
+        PayoutScheduled {
+            payout_id: Uuid::from_u128(id),
+            batch_id: Uuid::from_u128(900),
+            provider_id: PROVIDER,
+            payout_date: chrono::NaiveDate::from_ymd_opt(2026, 11, 2).unwrap(),
+            period: "weekly-2026-11-02".to_owned(),
+            schedule: Schedule::Weekly,
+            method: PayoutMethod::Solana {
+                wallet: "6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH".to_owned(),
+            },
+            cutoff: at(2 * HOUR),
+            lines: SettledLines {
+                after_position: after,
+                through_position: through,
+                count,
+                net: amount,
+            },
+            brought_forward: Usdc::ZERO,
+            amount,
+            carried: Usdc::ZERO,
+            postings: rules::schedule_entry(PROVIDER, amount).unwrap(),
+            scheduled_at: at(2 * HOUR),
+        }
+    }
+
+    fn confirmed(id: u128, amount: i64) -> PayoutEvent {
+        PayoutEvent::Confirmed(PayoutConfirmed {
+            payout_id: Uuid::from_u128(id),
+            provider_id: PROVIDER,
+            amount: Usdc::from_micros(amount),
+            confirmation: Confirmation::Solana {
+                signature: "sig".to_owned(),
+                slot: 1,
+            },
+            postings: rules::confirm_entry(PROVIDER, Usdc::from_micros(amount)).unwrap(),
+            confirmed_at: at(3 * HOUR),
+        })
+    }
+
+    fn failed(id: u128, amount: i64, returned: i64) -> PayoutEvent {
+        PayoutEvent::Failed(PayoutFailed {
+            payout_id: Uuid::from_u128(id),
+            provider_id: PROVIDER,
+            amount: Usdc::from_micros(amount),
+            reason_code: "transaction_failed".to_owned(),
+            reason: "insufficient funds".to_owned(),
+            postings: rules::fail_entry(PROVIDER, Usdc::from_micros(returned)).unwrap(),
+            failed_at: at(3 * HOUR),
+            failed_by: "test".to_owned(),
+        })
+    }
+
+    /// The kinds of mismatch after the earnings and then `payouts`, in order.
+    fn kinds(payouts: Vec<PayoutEvent>) -> Vec<&'static str> {
+        let mut reconciler = Reconciler::default();
+        let events = earned();
+        let after = events.len() as u64;
+        for (position, event) in events {
+            reconciler.apply(position, &event);
+        }
+        for (n, payout) in payouts.into_iter().enumerate() {
+            reconciler.apply(after + 1 + n as u64, &DomainEvent::Payout(payout));
+        }
+        reconciler
+            .check(at(4 * HOUR), None)
+            .mismatches
+            .iter()
+            .map(|m| m.kind)
+            .collect()
+    }
+
+    #[test]
+    fn payouts_as_the_platform_writes_them_reconcile() {
+        assert_eq!(kinds(vec![]), Vec::<&str>::new());
+        // Both lines paid and confirmed.
+        assert_eq!(
+            kinds(vec![
+                PayoutEvent::Scheduled(scheduled(1, 0, 6, 2, 1_600_000)),
+                confirmed(1, 1_600_000),
+            ]),
+            Vec::<&str>::new()
+        );
+        // One line paid, the next failed and back in the balance.
+        assert_eq!(
+            kinds(vec![
+                PayoutEvent::Scheduled(scheduled(1, 0, 3, 1, 800_000)),
+                PayoutEvent::Scheduled(scheduled(2, 3, 6, 1, 800_000)),
+                confirmed(1, 800_000),
+                failed(2, 800_000, 800_000),
+            ]),
+            Vec::<&str>::new()
+        );
+        // The failed amount is brought forward by the next payout, with no new line.
+        let mut again = scheduled(3, 6, 6, 0, 800_000);
+        again.lines.net = Usdc::ZERO;
+        again.brought_forward = Usdc::from_micros(800_000);
+        assert_eq!(
+            kinds(vec![
+                PayoutEvent::Scheduled(scheduled(1, 0, 3, 1, 800_000)),
+                PayoutEvent::Scheduled(scheduled(2, 3, 6, 1, 800_000)),
+                failed(2, 800_000, 800_000),
+                PayoutEvent::Scheduled(again),
+            ]),
+            Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn each_payout_fault_is_reported() {
+        // Lines settled twice: the second payout claims the first line again.
+        assert_eq!(
+            kinds(vec![
+                PayoutEvent::Scheduled(scheduled(1, 0, 3, 1, 800_000)),
+                PayoutEvent::Scheduled(scheduled(2, 0, 6, 2, 1_600_000)),
+            ]),
+            ["payout_lines"]
+        );
+        // A line claimed that is not there (count and net beyond the log).
+        assert_eq!(
+            kinds(vec![PayoutEvent::Scheduled(scheduled(
+                1, 0, 6, 3, 2_400_000
+            ))]),
+            ["payout_lines"]
+        );
+        // The same payout id twice.
+        assert_eq!(
+            kinds(vec![
+                PayoutEvent::Scheduled(scheduled(1, 0, 3, 1, 800_000)),
+                PayoutEvent::Scheduled(scheduled(1, 3, 6, 1, 800_000)),
+            ]),
+            ["payout_twice", "payable"]
+        );
+        // More brought forward than the balance holds besides the lines: the first line is
+        // settled, so only the second is there to pay.
+        let mut inflated = scheduled(2, 3, 6, 1, 800_000);
+        inflated.brought_forward = Usdc::from_micros(1);
+        inflated.amount = Usdc::from_micros(800_001);
+        inflated.postings = rules::schedule_entry(PROVIDER, inflated.amount).unwrap();
+        assert_eq!(
+            kinds(vec![
+                PayoutEvent::Scheduled(scheduled(1, 0, 3, 1, 800_000)),
+                PayoutEvent::Scheduled(inflated),
+            ]),
+            ["payout_brought_forward"]
+        );
+        // Its own arithmetic: more paid than the lines settle.
+        let mut greedy = scheduled(1, 0, 6, 2, 1_600_000);
+        greedy.amount = Usdc::from_micros(1_700_000);
+        greedy.postings = rules::schedule_entry(PROVIDER, greedy.amount).unwrap();
+        assert_eq!(
+            kinds(vec![PayoutEvent::Scheduled(greedy)]),
+            ["payout_arithmetic"]
+        );
+        // Confirmed for another amount; confirmed twice; an unknown payout.
+        assert_eq!(
+            kinds(vec![
+                PayoutEvent::Scheduled(scheduled(1, 0, 6, 2, 1_600_000)),
+                confirmed(1, 1_500_000),
+            ]),
+            ["payout_amount"]
+        );
+        assert_eq!(
+            kinds(vec![
+                PayoutEvent::Scheduled(scheduled(1, 0, 6, 2, 1_600_000)),
+                confirmed(1, 1_600_000),
+                confirmed(1, 1_600_000),
+            ]),
+            ["payout_settled_twice"]
+        );
+        assert_eq!(
+            kinds(vec![failed(5, 800_000, 800_000)]),
+            ["payout_unknown", "payable"]
+        );
+        // A failure that returns more to the balance than the payout took.
+        assert_eq!(
+            kinds(vec![
+                PayoutEvent::Scheduled(scheduled(1, 0, 6, 2, 1_600_000)),
+                failed(1, 1_600_000, 1_600_001),
+            ]),
+            ["payable"]
+        );
+    }
 }
