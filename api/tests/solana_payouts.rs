@@ -6,7 +6,9 @@
 //! for these tests: the methods the sender calls, slots that advance with each request,
 //! blockhashes that expire after 150 blocks, `finalized` 32 slots after a transaction lands.
 //! It can kill the sender right after executing its transaction and before answering (the crash
-//! between send and record), and drop a transaction (a leader that never included it).
+//! between send and record), and drop a transaction (a leader that never included it). A
+//! transfer from an underfunded treasury lands and fails on chain: the payout fails and its
+//! amount is paid the next week, to the wallet then in force.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -278,10 +280,10 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
         )
         .await;
         assert_eq!(status, StatusCode::OK, "{set}");
-        wallets.push((provider, wallet));
+        wallets.push((provider, wallet, token));
     }
-    let (crash_provider, crash_wallet) = wallets[0];
-    let (drop_provider, drop_wallet) = wallets[1];
+    let (crash_provider, crash_wallet, crash_token) = wallets[0].clone();
+    let (drop_provider, drop_wallet, _) = wallets[1].clone();
     assert_eq!(
         common::earn(&state.store, crash_provider, 31_404, "2026-10-20T10:00:00Z").await,
         25_123_200
@@ -443,6 +445,117 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
         Some(1_000_000_000 - 25_123_200 - 32_000_000)
     );
 
+    // A payout the chain refuses: the treasury holds too little USDC. The provider changes its
+    // wallet after the payout is scheduled: the payout still goes to the wallet it was
+    // scheduled with.
+    assert_eq!(
+        common::earn(&state.store, crash_provider, 30_000, "2026-11-10T10:00:00Z").await,
+        24_000_000
+    );
+    let (status, _, third) = common::request(
+        &base,
+        "POST",
+        "/v1/payout-batches",
+        Some(&admin),
+        Some(json!({"date": "2026-11-16"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{third}");
+    assert_eq!(third["payouts"].as_array().unwrap().len(), 1, "{third}");
+    let refused: Uuid = third["payouts"][0]["payout_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let new_wallet = Keypair::new().pubkey();
+    let (status, _, set) = common::request(
+        &base,
+        "PUT",
+        &format!("/v1/providers/{crash_provider}/payout-settings"),
+        Some(&crash_token),
+        Some(json!({"schedule": "weekly", "method": {"kind": "solana", "wallet": new_wallet.to_string()}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    let left = 1_000_000_000 - 25_123_200 - 32_000_000;
+    {
+        let mut chain = chain.lock().unwrap();
+        token_account(&mut chain.svm, source, mint, treasury.pubkey(), 1_000_000);
+    }
+    let output = sender(db, &rpc_url, &key_file, &mint).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let record = payout(&state, refused).await;
+    let failure = record.failed.clone().expect("failed on chain");
+    assert_eq!(failure.reason_code, "transaction_failed");
+    assert!(record.confirmed.is_none());
+    let gpunex_domain::payouts::Submission::Solana {
+        signature: refused_signature,
+        destination: refused_destination,
+        ..
+    } = record.submissions[0].submission.clone();
+    assert_eq!(refused_destination, destination.to_string());
+    assert!(
+        failure.reason.contains(&refused_signature),
+        "{}",
+        failure.reason
+    );
+    assert!(
+        chain.lock().unwrap().landed[&refused_signature].1.is_some(),
+        "landed with an error"
+    );
+    // Nothing moved on chain; the amount is back in the provider's balance.
+    assert_eq!(balance(&chain, &destination), Some(25_123_200));
+    assert_eq!(balance(&chain, &source), Some(1_000_000));
+    let (status, _, history) = common::request(
+        &base,
+        "GET",
+        &format!("/v1/providers/{crash_provider}/payouts"),
+        Some(&crash_token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{history}");
+    assert_eq!(history["balance_micro_usdc"], 24_000_000, "{history}");
+    assert_eq!(history["in_flight_micro_usdc"], 0);
+    assert_eq!(history["history"][0]["status"], "failed");
+    assert_eq!(history["history"][0]["failure_code"], "transaction_failed");
+
+    // The treasury is funded again; the next Monday brings the returned amount forward and pays
+    // it to the wallet in force now.
+    {
+        let mut chain = chain.lock().unwrap();
+        token_account(&mut chain.svm, source, mint, treasury.pubkey(), left);
+    }
+    let (status, _, fourth) = common::request(
+        &base,
+        "POST",
+        "/v1/payout-batches",
+        Some(&admin),
+        Some(json!({"date": "2026-11-23"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{fourth}");
+    let again = &fourth["payouts"][0];
+    assert_eq!(again["brought_forward_micro_usdc"], 24_000_000, "{fourth}");
+    assert_eq!(again["lines"], 0);
+    assert_eq!(again["amount_micro_usdc"], 24_000_000);
+    let output = sender(db, &rpc_url, &key_file, &mint).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let fourth_id: Uuid = again["payout_id"].as_str().unwrap().parse().unwrap();
+    assert!(payout(&state, fourth_id).await.confirmed.is_some());
+    let new_destination = associated_token_account(&new_wallet, &mint);
+    assert_eq!(balance(&chain, &new_destination), Some(24_000_000));
+    assert_eq!(balance(&chain, &destination), Some(25_123_200));
+    assert_eq!(balance(&chain, &source), Some(left - 24_000_000));
+
     // The provider's history shows the transaction; the money reconciles.
     let (status, _, history) = common::request(
         &base,
@@ -453,10 +566,17 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(history["paid_micro_usdc"], 25_123_200);
-    assert_eq!(history["history"][0]["signature"], signature);
-    assert_eq!(history["history"][0]["status"], "confirmed");
-    assert_eq!(history["history"][0]["slot"], slot);
+    assert_eq!(history["paid_micro_usdc"], 25_123_200 + 24_000_000);
+    assert_eq!(history["balance_micro_usdc"], 0);
+    let entries = history["history"].as_array().unwrap();
+    assert_eq!(entries.len(), 3, "{history}");
+    let first_entry = entries
+        .iter()
+        .find(|h| h["payout_id"] == first.to_string())
+        .unwrap();
+    assert_eq!(first_entry["signature"], signature);
+    assert_eq!(first_entry["status"], "confirmed");
+    assert_eq!(first_entry["slot"], slot);
     let (_, _, report) =
         common::request(&base, "GET", "/v1/audit/reconcile", Some(&admin), None).await;
     assert_eq!(report["mismatches"], json!([]), "{report}");
