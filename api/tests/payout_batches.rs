@@ -315,6 +315,18 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(refused["code"], "not_a_bank_payout", "{refused}");
 
+    // The provider moves to another bank after the payout was scheduled: the payout is still
+    // filed to the account it was scheduled with.
+    let (status, _, set) = common::request(
+        &base,
+        "PUT",
+        &format!("/v1/providers/{bank_p}/payout-settings"),
+        Some(&bank_token),
+        Some(json!({"schedule": "weekly", "method": bank("Ada Lovelace", "NL02ABNA0123456789")})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+
     // The SEPA file of Monday's batch: one transfer, euros at the stated rate, floored.
     let files_path = "/v1/payout-batches/2026-11-02/bank-files";
     let (status, _, refused) = common::request(
@@ -381,6 +393,7 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     ] {
         assert!(xml.contains(&expected), "{expected} not in {xml}");
     }
+    assert!(!xml.contains("NL02ABNA0123456789"), "{xml}");
     use sha2::Digest;
     assert_eq!(
         hex::encode(sha2::Sha256::digest(xml.as_bytes())),
@@ -478,6 +491,9 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     // 25.010800 available: 25.01 paid, 800 micro-USDC carried again.
     assert_eq!(bank_next["amount_micro_usdc"], 25_010_000);
     assert_eq!(bank_next["carried_micro_usdc"], 800);
+    // Scheduled after the change: the new account.
+    assert_eq!(bank_next["method"]["iban"], "NL02ABNA0123456789", "{bank_next}");
+    assert_eq!(paid_bank["method"]["iban"], "NL91ABNA0417164300");
     let low_next = payout_of(&next, low);
     assert_eq!(low_next["amount_micro_usdc"], 20_000_000);
     assert_eq!(low_next["lines"], 2);
