@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use gpunex_domain::DomainEvent;
 use gpunex_domain::payouts::{
-    self as rules, Confirmation, PayoutConfirmed, PayoutEvent, PayoutFailed, PayoutMethod,
-    PayoutSubmitted, Submission,
+    self as rules, Confirmation, PayoutEvent, PayoutMethod, PayoutSubmitted, Submission,
 };
 use gpunex_payouts::solana::{self, Commitment, Rpc, Treasury};
 use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
@@ -230,36 +229,30 @@ async fn step(
             return Ok(());
         }
         let now = crate::tokens::now();
-        let provider_id = scheduled.provider_id;
-        let amount = scheduled.amount;
         let money = |e: gpunex_domain::ledger::JournalError| {
             SendError::Payout(scheduled.payout_id, e.to_string())
         };
         let event = match &status.err {
-            None => PayoutEvent::Confirmed(PayoutConfirmed {
-                payout_id: scheduled.payout_id,
-                provider_id,
-                amount,
-                confirmation: Confirmation::Solana {
+            None => {
+                let confirmation = Confirmation::Solana {
                     signature: signature.clone(),
                     slot: status.slot,
-                },
-                postings: rules::confirm_entry(provider_id, amount).map_err(money)?,
-                confirmed_at: now,
-            }),
-            Some(err) => PayoutEvent::Failed(PayoutFailed {
-                payout_id: scheduled.payout_id,
-                provider_id,
-                amount,
-                reason_code: "transaction_failed".to_owned(),
-                reason: format!(
-                    "transaction {signature} failed on chain in slot {}: {err}",
-                    status.slot
-                ),
-                postings: rules::fail_entry(provider_id, amount).map_err(money)?,
-                failed_at: now,
-                failed_by: ACTOR.to_owned(),
-            }),
+                };
+                PayoutEvent::Confirmed(scheduled.confirmed(confirmation, now).map_err(money)?)
+            }
+            Some(err) => PayoutEvent::Failed(
+                scheduled
+                    .failed(
+                        "transaction_failed",
+                        format!(
+                            "transaction {signature} failed on chain in slot {}: {err}",
+                            status.slot
+                        ),
+                        ACTOR.to_owned(),
+                        now,
+                    )
+                    .map_err(money)?,
+            ),
         };
         let confirmed = matches!(event, PayoutEvent::Confirmed(_));
         if record(store, credentials, payout, event).await? {

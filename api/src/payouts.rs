@@ -14,8 +14,8 @@ use axum::response::IntoResponse;
 use chrono::NaiveDate;
 use gpunex_domain::money::MICROS_PER_CENT;
 use gpunex_domain::payouts::{
-    self, BankFileCreated, BankTransfer, Confirmation, PayoutConfirmed, PayoutEvent, PayoutFailed,
-    PayoutMethod, PayoutPolicy, PayoutSettingsChanged, Rail,
+    self, BankFileCreated, BankTransfer, Confirmation, PayoutEvent, PayoutMethod, PayoutPolicy,
+    PayoutSettingsChanged, Rail,
 };
 use gpunex_domain::{DomainEvent, StreamId};
 use gpunex_payouts::sepa_file;
@@ -364,19 +364,21 @@ pub async fn confirm(
         ));
     }
     let record = submitted_bank_payout(&state, payout_id)?;
-    let s = &record.scheduled;
-    let event = PayoutEvent::Confirmed(PayoutConfirmed {
-        payout_id,
-        provider_id: s.provider_id,
-        amount: s.amount,
-        confirmation: Confirmation::Bank {
-            bank_reference: reference.to_owned(),
-            confirmed_by: caller.actor(),
-        },
-        postings: payouts::confirm_entry(s.provider_id, s.amount).map_err(money)?,
-        confirmed_at: now(),
-    });
-    settle(&state, &record, event, &caller.actor()).await
+    let confirmation = Confirmation::Bank {
+        bank_reference: reference.to_owned(),
+        confirmed_by: caller.actor(),
+    };
+    let event = record
+        .scheduled
+        .confirmed(confirmation, now())
+        .map_err(money)?;
+    settle(
+        &state,
+        &record,
+        PayoutEvent::Confirmed(event),
+        &caller.actor(),
+    )
+    .await
 }
 
 /// `POST /v1/payouts/{payout_id}/return`: the bank returned the transfer; the amount goes back
@@ -410,18 +412,16 @@ pub async fn return_payout(
         ));
     }
     let record = submitted_bank_payout(&state, payout_id)?;
-    let s = &record.scheduled;
-    let event = PayoutEvent::Failed(PayoutFailed {
-        payout_id,
-        provider_id: s.provider_id,
-        amount: s.amount,
-        reason_code: "bank_returned".to_owned(),
-        reason: format!("{code}: {reason}"),
-        postings: payouts::fail_entry(s.provider_id, s.amount).map_err(money)?,
-        failed_at: now(),
-        failed_by: caller.actor(),
-    });
-    settle(&state, &record, event, &caller.actor()).await
+    let event = record
+        .scheduled
+        .failed(
+            "bank_returned",
+            format!("{code}: {reason}"),
+            caller.actor(),
+            now(),
+        )
+        .map_err(money)?;
+    settle(&state, &record, PayoutEvent::Failed(event), &caller.actor()).await
 }
 
 /// Most transfers in one file (the event that records it stays well under the payload limit).

@@ -492,7 +492,10 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     assert_eq!(bank_next["amount_micro_usdc"], 25_010_000);
     assert_eq!(bank_next["carried_micro_usdc"], 800);
     // Scheduled after the change: the new account.
-    assert_eq!(bank_next["method"]["iban"], "NL02ABNA0123456789", "{bank_next}");
+    assert_eq!(
+        bank_next["method"]["iban"], "NL02ABNA0123456789",
+        "{bank_next}"
+    );
     assert_eq!(paid_bank["method"]["iban"], "NL91ABNA0417164300");
     let low_next = payout_of(&next, low);
     assert_eq!(low_next["amount_micro_usdc"], 20_000_000);

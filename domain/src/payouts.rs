@@ -174,6 +174,42 @@ impl PayoutScheduled {
         }
         Ok(())
     }
+
+    /// This payout's confirmation: its own provider and amount, clearing to treasury.
+    pub fn confirmed(
+        &self,
+        confirmation: Confirmation,
+        confirmed_at: Timestamp,
+    ) -> Result<PayoutConfirmed, JournalError> {
+        Ok(PayoutConfirmed {
+            payout_id: self.payout_id,
+            provider_id: self.provider_id,
+            amount: self.amount,
+            confirmation,
+            postings: confirm_entry(self.provider_id, self.amount)?,
+            confirmed_at,
+        })
+    }
+
+    /// This payout's failure: its own amount returns to the provider's balance.
+    pub fn failed(
+        &self,
+        reason_code: &str,
+        reason: String,
+        failed_by: String,
+        failed_at: Timestamp,
+    ) -> Result<PayoutFailed, JournalError> {
+        Ok(PayoutFailed {
+            payout_id: self.payout_id,
+            provider_id: self.provider_id,
+            amount: self.amount,
+            reason_code: reason_code.to_owned(),
+            reason,
+            postings: fail_entry(self.provider_id, self.amount)?,
+            failed_at,
+            failed_by,
+        })
+    }
 }
 
 /// A provider below its schedule's minimum on a payout date: its balance rolls forward.
