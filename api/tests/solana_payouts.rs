@@ -19,14 +19,13 @@ use axum::http::StatusCode;
 use base64::Engine;
 use gpunex_api::AppState;
 use gpunex_payouts::solana::{Treasury, associated_token_account, decode_transaction, memo};
+use gpunex_payouts::testing::{chain_with_mint, set_token_account, token_balance};
 use gpunex_tests::{TestDb, conformance};
 use litesvm::LiteSVM;
 use serde_json::{Value, json};
 use solana_keypair::Keypair;
-use solana_program_pack::Pack;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
-use spl_token_interface::state::{Account as TokenAccount, AccountState, Mint};
 use uuid::Uuid;
 
 conformance!(solana_payouts_are_paid_exactly_once);
@@ -142,64 +141,9 @@ async fn rpc(State(chain): State<Shared>, Json(request): Json<Value>) -> (Status
     )
 }
 
-fn token_account(svm: &mut LiteSVM, address: Pubkey, mint: Pubkey, owner: Pubkey, amount: u64) {
-    let mut data = vec![0u8; TokenAccount::LEN];
-    TokenAccount::pack(
-        TokenAccount {
-            mint,
-            owner,
-            amount,
-            state: AccountState::Initialized,
-            ..TokenAccount::default()
-        },
-        &mut data,
-    )
-    .unwrap();
-    let lamports = svm.minimum_balance_for_rent_exemption(TokenAccount::LEN);
-    svm.set_account(
-        address,
-        solana_account::Account {
-            lamports,
-            data,
-            owner: spl_token_interface::id(),
-            executable: false,
-            rent_epoch: 0,
-        },
-    )
-    .unwrap();
-}
-
 /// A chain with a 6-decimal mint and a treasury holding 1,000 of it; the RPC stand-in's URL.
 async fn chain(treasury: &Keypair) -> (Shared, Pubkey, String) {
-    let mut svm = LiteSVM::new();
-    svm.airdrop(&treasury.pubkey(), 10_000_000_000).unwrap();
-    let mint = Pubkey::new_unique();
-    let mut data = vec![0u8; Mint::LEN];
-    Mint::pack(
-        Mint {
-            mint_authority: Some(treasury.pubkey()).into(),
-            supply: 1_000_000_000,
-            decimals: 6,
-            is_initialized: true,
-            freeze_authority: None.into(),
-        },
-        &mut data,
-    )
-    .unwrap();
-    let lamports = svm.minimum_balance_for_rent_exemption(Mint::LEN);
-    svm.set_account(
-        mint,
-        solana_account::Account {
-            lamports,
-            data,
-            owner: spl_token_interface::id(),
-            executable: false,
-            rent_epoch: 0,
-        },
-    )
-    .unwrap();
-    let source = associated_token_account(&treasury.pubkey(), &mint);
-    token_account(&mut svm, source, mint, treasury.pubkey(), 1_000_000_000);
+    let (svm, mint) = chain_with_mint(treasury, 1_000_000_000, 6);
     let shared = Arc::new(Mutex::new(Chain {
         svm,
         slot: 1_000,
@@ -221,11 +165,7 @@ async fn chain(treasury: &Keypair) -> (Shared, Pubkey, String) {
 }
 
 fn balance(chain: &Shared, account: &Pubkey) -> Option<u64> {
-    let chain = chain.lock().unwrap();
-    chain
-        .svm
-        .get_account(account)
-        .map(|a| TokenAccount::unpack(&a.data).unwrap().amount)
+    token_balance(&chain.lock().unwrap().svm, account)
 }
 
 fn sender(
@@ -480,7 +420,7 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
     let left = 1_000_000_000 - 25_123_200 - 32_000_000;
     {
         let mut chain = chain.lock().unwrap();
-        token_account(&mut chain.svm, source, mint, treasury.pubkey(), 1_000_000);
+        set_token_account(&mut chain.svm, source, mint, treasury.pubkey(), 1_000_000);
     }
     let output = sender(db, &rpc_url, &key_file, &mint).output().unwrap();
     assert!(
@@ -528,7 +468,7 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
     // it to the wallet in force now.
     {
         let mut chain = chain.lock().unwrap();
-        token_account(&mut chain.svm, source, mint, treasury.pubkey(), left);
+        set_token_account(&mut chain.svm, source, mint, treasury.pubkey(), left);
     }
     let (status, _, fourth) = common::request(
         &base,

@@ -10,6 +10,8 @@
 
 pub mod sepa_file;
 pub mod solana;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use gpunex_domain::payouts::{BankAddress, BankDetails, PayoutMethod};
 

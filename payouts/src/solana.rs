@@ -367,79 +367,18 @@ impl Rpc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{chain_with_mint, token_balance as balance};
     use litesvm::LiteSVM;
-    use solana_program_pack::Pack;
-    use spl_token_interface::state::{Account as TokenAccount, Mint};
-
-    fn token_account(svm: &mut LiteSVM, address: Pubkey, mint: Pubkey, owner: Pubkey, amount: u64) {
-        let mut data = vec![0u8; TokenAccount::LEN];
-        TokenAccount::pack(
-            TokenAccount {
-                mint,
-                owner,
-                amount,
-                state: spl_token_interface::state::AccountState::Initialized,
-                ..TokenAccount::default()
-            },
-            &mut data,
-        )
-        .unwrap();
-        let lamports = svm.minimum_balance_for_rent_exemption(TokenAccount::LEN);
-        svm.set_account(
-            address,
-            solana_account::Account {
-                lamports,
-                data,
-                owner: spl_token_interface::id(),
-                executable: false,
-                rent_epoch: 0,
-            },
-        )
-        .unwrap();
-    }
 
     /// A mint of `decimals` (6 stands in for USDC), and a treasury holding `funds` of it.
-    pub(crate) fn chain_with(funds: u64, decimals: u8) -> (LiteSVM, Treasury, Pubkey) {
-        let mut svm = LiteSVM::new();
-        let treasury = Treasury::from_keypair(Keypair::new());
-        svm.airdrop(&treasury.pubkey(), 10_000_000_000).unwrap();
-        let mint = Pubkey::new_unique();
-        let mut data = vec![0u8; Mint::LEN];
-        Mint::pack(
-            Mint {
-                mint_authority: Some(treasury.pubkey()).into(),
-                supply: funds,
-                decimals,
-                is_initialized: true,
-                freeze_authority: None.into(),
-            },
-            &mut data,
-        )
-        .unwrap();
-        let lamports = svm.minimum_balance_for_rent_exemption(Mint::LEN);
-        svm.set_account(
-            mint,
-            solana_account::Account {
-                lamports,
-                data,
-                owner: spl_token_interface::id(),
-                executable: false,
-                rent_epoch: 0,
-            },
-        )
-        .unwrap();
-        let owner = treasury.pubkey();
-        token_account(&mut svm, treasury.token_account(&mint), mint, owner, funds);
-        (svm, treasury, mint)
+    fn chain_with(funds: u64, decimals: u8) -> (LiteSVM, Treasury, Pubkey) {
+        let keypair = Keypair::new();
+        let (svm, mint) = chain_with_mint(&keypair, funds, decimals);
+        (svm, Treasury::from_keypair(keypair), mint)
     }
 
     fn chain(funds: u64) -> (LiteSVM, Treasury, Pubkey) {
         chain_with(funds, USDC_DECIMALS)
-    }
-
-    fn balance(svm: &LiteSVM, account: &Pubkey) -> Option<u64> {
-        svm.get_account(account)
-            .map(|a| TokenAccount::unpack(&a.data).unwrap().amount)
     }
 
     #[test]
