@@ -104,23 +104,14 @@ pub async fn set(
     };
     let stream = StreamId::parse(format!("payout_settings-{provider_id}"))
         .unwrap_or_else(|_| unreachable!("a uuid makes a valid stream id"));
-    let committed = state
-        .store
-        .append(
-            stream,
-            ExpectedVersion::Any,
-            vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &DomainEvent::Payout(PayoutEvent::SettingsChanged(changed.clone())),
-                Metadata::actor(caller.actor()),
-            )],
-        )
-        .await
-        .map_err(append_failure)?;
-    state
-        .credentials
-        .wait_for(committed.last_position())
-        .await?;
+    append_one(
+        &state,
+        stream,
+        ExpectedVersion::Any,
+        PayoutEvent::SettingsChanged(changed.clone()),
+        &caller.actor(),
+    )
+    .await?;
     Ok(Json(view(&state.payouts.policy, &changed)))
 }
 
@@ -289,18 +280,20 @@ pub async fn history(
     })))
 }
 
-async fn settle(
+/// Appends one payout event to `stream` at `expected`, and waits until the projections have
+/// folded it (read-your-writes for the response).
+async fn append_one(
     state: &AppState,
-    record: &PayoutRecord,
+    stream: StreamId,
+    expected: ExpectedVersion,
     event: PayoutEvent,
     actor: &str,
-) -> Result<Json<wp::PayoutView>, ApiError> {
-    let payout_id = record.scheduled.payout_id;
+) -> Result<(), ApiError> {
     let committed = state
         .store
         .append(
-            crate::payout_run::payout_stream(payout_id),
-            ExpectedVersion::Exact(record.version),
+            stream,
+            expected,
             vec![NewEvent::from_domain(
                 Uuid::now_v7(),
                 &DomainEvent::Payout(event),
@@ -313,6 +306,24 @@ async fn settle(
         .credentials
         .wait_for(committed.last_position())
         .await?;
+    Ok(())
+}
+
+async fn settle(
+    state: &AppState,
+    record: &PayoutRecord,
+    event: PayoutEvent,
+    actor: &str,
+) -> Result<Json<wp::PayoutView>, ApiError> {
+    let payout_id = record.scheduled.payout_id;
+    append_one(
+        state,
+        crate::payout_run::payout_stream(payout_id),
+        ExpectedVersion::Exact(record.version),
+        event,
+        actor,
+    )
+    .await?;
     Ok(Json(crate::payout_run::payout_view(&payout_record(
         state, payout_id,
     )?)))
@@ -593,23 +604,14 @@ pub async fn create_bank_files(
         let Some((file, version)) = next else {
             break;
         };
-        let committed = state
-            .store
-            .append(
-                crate::payout_run::batch_stream(date),
-                ExpectedVersion::Exact(version),
-                vec![NewEvent::from_domain(
-                    Uuid::now_v7(),
-                    &DomainEvent::Payout(PayoutEvent::BankFileCreated(file.clone())),
-                    Metadata::actor(caller.actor()),
-                )],
-            )
-            .await
-            .map_err(append_failure)?;
-        state
-            .credentials
-            .wait_for(committed.last_position())
-            .await?;
+        append_one(
+            &state,
+            crate::payout_run::batch_stream(date),
+            ExpectedVersion::Exact(version),
+            PayoutEvent::BankFileCreated(file.clone()),
+            &caller.actor(),
+        )
+        .await?;
         views.push(file_view(date, &file));
     }
     if views.is_empty() {

@@ -108,11 +108,7 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
         });
     let admin = common::admin_token(&state).await;
     let base = common::serve(state.clone()).await;
-    let entry = json!([{
-        "model": "h100-80gb", "quantity": 1, "system_ram_gb": 256, "upload_gbps": "10",
-        "download_gbps": "10", "availability": {"kind": "always_on"},
-        "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}
-    }]);
+    let entry = common::one_h100();
     let mut providers = Vec::new();
     for (email, schedule, method) in [
         (
@@ -138,15 +134,7 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     ] {
         let (provider, token) =
             common::approved_provider(&base, &admin, email, entry.clone()).await;
-        let (status, _, set) = common::request(
-            &base,
-            "PUT",
-            &format!("/v1/providers/{provider}/payout-settings"),
-            Some(&token),
-            Some(json!({"schedule": schedule, "method": method})),
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK, "{set}");
+        common::set_payout_settings(&base, &token, provider, schedule, method).await;
         providers.push((provider, token));
     }
     let [(sol, sol_token), (bank_p, bank_token), (low, _), (month, _)] =
@@ -317,15 +305,14 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
 
     // The provider moves to another bank after the payout was scheduled: the payout is still
     // filed to the account it was scheduled with.
-    let (status, _, set) = common::request(
+    common::set_payout_settings(
         &base,
-        "PUT",
-        &format!("/v1/providers/{bank_p}/payout-settings"),
-        Some(&bank_token),
-        Some(json!({"schedule": "weekly", "method": bank("Ada Lovelace", "NL02ABNA0123456789")})),
+        &bank_token,
+        bank_p,
+        "weekly",
+        bank("Ada Lovelace", "NL02ABNA0123456789"),
     )
     .await;
-    assert_eq!(status, StatusCode::OK, "{set}");
 
     // The SEPA file of Monday's batch: one transfer, euros at the stated rate, floored.
     let files_path = "/v1/payout-batches/2026-11-02/bank-files";
@@ -543,22 +530,17 @@ async fn the_scheduler_runs_each_due_date_once_and_catches_up(db: &TestDb) {
     let state = AppState::load(db.open().await).await.unwrap();
     let admin = common::admin_token(&state).await;
     let base = common::serve(state.clone()).await;
-    let entry = json!([{
-        "model": "h100-80gb", "quantity": 1, "system_ram_gb": 256, "upload_gbps": "10",
-        "download_gbps": "10", "availability": {"kind": "always_on"},
-        "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}
-    }]);
+    let entry = common::one_h100();
     let (provider, token) =
         common::approved_provider(&base, &admin, "sched@example.com", entry).await;
-    let (status, _, set) = common::request(
+    common::set_payout_settings(
         &base,
-        "PUT",
-        &format!("/v1/providers/{provider}/payout-settings"),
-        Some(&token),
-        Some(json!({"schedule": "weekly", "method": {"kind": "solana", "wallet": WALLET}})),
+        &token,
+        provider,
+        "weekly",
+        json!({"kind": "solana", "wallet": WALLET}),
     )
     .await;
-    assert_eq!(status, StatusCode::OK, "{set}");
     let store = &state.store;
     assert_eq!(
         common::earn(store, provider, 31_404, "2026-10-20T10:00:00Z").await,

@@ -18,11 +18,7 @@ async fn payout_settings_are_checked_and_recorded(db: &TestDb) {
     let state = AppState::load(db.open().await).await.unwrap();
     let admin = common::admin_token(&state).await;
     let base = common::serve(state.clone()).await;
-    let entry = json!([{
-        "model": "h100-80gb", "quantity": 1, "system_ram_gb": 256, "upload_gbps": "10",
-        "download_gbps": "10", "availability": {"kind": "always_on"},
-        "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}
-    }]);
+    let entry = common::one_h100();
     let (provider, token) =
         common::approved_provider(&base, &admin, "pay@example.com", entry.clone()).await;
     let (_, other) = common::approved_provider(&base, &admin, "other@example.com", entry).await;

@@ -188,6 +188,30 @@ fn sender(
     command
 }
 
+/// Runs the sender until every open payout is settled; it must exit cleanly.
+fn send_until_settled(mut sender: std::process::Command) {
+    let output = sender.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The batch of `date`, created by finance.
+async fn batch(base: &str, admin: &str, date: &str) -> Value {
+    let (status, _, batch) = common::request(
+        base,
+        "POST",
+        "/v1/payout-batches",
+        Some(admin),
+        Some(json!({"date": date})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{batch}");
+    batch
+}
+
 async fn payout(state: &AppState, payout_id: Uuid) -> gpunex_projections::payouts::PayoutRecord {
     let head = state.store.head_position().await.unwrap();
     state.credentials.wait_for(head).await.unwrap();
@@ -201,25 +225,20 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
     let state = AppState::load(db.open().await).await.unwrap();
     let admin = common::admin_token(&state).await;
     let base = common::serve(state.clone()).await;
-    let entry = json!([{
-        "model": "h100-80gb", "quantity": 1, "system_ram_gb": 256, "upload_gbps": "10",
-        "download_gbps": "10", "availability": {"kind": "always_on"},
-        "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}
-    }]);
+    let entry = common::one_h100();
     let mut wallets = Vec::new();
     for email in ["crash@example.com", "dropped@example.com"] {
         let (provider, token) =
             common::approved_provider(&base, &admin, email, entry.clone()).await;
         let wallet = Keypair::new().pubkey();
-        let (status, _, set) = common::request(
+        common::set_payout_settings(
             &base,
-            "PUT",
-            &format!("/v1/providers/{provider}/payout-settings"),
-            Some(&token),
-            Some(json!({"schedule": "weekly", "method": {"kind": "solana", "wallet": wallet.to_string()}})),
+            &token,
+            provider,
+            "weekly",
+            json!({"kind": "solana", "wallet": wallet.to_string()}),
         )
         .await;
-        assert_eq!(status, StatusCode::OK, "{set}");
         wallets.push((provider, wallet, token));
     }
     let (crash_provider, crash_wallet, crash_token) = wallets[0].clone();
@@ -245,15 +264,7 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
     let source = Treasury::from_keypair(treasury.insecure_clone()).token_account(&mint);
 
     // Monday 2026-11-02 pays the first provider.
-    let (status, _, monday) = common::request(
-        &base,
-        "POST",
-        "/v1/payout-batches",
-        Some(&admin),
-        Some(json!({"date": "2026-11-02"})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{monday}");
+    let monday = batch(&base, &admin, "2026-11-02").await;
     assert_eq!(monday["payouts"].as_array().unwrap().len(), 1, "{monday}");
     let first: Uuid = monday["payouts"][0]["payout_id"]
         .as_str()
@@ -295,12 +306,7 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
 
     // Started again: it finds the recorded signature on chain and waits for `finalized`; no
     // second transfer.
-    let output = sender(db, &rpc_url, &key_file, &mint).output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    send_until_settled(sender(db, &rpc_url, &key_file, &mint));
     let record = payout(&state, first).await;
     assert_eq!(record.submissions.len(), 1);
     let confirmed = record.confirmed.clone().expect("confirmed");
@@ -337,27 +343,14 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
 
     // The next Monday's payout is dropped by the cluster: the sender rebroadcasts the same bytes
     // while the blockhash is valid, and signs anew only once it has expired unseen.
-    let (status, _, next) = common::request(
-        &base,
-        "POST",
-        "/v1/payout-batches",
-        Some(&admin),
-        Some(json!({"date": "2026-11-09"})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{next}");
+    let next = batch(&base, &admin, "2026-11-09").await;
     let second: Uuid = next["payouts"][0]["payout_id"]
         .as_str()
         .unwrap()
         .parse()
         .unwrap();
     chain.lock().unwrap().drop_next = true;
-    let output = sender(db, &rpc_url, &key_file, &mint).output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    send_until_settled(sender(db, &rpc_url, &key_file, &mint));
     let record = payout(&state, second).await;
     assert_eq!(record.submissions.len(), 2, "signed again after expiry");
     let signatures: Vec<String> = record
@@ -392,15 +385,7 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
         common::earn(&state.store, crash_provider, 30_000, "2026-11-10T10:00:00Z").await,
         24_000_000
     );
-    let (status, _, third) = common::request(
-        &base,
-        "POST",
-        "/v1/payout-batches",
-        Some(&admin),
-        Some(json!({"date": "2026-11-16"})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{third}");
+    let third = batch(&base, &admin, "2026-11-16").await;
     assert_eq!(third["payouts"].as_array().unwrap().len(), 1, "{third}");
     let refused: Uuid = third["payouts"][0]["payout_id"]
         .as_str()
@@ -408,26 +393,20 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
         .parse()
         .unwrap();
     let new_wallet = Keypair::new().pubkey();
-    let (status, _, set) = common::request(
+    common::set_payout_settings(
         &base,
-        "PUT",
-        &format!("/v1/providers/{crash_provider}/payout-settings"),
-        Some(&crash_token),
-        Some(json!({"schedule": "weekly", "method": {"kind": "solana", "wallet": new_wallet.to_string()}})),
+        &crash_token,
+        crash_provider,
+        "weekly",
+        json!({"kind": "solana", "wallet": new_wallet.to_string()}),
     )
     .await;
-    assert_eq!(status, StatusCode::OK, "{set}");
     let left = 1_000_000_000 - 25_123_200 - 32_000_000;
     {
         let mut chain = chain.lock().unwrap();
         set_token_account(&mut chain.svm, source, mint, treasury.pubkey(), 1_000_000);
     }
-    let output = sender(db, &rpc_url, &key_file, &mint).output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    send_until_settled(sender(db, &rpc_url, &key_file, &mint));
     let record = payout(&state, refused).await;
     let failure = record.failed.clone().expect("failed on chain");
     assert_eq!(failure.reason_code, "transaction_failed");
@@ -470,25 +449,12 @@ async fn solana_payouts_are_paid_exactly_once(db: &TestDb) {
         let mut chain = chain.lock().unwrap();
         set_token_account(&mut chain.svm, source, mint, treasury.pubkey(), left);
     }
-    let (status, _, fourth) = common::request(
-        &base,
-        "POST",
-        "/v1/payout-batches",
-        Some(&admin),
-        Some(json!({"date": "2026-11-23"})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{fourth}");
+    let fourth = batch(&base, &admin, "2026-11-23").await;
     let again = &fourth["payouts"][0];
     assert_eq!(again["brought_forward_micro_usdc"], 24_000_000, "{fourth}");
     assert_eq!(again["lines"], 0);
     assert_eq!(again["amount_micro_usdc"], 24_000_000);
-    let output = sender(db, &rpc_url, &key_file, &mint).output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    send_until_settled(sender(db, &rpc_url, &key_file, &mint));
     let fourth_id: Uuid = again["payout_id"].as_str().unwrap().parse().unwrap();
     assert!(payout(&state, fourth_id).await.confirmed.is_some());
     let new_destination = associated_token_account(&new_wallet, &mint);

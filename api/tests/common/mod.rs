@@ -277,3 +277,31 @@ pub async fn earn(store: &gpunex_store::Store, provider_id: Uuid, seconds: u64, 
     .await;
     net
 }
+
+/// The GPU entries of a provider's application: one H100 in Madrid, always on.
+pub fn one_h100() -> Value {
+    serde_json::json!([{
+        "model": "h100-80gb", "quantity": 1, "system_ram_gb": 256, "upload_gbps": "10",
+        "download_gbps": "10", "availability": {"kind": "always_on"},
+        "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}
+    }])
+}
+
+/// Sets a provider's payout schedule and method, as the provider; the change must be accepted.
+pub async fn set_payout_settings(
+    base: &str,
+    token: &str,
+    provider_id: Uuid,
+    schedule: &str,
+    method: Value,
+) {
+    let (status, _, body) = request(
+        base,
+        "PUT",
+        &format!("/v1/providers/{provider_id}/payout-settings"),
+        Some(token),
+        Some(serde_json::json!({"schedule": schedule, "method": method})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
