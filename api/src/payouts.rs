@@ -44,6 +44,16 @@ fn view(policy: &PayoutPolicy, settings: &PayoutSettingsChanged) -> wp::PayoutSe
     }
 }
 
+/// The provider itself, finance or an admin may read a provider's payouts; the provider must
+/// exist.
+fn may_read(state: &AppState, caller: &Caller, provider_id: Uuid) -> Result<(), ApiError> {
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        provider_id,
+    )?;
+    check_provider(state, provider_id)
+}
+
 fn check_provider(state: &AppState, provider_id: Uuid) -> Result<(), ApiError> {
     match state.credentials.provider_application(&provider_id) {
         Some(_) => Ok(()),
@@ -57,11 +67,7 @@ pub async fn read(
     caller: Caller,
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wp::PayoutSettingsView>, ApiError> {
-    caller.require_for_provider(
-        &[Allow::Admin, Allow::Finance, Allow::Provider],
-        provider_id,
-    )?;
-    check_provider(&state, provider_id)?;
+    may_read(&state, &caller, provider_id)?;
     state
         .credentials
         .with_earnings(|e| {
@@ -252,11 +258,7 @@ pub async fn history(
     caller: Caller,
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wp::PayoutHistory>, ApiError> {
-    caller.require_for_provider(
-        &[Allow::Admin, Allow::Finance, Allow::Provider],
-        provider_id,
-    )?;
-    check_provider(&state, provider_id)?;
+    may_read(&state, &caller, provider_id)?;
     Ok(Json(state.credentials.with_earnings(|e| {
         let sums = e.payouts().provider(provider_id);
         let mut pending = Vec::new();
