@@ -662,3 +662,238 @@ pub async fn bank_file(
         xml,
     ))
 }
+
+/// Most bytes of a status report.
+const STATUS_REPORT_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+fn report_error(code: &'static str, detail: impl Into<String>) -> ApiError {
+    ApiError::Unprocessable {
+        code,
+        detail: detail.into(),
+    }
+}
+
+/// What a status report does to one payout of the file.
+enum Change {
+    Confirm,
+    Fail { code: String, text: String },
+    Pending(String),
+    Unchanged,
+}
+
+/// Decides each payout of the file from the report, refusing a report that contradicts the
+/// file: an unknown transfer, another amount or currency, or a payout already settled the
+/// other way.
+fn report_changes(
+    e: &Earnings,
+    file: &BankFileCreated,
+    report: &gpunex_payouts::bank_report::StatusReport,
+) -> Result<Vec<(PayoutRecord, Change)>, ApiError> {
+    use gpunex_payouts::bank_report::Outcome;
+    let mut listed: std::collections::HashMap<&str, &gpunex_payouts::bank_report::TransferStatus> =
+        report
+            .transfers
+            .iter()
+            .map(|t| (t.end_to_end_id.as_str(), t))
+            .collect();
+    let mut changes = Vec::with_capacity(file.transfers.len());
+    for transfer in &file.transfers {
+        let end_to_end = sepa_file::end_to_end_id(transfer.payout_id);
+        let record = e
+            .payouts()
+            .payout(transfer.payout_id)
+            .ok_or(ApiError::NotFound("payout"))?
+            .clone();
+        let outcome = match listed.remove(end_to_end.as_str()) {
+            Some(status) => {
+                let amount_differs = status
+                    .amount_cents
+                    .is_some_and(|cents| cents != transfer.amount_cents);
+                let currency_differs = status
+                    .currency
+                    .as_deref()
+                    .is_some_and(|c| c != file.currency);
+                if amount_differs || currency_differs {
+                    return Err(report_error(
+                        "report_amount_mismatch",
+                        format!(
+                            "transfer {end_to_end}: the report says {} {}, the file ordered {} cents {}",
+                            status
+                                .amount_cents
+                                .map_or("?".to_owned(), |c| c.to_string()),
+                            status.currency.as_deref().unwrap_or("?"),
+                            transfer.amount_cents,
+                            file.currency
+                        ),
+                    ));
+                }
+                Some(status.outcome.clone())
+            }
+            // A file-wide status settles what is still in progress; it does not overrule a
+            // payout the bank already reported on one by one.
+            None if record.status() != PayoutStatus::Submitted => None,
+            None => report.rest.clone(),
+        };
+        let status = record.status();
+        let change = match (outcome, status) {
+            (None, PayoutStatus::Submitted) => continue,
+            (None, _) => Change::Unchanged,
+            (Some(Outcome::Pending(code)), PayoutStatus::Submitted) => Change::Pending(code),
+            (Some(Outcome::Pending(_)), _) => Change::Unchanged,
+            (Some(Outcome::Settled), PayoutStatus::Confirmed) => Change::Unchanged,
+            (Some(Outcome::Rejected { .. }), PayoutStatus::Failed) => Change::Unchanged,
+            (Some(Outcome::Settled), PayoutStatus::Submitted) => Change::Confirm,
+            (Some(Outcome::Rejected { code, text }), PayoutStatus::Submitted) => {
+                Change::Fail { code, text }
+            }
+            (Some(outcome), status) => {
+                return Err(ApiError::Conflict {
+                    code: "report_contradicts_payout",
+                    detail: format!(
+                        "payout {} is {status:?} but the report says {outcome:?}: settle it by hand",
+                        transfer.payout_id
+                    )
+                    .to_lowercase(),
+                });
+            }
+        };
+        changes.push((record, change));
+    }
+    if let Some(unknown) = listed.keys().next() {
+        return Err(report_error(
+            "report_transaction_unknown",
+            format!(
+                "the report names the transfer {unknown}, which is not in {}",
+                file.message_id
+            ),
+        ));
+    }
+    Ok(changes)
+}
+
+/// `POST /v1/bank-status-reports`: the bank's pain.002 status report on one of our files, as
+/// the body (XML). Settled transfers confirm their payouts (bank reference: the report's
+/// `MsgId`), rejected ones fail (the amount returns to the provider's balance), the rest stay
+/// submitted. Everything is checked before anything is written; importing a report again
+/// changes nothing.
+pub async fn import_status_report(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: axum::body::Bytes,
+) -> Result<Json<wp::StatusReportView>, ApiError> {
+    caller.require(&[Allow::Admin, Allow::Finance])?;
+    if body.len() > STATUS_REPORT_BYTES_MAX {
+        return Err(ApiError::invalid(
+            "body",
+            "status_report_too_large",
+            format!("a status report is at most {STATUS_REPORT_BYTES_MAX} bytes"),
+        ));
+    }
+    let xml = std::str::from_utf8(&body).map_err(|_| {
+        ApiError::invalid(
+            "body",
+            "invalid_status_report",
+            "the body must be the pain.002 XML, in UTF-8",
+        )
+    })?;
+    let report = gpunex_payouts::bank_report::read_status_report(xml)
+        .map_err(|e| ApiError::invalid("body", e.code(), e.to_string()))?;
+    let reference = report.message_id.clone();
+    if reference.is_empty() || reference.chars().count() > 140 {
+        return Err(ApiError::invalid(
+            "body",
+            "invalid_status_report",
+            "the report's MsgId must be 1 to 140 characters",
+        ));
+    }
+    let actor = caller.actor();
+    let (date, changes) = state.credentials.with_earnings(|e| {
+        let (date, file) = e
+            .payouts()
+            .file_by_message_id(&report.original_message_id)
+            .ok_or(ApiError::NotFound("bank_file"))?;
+        Ok::<_, ApiError>((date, report_changes(e, file, &report)?))
+    })?;
+    let at = now();
+    let mut view = wp::StatusReportView {
+        message_id: report.message_id.clone(),
+        original_message_id: report.original_message_id.clone(),
+        batch_date: date.to_string(),
+        confirmed: Vec::new(),
+        failed: Vec::new(),
+        pending: Vec::new(),
+        unchanged: Vec::new(),
+    };
+    let mut appends = Vec::new();
+    for (record, change) in changes {
+        let scheduled = &record.scheduled;
+        let event = match change {
+            Change::Unchanged => {
+                view.unchanged.push(scheduled.payout_id);
+                continue;
+            }
+            Change::Pending(status) => {
+                view.pending.push(wp::PendingTransferView {
+                    payout_id: scheduled.payout_id,
+                    status,
+                });
+                continue;
+            }
+            Change::Confirm => {
+                view.confirmed.push(scheduled.payout_id);
+                let confirmation = Confirmation::Bank {
+                    bank_reference: reference.clone(),
+                    confirmed_by: actor.clone(),
+                };
+                PayoutEvent::Confirmed(scheduled.confirmed(confirmation, at).map_err(money)?)
+            }
+            Change::Fail { code, text } => {
+                view.failed.push(scheduled.payout_id);
+                let reason = if text.is_empty() {
+                    format!("{code} (status report {reference})")
+                } else {
+                    format!("{code}: {text} (status report {reference})")
+                };
+                PayoutEvent::Failed(
+                    scheduled
+                        .failed("bank_rejected", reason, actor.clone(), at)
+                        .map_err(money)?,
+                )
+            }
+        };
+        appends.push(gpunex_store::StreamAppend {
+            stream_id: crate::payout_run::payout_stream(scheduled.payout_id),
+            expected: ExpectedVersion::Exact(record.version),
+            events: vec![NewEvent::from_domain(
+                Uuid::now_v7(),
+                &DomainEvent::Payout(event),
+                Metadata::actor(&actor),
+            )],
+        });
+    }
+    // Appends of at most 64 payouts; should a concurrent change refuse a later one, importing
+    // the report again finishes the rest (the payouts already settled are unchanged).
+    let mut position = None;
+    while !appends.is_empty() {
+        let rest = appends.split_off(appends.len().min(gpunex_store::APPEND_STREAMS_MAX));
+        let chunk = std::mem::replace(&mut appends, rest);
+        let committed = state
+            .store
+            .append_streams(chunk)
+            .await
+            .map_err(append_failure)?;
+        position = Some(committed.last_position());
+    }
+    if let Some(position) = position {
+        state.credentials.wait_for(position).await?;
+    }
+    tracing::info!(
+        report = %view.message_id,
+        file = %view.original_message_id,
+        confirmed = view.confirmed.len(),
+        failed = view.failed.len(),
+        pending = view.pending.len(),
+        "bank status report imported"
+    );
+    Ok(Json(view))
+}

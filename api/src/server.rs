@@ -297,6 +297,12 @@ pub fn endpoints() -> crate::routes::Routes {
             ADMIN_FINANCE,
             crate::payouts::bank_file,
         )
+        .post(
+            "/v1/bank-status-reports",
+            "import the bank's pain.002 status report on a SEPA file: settled transfers confirm their payouts, rejected ones return to the balance",
+            ADMIN_FINANCE,
+            crate::payouts::import_status_report,
+        )
         .get(
             "/v1/payouts/{payout_id}",
             "one payout: amount, method, status and transaction details",

@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 conformance!(
     batches_pay_what_is_due_once_and_prove_it,
-    the_scheduler_runs_each_due_date_once_and_catches_up
+    the_scheduler_runs_each_due_date_once_and_catches_up,
+    a_bank_status_report_confirms_and_returns_payouts
 );
 
 mod common;
@@ -27,6 +28,22 @@ const WALLET: &str = "6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH";
 fn bank(holder: &str, iban: &str) -> Value {
     json!({"kind": "bank", "iban": iban, "bic": "ABNANL2A", "account_holder": holder,
            "address": {"street": "Damrak", "post_code": "1012 LG", "town": "Amsterdam", "country": "NL"}})
+}
+
+/// The platform's own bank account.
+fn debtor() -> BankDetails {
+    BankDetails {
+        iban: "DE89370400440532013000".to_owned(),
+        bic: "COBADEFFXXX".to_owned(),
+        account_holder: "GPUnex Treasury".to_owned(),
+        address: BankAddress {
+            street: "Friedrichstrasse".to_owned(),
+            building_number: Some("68".to_owned()),
+            post_code: "10117".to_owned(),
+            town: "Berlin".to_owned(),
+            country: "DE".to_owned(),
+        },
+    }
 }
 
 async fn batch(base: &str, token: &str, date: &str, dry_run: bool) -> (StatusCode, Value) {
@@ -87,24 +104,12 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     policy
         .holidays
         .insert(NaiveDate::from_ymd_opt(2026, 11, 2).unwrap());
-    let debtor = BankDetails {
-        iban: "DE89370400440532013000".to_owned(),
-        bic: "COBADEFFXXX".to_owned(),
-        account_holder: "GPUnex Treasury".to_owned(),
-        address: BankAddress {
-            street: "Friedrichstrasse".to_owned(),
-            building_number: Some("68".to_owned()),
-            post_code: "10117".to_owned(),
-            town: "Berlin".to_owned(),
-            country: "DE".to_owned(),
-        },
-    };
     let state = AppState::load(db.open().await)
         .await
         .unwrap()
         .with_payout_config(PayoutConfig {
             policy,
-            debtor: Some(debtor),
+            debtor: Some(debtor()),
         });
     let admin = common::admin_token(&state).await;
     let base = common::serve(state.clone()).await;
@@ -619,4 +624,237 @@ async fn the_scheduler_runs_each_due_date_once_and_catches_up(db: &TestDb) {
     assert_eq!(created.len(), 1);
     assert_eq!(created[0].payouts[0].amount_micro_usdc, 20_000_000);
     assert_eq!(created[0].date, "2026-11-09");
+}
+
+/// A pain.002.001.10 report `message_id` on the file `original`, with a group status block and
+/// transaction blocks.
+fn pain002(message_id: &str, original: &str, group: &str, transactions: &[String]) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<Document xmlns="urn:iso:std:iso:20022:tech:xsd:pain.002.001.10">
+  <CstmrPmtStsRpt>
+    <GrpHdr><MsgId>{message_id}</MsgId><CreDtTm>2026-11-04T09:00:00Z</CreDtTm></GrpHdr>
+    <OrgnlGrpInfAndSts>
+      <OrgnlMsgId>{original}</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId>
+      {group}
+    </OrgnlGrpInfAndSts>
+    <OrgnlPmtInfAndSts>
+      <OrgnlPmtInfId>{original}</OrgnlPmtInfId>
+      {}
+    </OrgnlPmtInfAndSts>
+  </CstmrPmtStsRpt>
+</Document>"#,
+        transactions.concat()
+    )
+}
+
+/// One transaction status: the payout's end-to-end id, a status, a reason code, euros.
+fn transaction(payout: &Value, status: &str, reason: Option<&str>, euros: &str) -> String {
+    let end_to_end = Uuid::parse_str(payout["payout_id"].as_str().unwrap())
+        .unwrap()
+        .simple()
+        .to_string();
+    let reason = reason.map_or(String::new(), |code| {
+        format!(
+            "<StsRsnInf><Rsn><Cd>{code}</Cd></Rsn><AddtlInf>account closed</AddtlInf></StsRsnInf>"
+        )
+    });
+    format!(
+        "<TxInfAndSts><OrgnlEndToEndId>{end_to_end}</OrgnlEndToEndId><TxSts>{status}</TxSts>{reason}\
+         <OrgnlTxRef><Amt><InstdAmt Ccy=\"EUR\">{euros}</InstdAmt></Amt></OrgnlTxRef></TxInfAndSts>"
+    )
+}
+
+async fn import(base: &str, token: &str, xml: &str) -> (StatusCode, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/bank-status-reports"))
+        .bearer_auth(token)
+        .header("content-type", "application/xml")
+        .body(xml.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = StatusCode::from_u16(response.status().as_u16()).unwrap();
+    (status, response.json().await.unwrap())
+}
+
+/// Finance imports the bank's pain.002 report on a file: a settled transfer confirms its
+/// payout, a rejected one returns the money to the balance, one in progress stays submitted.
+/// Reports that contradict the file write nothing; a report imported twice changes nothing.
+async fn a_bank_status_report_confirms_and_returns_payouts(db: &TestDb) {
+    let state = AppState::load(db.open().await)
+        .await
+        .unwrap()
+        .with_payout_config(PayoutConfig {
+            policy: PayoutPolicy::default(),
+            debtor: Some(debtor()),
+        });
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let mut providers = Vec::new();
+    for (n, (iban, seconds)) in [
+        ("NL91ABNA0417164300", 31_250),
+        ("NL85ABNA0555555569", 37_500),
+        ("NL63ABNA0555555577", 43_750),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (provider, token) = common::approved_provider(
+            &base,
+            &admin,
+            &format!("bank{n}@example.com"),
+            common::one_h100(),
+        )
+        .await;
+        common::set_payout_settings(
+            &base,
+            &token,
+            provider,
+            "weekly",
+            bank("Grace Hopper", iban),
+        )
+        .await;
+        common::earn(&state.store, provider, seconds, "2026-10-20T10:00:00Z").await;
+        providers.push((provider, token));
+    }
+    let (status, monday) = batch(&base, &admin, "2026-11-02", false).await;
+    assert_eq!(status, StatusCode::OK, "{monday}");
+    let [settled, rejected, pending] =
+        [0, 1, 2].map(|n| payout_of(&monday, providers[n].0).clone());
+    assert_eq!(settled["amount_micro_usdc"], 25_000_000);
+    let (status, _, files) = common::request(
+        &base,
+        "POST",
+        "/v1/payout-batches/2026-11-02/bank-files",
+        Some(&admin),
+        Some(json!({"eur_per_usdc": "1"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{files}");
+    let file = files[0]["message_id"].as_str().unwrap().to_owned();
+    assert_eq!(files[0]["transfers"], 3);
+
+    let good = [
+        transaction(&settled, "ACSC", None, "25.00"),
+        transaction(&rejected, "RJCT", Some("AC04"), "30.00"),
+        transaction(&pending, "ACSP", None, "35.00"),
+    ];
+    // Refused, with nothing written: not XML; a file we never sent; another amount; a transfer
+    // that is not in the file; a provider's token.
+    let head = state.store.head_position().await.unwrap();
+    for (xml, status, code) in [
+        (
+            "<Document>".to_owned(),
+            StatusCode::BAD_REQUEST,
+            "invalid_status_report",
+        ),
+        (
+            pain002("R1", "GPUNEX-20261109-01", "<GrpSts>ACSC</GrpSts>", &[]),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            pain002(
+                "R1",
+                &file,
+                "<GrpSts>PART</GrpSts>",
+                &[
+                    good[0].clone(),
+                    transaction(&rejected, "RJCT", Some("AC04"), "30.01"),
+                ],
+            ),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "report_amount_mismatch",
+        ),
+        (
+            pain002(
+                "R1",
+                &file,
+                "<GrpSts>PART</GrpSts>",
+                &[
+                    good[0].clone(),
+                    transaction(&json!({"payout_id": Uuid::now_v7()}), "RJCT", None, "1.00"),
+                ],
+            ),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "report_transaction_unknown",
+        ),
+    ] {
+        let (got, body) = import(&base, &admin, &xml).await;
+        assert_eq!(got, status, "{body}");
+        assert!(body.to_string().contains(code), "{code}: {body}");
+    }
+    let xml = pain002("BANK-RPT-7", &file, "<GrpSts>PART</GrpSts>", &good);
+    let (status, _) = import(&base, &providers[0].1, &xml).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(state.store.head_position().await.unwrap(), head);
+
+    let (status, report) = import(&base, &admin, &xml).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(report["batch_date"], "2026-11-02");
+    assert_eq!(report["confirmed"], json!([settled["payout_id"]]));
+    assert_eq!(report["failed"], json!([rejected["payout_id"]]));
+    assert_eq!(
+        report["pending"],
+        json!([{"payout_id": pending["payout_id"], "status": "ACSP"}])
+    );
+    let get = |payout: &Value| format!("/v1/payouts/{}", payout["payout_id"].as_str().unwrap());
+    let (_, _, confirmed) = common::request(&base, "GET", &get(&settled), Some(&admin), None).await;
+    assert_eq!(confirmed["status"], "confirmed");
+    assert_eq!(confirmed["bank_reference"], "BANK-RPT-7");
+    let (_, _, failed) = common::request(&base, "GET", &get(&rejected), Some(&admin), None).await;
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["failure_code"], "bank_rejected");
+    assert!(
+        failed["failure_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("AC04: "),
+        "{failed}"
+    );
+    let (_, _, history) = common::request(
+        &base,
+        "GET",
+        &format!("/v1/providers/{}/payouts", providers[1].0),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(history["balance_micro_usdc"], 30_000_000, "{history}");
+    let (_, _, still) = common::request(&base, "GET", &get(&pending), Some(&admin), None).await;
+    assert_eq!(still["status"], "submitted");
+
+    // The same report again: nothing new.
+    let head = state.store.head_position().await.unwrap();
+    let (status, again) = import(&base, &admin, &xml).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["confirmed"], json!([]));
+    assert_eq!(again["unchanged"].as_array().unwrap().len(), 2);
+    assert_eq!(state.store.head_position().await.unwrap(), head);
+
+    // A later report contradicting a settled payout is refused; one that settles the whole file
+    // confirms what was still in progress and leaves the rest as it is.
+    let contradiction = pain002(
+        "BANK-RPT-8",
+        &file,
+        "<GrpSts>PART</GrpSts>",
+        &[transaction(&settled, "RJCT", Some("AC04"), "25.00")],
+    );
+    let (status, refused) = import(&base, &admin, &contradiction).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["code"], "report_contradicts_payout");
+    let (status, last) = import(
+        &base,
+        &admin,
+        &pain002("BANK-RPT-9", &file, "<GrpSts>ACSC</GrpSts>", &[]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{last}");
+    assert_eq!(last["confirmed"], json!([pending["payout_id"]]));
+    assert_eq!(last["unchanged"].as_array().unwrap().len(), 2);
+
+    let (_, _, report) =
+        common::request(&base, "GET", "/v1/audit/reconcile", Some(&admin), None).await;
+    assert_eq!(report["mismatches"], json!([]), "{report}");
 }

@@ -382,7 +382,7 @@ pub struct PayoutFailed {
     pub payout_id: Uuid,
     pub provider_id: Uuid,
     pub amount: Usdc,
-    /// A stable code: `transaction_failed`, `bank_returned`, ...
+    /// A stable code: `transaction_failed`, `bank_returned`, `bank_rejected`.
     pub reason_code: String,
     pub reason: String,
     pub postings: JournalEntry,

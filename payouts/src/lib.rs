@@ -8,6 +8,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod bank_report;
 pub mod sepa_file;
 pub mod solana;
 #[cfg(any(test, feature = "testing"))]

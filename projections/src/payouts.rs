@@ -219,6 +219,17 @@ impl PayoutBook {
         self.batches.get(&date)
     }
 
+    /// The bank file with this `MsgId`, and its batch's date.
+    pub fn file_by_message_id(&self, message_id: &str) -> Option<(NaiveDate, &BankFileCreated)> {
+        self.batches.iter().find_map(|(date, batch)| {
+            batch
+                .files
+                .iter()
+                .find(|f| f.message_id == message_id)
+                .map(|f| (*date, f))
+        })
+    }
+
     /// Every batch, oldest first.
     pub fn batches(&self) -> impl DoubleEndedIterator<Item = &BatchRecord> {
         self.batches.values()

@@ -36,7 +36,8 @@ use uuid::Uuid;
 
 pub use audit::{AuditFinding, AuditProgress, AuditReport};
 pub use envelope::{
-    APPEND_EVENTS_MAX, ExpectedVersion, InvalidAppend, Metadata, NewEvent, StreamAppend,
+    APPEND_EVENTS_MAX, APPEND_STREAMS_MAX, ExpectedVersion, InvalidAppend, Metadata, NewEvent,
+    StreamAppend,
 };
 pub use store::{Backend, ProjectionStatus, Store, StoreOptions};
 pub use subscription::Subscription;

@@ -192,3 +192,27 @@ pub struct ReturnRequest {
     pub reason_code: String,
     pub reason: String,
 }
+
+/// One transfer of a status report still in progress at the bank.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingTransferView {
+    pub payout_id: Uuid,
+    /// The ISO 20022 status the bank sent (`ACSP`, `PDNG`, ...).
+    pub status: String,
+}
+
+/// `POST /v1/bank-status-reports` (finance): what a pain.002 report settled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReportView {
+    /// The report's `MsgId`: the bank reference of the payouts it confirms.
+    pub message_id: String,
+    /// The file it answers.
+    pub original_message_id: String,
+    pub batch_date: String,
+    /// Payouts confirmed, failed (returned to the balance), still pending, and already in the
+    /// state the report gives (a report imported twice changes nothing).
+    pub confirmed: Vec<Uuid>,
+    pub failed: Vec<Uuid>,
+    pub pending: Vec<PendingTransferView>,
+    pub unchanged: Vec<Uuid>,
+}
