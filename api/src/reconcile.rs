@@ -14,6 +14,10 @@ use crate::tokens::now;
 /// Whether an event type matters to reconciliation (the rest is skipped undecoded).
 fn relevant(event_type: &str) -> bool {
     event_type.starts_with("rental.")
+        || event_type == gpunex_domain::events::PAYOUT_SCHEDULED
+        || event_type == gpunex_domain::events::PAYOUT_CONFIRMED
+        || event_type == gpunex_domain::events::PAYOUT_FAILED
+        || event_type == gpunex_domain::events::ADJUSTMENT_POSTED
         || event_type == gpunex_domain::events::MACHINE_ONLINE
         || event_type == gpunex_domain::events::MACHINE_OFFLINE
 }

@@ -588,4 +588,32 @@ async fn payouts_run_builds_a_batch_once_and_dry_runs_write_nothing(db: &TestDb)
     assert_eq!(next["payouts"][0]["amount_micro_usdc"], 19_999_200);
     let reconcile = gpunex(db, &["audit", "reconcile"]);
     assert_eq!(reconcile.status.code(), Some(0), "{}", stdout(&reconcile));
+
+    // A payout written around the rules (the first provider's line settled a second time, in
+    // a period of its own): the replay reports it.
+    let mut rogue: gpunex_domain::payouts::PayoutScheduled =
+        serde_json::from_value(batch_scheduled(&store, paid).await).unwrap();
+    rogue.payout_id = uuid::Uuid::now_v7();
+    rogue.period = "weekly-2026-11-16".to_owned();
+    common::append(
+        &store,
+        format!("payout-{}", rogue.payout_id),
+        gpunex_domain::DomainEvent::Payout(gpunex_domain::payouts::PayoutEvent::Scheduled(rogue)),
+    )
+    .await;
+    let reconcile = gpunex(db, &["audit", "reconcile"]);
+    let text = stdout(&reconcile);
+    assert_eq!(reconcile.status.code(), Some(1), "{text}");
+    assert!(text.contains("payout_lines"), "{text}");
+}
+
+/// The payload of the `payout.scheduled` event of this provider.
+async fn batch_scheduled(store: &gpunex_store::Store, provider: uuid::Uuid) -> serde_json::Value {
+    let events = store.read_all(0, 10_000).await.unwrap();
+    events
+        .iter()
+        .filter(|e| e.event_type == gpunex_domain::events::PAYOUT_SCHEDULED)
+        .map(|e| serde_json::from_str::<serde_json::Value>(&e.payload).unwrap())
+        .find(|p| p["provider_id"] == provider.to_string())
+        .expect("a payout.scheduled event")
 }
