@@ -54,12 +54,13 @@ pub struct EarningsReport {
 }
 
 /// `a / b` to two decimals, in integers.
-fn ratio(a: u64, b: u64) -> String {
+pub(crate) fn ratio(a: u64, b: u64) -> String {
     let hundredths = u128::from(a) * 100 / u128::from(b.max(1));
     format!("{}.{:02}", hundredths / 100, hundredths % 100)
 }
 
-fn rate(events: u64, elapsed: Duration) -> u64 {
+/// Events per second, in integers.
+pub(crate) fn rate(events: u64, elapsed: Duration) -> u64 {
     (u128::from(events) * 1_000_000 / elapsed.as_micros().max(1)) as u64
 }
 

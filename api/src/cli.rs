@@ -395,6 +395,10 @@ pub enum BenchCommand {
     /// The earnings API over HTTP on a simulated database with at least 1,000,000 usage events,
     /// and a full rebuild of the earnings projection beside a bare read of the log.
     Earnings(crate::bench_earnings::EarningsBenchArgs),
+    /// One weekly payout batch for 10,000 providers on an empty database: plan, write (beside a
+    /// bare append), rerun, a SEPA file of 1,000 transfers, and the reconcile replay (beside a
+    /// bare read).
+    Payouts(crate::bench_payouts::PayoutBenchArgs),
 }
 
 /// Opens the configured store and applies migrations. Creates the SQLite file's directory.

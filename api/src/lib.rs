@@ -13,6 +13,7 @@ pub mod applications;
 pub mod auth;
 pub mod bench;
 pub mod bench_earnings;
+pub mod bench_payouts;
 pub mod bench_search;
 pub mod catalog;
 pub mod cli;

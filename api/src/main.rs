@@ -256,6 +256,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench {
             command: BenchCommand::Earnings(args),
         } => gpunex_api::bench_earnings::run(&cli.database_url, args).await?,
+        Command::Bench {
+            command: BenchCommand::Payouts(args),
+        } => gpunex_api::bench_payouts::run(&cli.database_url, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,8 @@ conformance!(
     audit_verify_exits_zero_when_clean_and_one_with_each_difference,
     audit_reconcile_lists_every_mismatch,
     migrate_and_tail_the_log,
-    payouts_run_builds_a_batch_once_and_dry_runs_write_nothing
+    payouts_run_builds_a_batch_once_and_dry_runs_write_nothing,
+    bench_payouts_pays_every_provider_and_refuses_a_used_database
 );
 
 mod common;
@@ -616,4 +617,34 @@ async fn batch_scheduled(store: &gpunex_store::Store, provider: uuid::Uuid) -> s
         .map(|e| serde_json::from_str::<serde_json::Value>(&e.payload).unwrap())
         .find(|p| p["provider_id"] == provider.to_string())
         .expect("a payout.scheduled event")
+}
+
+/// The payout bench, small: every provider paid once, the log reconciled; a second run refuses
+/// the database it already wrote.
+async fn bench_payouts_pays_every_provider_and_refuses_a_used_database(db: &TestDb) {
+    let args = [
+        "bench",
+        "payouts",
+        "--providers",
+        "40",
+        "--lines",
+        "3",
+        "--json",
+    ];
+    let run = gpunex(db, &args);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(report["providers"], 40);
+    // A payout per provider and the batch.
+    assert_eq!(report["batch_events"], 41);
+    assert_eq!(report["sepa_file_transfers"], 20);
+    assert!(report["reconcile_events_per_second"].as_u64().unwrap() > 0);
+    let again = gpunex(db, &args);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("empty database"));
 }
