@@ -1,7 +1,7 @@
 //! `gpunex bench payouts`: one weekly payout batch for many providers on an empty database, as
 //! the server and `gpunex payouts run` make it: the plan (a dry run), the batch written as
 //! events beside a bare append of as many events in the same chunks (measured in the same run),
-//! a rerun, one SEPA file of 1,000 transfers, and the replay `audit reconcile` makes beside a
+//! a rerun, the SEPA files of the bank payouts, and the replay `audit reconcile` makes beside a
 //! bare ordered read of the same log.
 
 use std::time::{Duration, Instant};
@@ -22,12 +22,12 @@ use gpunex_store::{ExpectedVersion, Metadata, NewEvent, StreamAppend};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::auth::CredentialCache;
 use crate::bench_earnings::{rate, ratio};
 
 #[derive(Debug, clap::Args)]
 pub struct PayoutBenchArgs {
-    /// Providers with a weekly payout due (half to a Solana wallet, half by bank transfer).
+    /// Providers paid weekly, half to a Solana wallet, half by bank transfer; every fifth earns
+    /// too little and rolls forward.
     #[arg(long, default_value_t = 10_000)]
     pub providers: u32,
     /// Usage lines each provider earned before the cutoff (six GPU-hours each, 12 USDC net).
@@ -56,9 +56,10 @@ pub struct PayoutReport {
     /// The reference: as many single-event streams appended in the same chunks.
     pub reference_append_events_per_second: u64,
     pub rerun_ms: u64,
-    /// One pain.001.001.09 file of (up to) 1,000 transfers.
-    pub sepa_file_transfers: u64,
-    pub sepa_file_ms: u64,
+    /// The batch's pain.001.001.09 files (500 transfers each), rendered and written as events.
+    pub bank_files: u64,
+    pub bank_transfers: u64,
+    pub bank_files_ms: u64,
     /// `audit reconcile`'s replay and checks over the whole log, and a bare ordered read.
     pub log_events: u64,
     pub reconcile_events_per_second: u64,
@@ -73,6 +74,27 @@ fn ms(elapsed: Duration) -> u64 {
 const WALLET: &str = "6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH";
 /// Providers written per append (three streams each, under the 64-stream limit).
 const PROVIDERS_PER_APPEND: usize = 21;
+
+/// The platform's own account, the debtor of every file.
+fn debtor() -> BankDetails {
+    BankDetails {
+        iban: "DE89370400440532013000".to_owned(),
+        bic: "COBADEFFXXX".to_owned(),
+        account_holder: "GPUnex Treasury".to_owned(),
+        address: BankAddress {
+            street: "Friedrichstrasse".to_owned(),
+            building_number: Some("68".to_owned()),
+            post_code: "10117".to_owned(),
+            town: "Berlin".to_owned(),
+            country: "DE".to_owned(),
+        },
+    }
+}
+
+/// Whether the `n`-th provider earns too little to be paid (12 USDC, under the 20 minimum).
+fn rolls_forward(n: u32) -> bool {
+    n % 5 == 4
+}
 
 fn payout_date() -> NaiveDate {
     NaiveDate::from_ymd_opt(2026, 11, 2).unwrap_or(NaiveDate::MIN)
@@ -217,7 +239,9 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
         let mut streams = Vec::with_capacity(chunk.len() * 3);
         for (i, provider_id) in chunk.iter().enumerate() {
             let n = u32::try_from(chunk_index * PROVIDERS_PER_APPEND + i).unwrap_or(u32::MAX);
-            streams.extend(provider_streams(*provider_id, n, args.lines)?);
+            // Every fifth provider earned one line only: below the minimum, it rolls forward.
+            let lines = if rolls_forward(n) { 1 } else { args.lines };
+            streams.extend(provider_streams(*provider_id, n, lines)?);
         }
         store.append_streams(streams).await?;
     }
@@ -225,7 +249,13 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
     let seeded_events = store.head_position().await?;
 
     let started = Instant::now();
-    let credentials = CredentialCache::load(&store).await?;
+    let state = crate::AppState::load(store.clone())
+        .await?
+        .with_payout_config(crate::payout_run::PayoutConfig {
+            policy: PayoutPolicy::default(),
+            debtor: Some(debtor()),
+        });
+    let credentials = state.credentials.clone();
     let load = started.elapsed();
     let policy = PayoutPolicy::default();
     let date = payout_date();
@@ -233,13 +263,19 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
         crate::payout_run::run_batch(&store, &credentials, &policy, date, dry_run, "system:bench")
     };
 
+    let providers_count = providers.len() as u64;
     let started = Instant::now();
     let planned = run(true).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let plan = started.elapsed();
+    let paid = (0..args.providers).filter(|n| !rolls_forward(*n)).count();
+    let bank = (0..args.providers)
+        .filter(|n| !rolls_forward(*n) && !n.is_multiple_of(2))
+        .count() as u64;
     anyhow::ensure!(
-        planned.payouts.len() == providers.len(),
-        "planned {} payouts for {} providers",
+        planned.payouts.len() == paid && planned.rolled_forward.len() == providers.len() - paid,
+        "planned {} payouts and {} rolled forward for {} providers",
         planned.payouts.len(),
+        planned.rolled_forward.len(),
         providers.len()
     );
 
@@ -268,66 +304,35 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
     let batch = run(false).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let batch_time = started.elapsed();
     let batch_events = store.head_position().await? - head;
-    anyhow::ensure!(batch.created && batch.payouts.len() == providers.len());
+    anyhow::ensure!(
+        batch.created
+            && batch.payouts.len() == paid
+            && batch.rolled_forward.len() == providers.len() - paid,
+        "the batch differs from its plan"
+    );
 
     let started = Instant::now();
     let again = run(false).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let rerun = started.elapsed();
     anyhow::ensure!(!again.created, "a rerun created a batch");
 
-    // One SEPA file of the first 1,000 bank payouts, at a rate of 0.92.
-    let creditors: Vec<(Uuid, BankDetails, i64)> = credentials.with_earnings(|e| {
-        batch
-            .payouts
-            .iter()
-            .filter_map(|view| e.payouts().payout(view.payout_id))
-            .filter_map(|record| match &record.scheduled.method {
-                PayoutMethod::Bank(details) => Some((
-                    record.scheduled.payout_id,
-                    details.clone(),
-                    record.scheduled.amount.micros() / gpunex_domain::money::MICROS_PER_CENT,
-                )),
-                PayoutMethod::Solana { .. } => None,
-            })
-            .take(1_000)
-            .collect()
-    });
-    let eur_per_usdc = rust_decimal::Decimal::new(92, 2);
+    // The bank files of the batch (500 transfers each), at 0.92 euros per USDC, written as events.
     let started = Instant::now();
-    let transfers = creditors
-        .iter()
-        .map(|(payout_id, details, cents)| {
-            gpunex_domain::payouts::convert_cents(*cents, eur_per_usdc)
-                .map(|amount_cents| gpunex_payouts::sepa_file::FileTransfer {
-                    payout_id: *payout_id,
-                    creditor: details,
-                    amount_cents,
-                })
-                .ok_or_else(|| anyhow::anyhow!("{cents} cents cannot be converted"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let debtor = BankDetails {
-        iban: "DE89370400440532013000".to_owned(),
-        bic: "COBADEFFXXX".to_owned(),
-        account_holder: "GPUnex Treasury".to_owned(),
-        address: BankAddress {
-            street: "Friedrichstrasse".to_owned(),
-            building_number: Some("68".to_owned()),
-            post_code: "10117".to_owned(),
-            town: "Berlin".to_owned(),
-            country: "DE".to_owned(),
-        },
-    };
-    let xml = gpunex_payouts::sepa_file::credit_transfer_file(
-        &debtor,
-        &gpunex_payouts::sepa_file::message_id(date, 1),
-        chrono::Utc::now().naive_utc(),
+    let files = crate::payouts::make_bank_files(
+        &state,
+        date,
+        rust_decimal::Decimal::new(92, 2),
         chrono::Utc::now().date_naive(),
-        "EUR",
-        &transfers,
-    )?;
+        "system:bench",
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let sepa = started.elapsed();
-    anyhow::ensure!(xml.contains("<NbOfTxs>"), "no file");
+    let bank_transfers: u64 = files.iter().map(|f| f.transfers).sum();
+    anyhow::ensure!(
+        bank_transfers == bank,
+        "{bank_transfers} bank transfers filed for {bank} bank payouts"
+    );
 
     let head = store.head_position().await?;
     let started = Instant::now();
@@ -351,7 +356,6 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
         report.mismatches.first()
     );
 
-    let providers_count = providers.len() as u64;
     let report = PayoutReport {
         providers: args.providers,
         lines_per_provider: args.lines,
@@ -365,8 +369,9 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
         batch_events_per_second: rate(batch_events, batch_time),
         reference_append_events_per_second: rate(reference_events as u64, reference),
         rerun_ms: ms(rerun),
-        sepa_file_transfers: transfers.len() as u64,
-        sepa_file_ms: ms(sepa),
+        bank_files: files.len() as u64,
+        bank_transfers,
+        bank_files_ms: ms(sepa),
         log_events,
         reconcile_events_per_second: rate(log_events, reconcile),
         bare_read_events_per_second: rate(log_events, bare),
@@ -400,8 +405,8 @@ fn print(r: &PayoutReport) {
     );
     println!("rerun (no change)  {:>7} ms", r.rerun_ms);
     println!(
-        "SEPA file          {:>7} ms  {} transfers",
-        r.sepa_file_ms, r.sepa_file_transfers
+        "SEPA files         {:>7} ms  {} files, {} transfers",
+        r.bank_files_ms, r.bank_files, r.bank_transfers
     );
     println!(
         "reconcile replay   {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",

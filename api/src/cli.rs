@@ -396,8 +396,7 @@ pub enum BenchCommand {
     /// and a full rebuild of the earnings projection beside a bare read of the log.
     Earnings(crate::bench_earnings::EarningsBenchArgs),
     /// One weekly payout batch for 10,000 providers on an empty database: plan, write (beside a
-    /// bare append), rerun, a SEPA file of 1,000 transfers, and the reconcile replay (beside a
-    /// bare read).
+    /// bare append), rerun, the SEPA files, and the reconcile replay (beside a bare read).
     Payouts(crate::bench_payouts::PayoutBenchArgs),
 }
 

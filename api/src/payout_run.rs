@@ -2,7 +2,8 @@
 //! and written as events, and the scheduler that runs it every payout date.
 //!
 //! A batch is written in appends of at most 63 payouts (`payout.scheduled`, each on its own
-//! stream `payout-<id>`, which must not exist) and ends with `payout.batch_created` on
+//! stream `payout-<id>`, which must not exist) and ends with the balances rolled forward
+//! (`payout.rolled_forward`, 200 providers an event) and `payout.batch_created` on
 //! `payout_batch-<date>` (which must not exist either). A rerun of a finished date creates
 //! nothing; a rerun after a crash part-way skips the payouts already written (their ids are
 //! derived from provider and period) and finishes the batch.
@@ -13,6 +14,7 @@ use chrono::NaiveDate;
 use gpunex_domain::money::Usdc;
 use gpunex_domain::payouts::{
     self as rules, BatchCreated, PayoutEvent, PayoutPolicy, PayoutScheduled, RolledForward,
+    RolledForwardRecorded,
 };
 use gpunex_domain::time::Timestamp;
 use gpunex_domain::{DomainEvent, StreamId};
@@ -277,9 +279,10 @@ pub async fn run_batch(
         batch_id: planned.batch_id,
         payout_date: date,
         cutoff: planned.cutoff,
-        payouts: ids,
+        payout_count: ids.len() as u64,
         total: Usdc::from_micros(total),
-        rolled_forward: planned.rolled_forward.clone(),
+        rolled_forward_count: planned.rolled_forward.len() as u64,
+        rolled_forward: Vec::new(),
         created_at: now,
     };
     let event = |e: DomainEvent| NewEvent::from_domain(Uuid::now_v7(), &e, Metadata::actor(actor));
@@ -301,12 +304,26 @@ pub async fn run_batch(
             })
             .collect();
         if index == last {
+            let mut events: Vec<NewEvent> = planned
+                .rolled_forward
+                .chunks(rules::ROLLED_FORWARD_PER_EVENT)
+                .map(|providers| {
+                    event(DomainEvent::Payout(PayoutEvent::RolledForward(
+                        RolledForwardRecorded {
+                            batch_id: planned.batch_id,
+                            payout_date: date,
+                            providers: providers.to_vec(),
+                        },
+                    )))
+                })
+                .collect();
+            events.push(event(DomainEvent::Payout(PayoutEvent::BatchCreated(
+                batch.clone(),
+            ))));
             streams.push(StreamAppend {
                 stream_id: batch_stream(date),
                 expected: ExpectedVersion::NoStream,
-                events: vec![event(DomainEvent::Payout(PayoutEvent::BatchCreated(
-                    batch.clone(),
-                )))],
+                events,
             });
         }
         position = store
@@ -316,7 +333,7 @@ pub async fn run_batch(
             .last_position();
     }
     credentials.wait_for(position).await?;
-    tracing::info!(%date, payouts = batch.payouts.len(), total = %batch.total, "payout batch created");
+    tracing::info!(%date, payouts = batch.payout_count, total = %batch.total, "payout batch created");
     credentials.with_earnings(|e| {
         e.payouts()
             .batch_on(date)
@@ -405,13 +422,13 @@ pub fn batch_view(earnings: &Earnings, batch: &BatchRecord, created: bool) -> wp
         cutoff: timestamp(created_event.cutoff.unix_micros()),
         dry_run: false,
         created,
-        payouts: created_event
+        payouts: batch
             .payouts
             .iter()
             .filter_map(|id| earnings.payouts().payout(*id))
             .map(payout_view)
             .collect(),
-        rolled_forward: created_event.rolled_forward.iter().map(rolled).collect(),
+        rolled_forward: batch.rolled_forward.iter().map(rolled).collect(),
         without_method: Vec::new(),
         total_micro_usdc: created_event.total.micros(),
         total_usdc: created_event.total.to_string(),

@@ -437,8 +437,9 @@ pub async fn return_payout(
     settle(&state, &record, PayoutEvent::Failed(event), &caller.actor()).await
 }
 
-/// Most transfers in one file (the event that records it stays well under the payload limit).
-const TRANSFERS_PER_FILE: usize = 1_000;
+/// Most transfers in one file: the event that records it lists each (at most about 115 bytes of
+/// JSON), and 500 stay under the 64 KiB payload limit with room for the debtor.
+const TRANSFERS_PER_FILE: usize = 500;
 
 fn file_view(date: NaiveDate, file: &BankFileCreated) -> wp::BankFileView {
     wp::BankFileView {
@@ -502,7 +503,7 @@ fn sha256_hex(text: &str) -> String {
 }
 
 /// `POST /v1/payout-batches/{date}/bank-files`: a pain.001.001.09 file for the batch's bank
-/// payouts not yet in one (at most 1,000 per file; more make more files). Each file is an event;
+/// payouts not yet in one (at most 500 per file; more make more files). Each file is an event;
 /// its payouts are submitted from then on.
 pub async fn create_bank_files(
     State(state): State<AppState>,
@@ -539,6 +540,20 @@ pub async fn create_bank_files(
             "a bank cannot execute a transfer in the past",
         ));
     }
+    make_bank_files(&state, date, rate, execution_date, &caller.actor())
+        .await
+        .map(Json)
+}
+
+/// Writes the files of `date`'s bank payouts not yet in one, at `rate` euros per USDC, each as
+/// a `payout.bank_file_created` event on the batch's stream.
+pub async fn make_bank_files(
+    state: &AppState,
+    date: NaiveDate,
+    rate: Decimal,
+    execution_date: NaiveDate,
+    actor: &str,
+) -> Result<Vec<wp::BankFileView>, ApiError> {
     let Some(debtor) = state.payouts.debtor.clone() else {
         return Err(ApiError::Unprocessable {
             code: "bank_rail_not_configured",
@@ -553,7 +568,6 @@ pub async fn create_bank_files(
                 .batch_on(date)
                 .ok_or(ApiError::NotFound("payout_batch"))?;
             let unfiled: Vec<&PayoutRecord> = batch
-                .created
                 .payouts
                 .iter()
                 .filter_map(|id| e.payouts().payout(*id))
@@ -598,7 +612,7 @@ pub async fn create_bank_files(
                 created_at: gpunex_domain::time::Timestamp::from_unix_micros(
                     now().unix_micros().div_euclid(1_000_000) * 1_000_000,
                 ),
-                created_by: caller.actor(),
+                created_by: actor.to_owned(),
             };
             file.sha256 = sha256_hex(&render(e, &file)?);
             Ok::<_, ApiError>(Some((file, batch.version)))
@@ -607,11 +621,11 @@ pub async fn create_bank_files(
             break;
         };
         append_one(
-            &state,
+            state,
             crate::payout_run::batch_stream(date),
             ExpectedVersion::Exact(version),
             PayoutEvent::BankFileCreated(file.clone()),
-            &caller.actor(),
+            actor,
         )
         .await?;
         views.push(file_view(date, &file));
@@ -622,7 +636,7 @@ pub async fn create_bank_files(
             detail: format!("the batch of {date} has no bank payouts waiting for a file"),
         });
     }
-    Ok(Json(views))
+    Ok(views)
 }
 
 /// `GET /v1/payout-batches/{date}/bank-files/{message_id}`: the file, as recorded.

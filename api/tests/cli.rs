@@ -554,7 +554,8 @@ async fn payouts_run_builds_a_batch_once_and_dry_runs_write_nothing(db: &TestDb)
         dry_batch["payouts"][0]["payout_id"]
     );
     assert_eq!(batch["total_micro_usdc"], 25_123_200);
-    assert_eq!(store.head_position().await.unwrap(), head + 2);
+    // The payout, the balance rolled forward, the batch.
+    assert_eq!(store.head_position().await.unwrap(), head + 3);
 
     // Again: nothing new.
     let again = gpunex(db, &["payouts", "run", "--date", "2026-11-02"]);
@@ -568,7 +569,7 @@ async fn payouts_run_builds_a_batch_once_and_dry_runs_write_nothing(db: &TestDb)
         text.contains(batch["payouts"][0]["payout_id"].as_str().unwrap()),
         "{text}"
     );
-    assert_eq!(store.head_position().await.unwrap(), head + 2);
+    assert_eq!(store.head_position().await.unwrap(), head + 3);
 
     // A lower minimum by flag pays the rolled-forward balance the next Monday.
     let lower = gpunex(
@@ -619,16 +620,17 @@ async fn batch_scheduled(store: &gpunex_store::Store, provider: uuid::Uuid) -> s
         .expect("a payout.scheduled event")
 }
 
-/// The payout bench, small: every provider paid once, the log reconciled; a second run refuses
-/// the database it already wrote.
+/// The payout bench, over the size (about 1,600 payouts) that once did not fit the batch's event:
+/// every provider paid once or rolled forward, the bank files under the payload limit, the log
+/// reconciled; a second run refuses the database it already wrote.
 async fn bench_payouts_pays_every_provider_and_refuses_a_used_database(db: &TestDb) {
     let args = [
         "bench",
         "payouts",
         "--providers",
-        "40",
+        "2100",
         "--lines",
-        "3",
+        "2",
         "--json",
     ];
     let run = gpunex(db, &args);
@@ -639,10 +641,12 @@ async fn bench_payouts_pays_every_provider_and_refuses_a_used_database(db: &Test
         String::from_utf8_lossy(&run.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    assert_eq!(report["providers"], 40);
-    // A payout per provider and the batch.
-    assert_eq!(report["batch_events"], 41);
-    assert_eq!(report["sepa_file_transfers"], 20);
+    assert_eq!(report["providers"], 2100);
+    // 1,680 payouts, 420 rolled forward in 3 events, the batch.
+    assert_eq!(report["batch_events"], 1_680 + 3 + 1);
+    // Half the payouts by bank: 840 transfers in two files.
+    assert_eq!(report["bank_transfers"], 840);
+    assert_eq!(report["bank_files"], 2);
     assert!(report["reconcile_events_per_second"].as_u64().unwrap() > 0);
     let again = gpunex(db, &args);
     assert_eq!(again.status.code(), Some(2));

@@ -82,7 +82,12 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(JOB_STARTED),
     v1(JOB_ENDED),
     v1(PAYOUT_SETTINGS_CHANGED),
-    v1(PAYOUT_BATCH_CREATED),
+    EventSpec {
+        event_type: PAYOUT_BATCH_CREATED,
+        oldest_version: 1,
+        current_version: 2,
+    },
+    v1(PAYOUT_ROLLED_FORWARD),
     v1(PAYOUT_SCHEDULED),
     v1(PAYOUT_SUBMITTED),
     v1(PAYOUT_BANK_FILE_CREATED),
@@ -101,6 +106,7 @@ pub const JOB_ENDED: &str = "rental.job_ended";
 
 pub const PAYOUT_SETTINGS_CHANGED: &str = "payout.settings_changed";
 pub const PAYOUT_BATCH_CREATED: &str = "payout.batch_created";
+pub const PAYOUT_ROLLED_FORWARD: &str = "payout.rolled_forward";
 pub const PAYOUT_SCHEDULED: &str = "payout.scheduled";
 pub const PAYOUT_SUBMITTED: &str = "payout.submitted";
 pub const PAYOUT_BANK_FILE_CREATED: &str = "payout.bank_file_created";
@@ -261,6 +267,7 @@ impl DomainEvent {
             DomainEvent::Payout(event) => match event {
                 PayoutEvent::SettingsChanged(_) => PAYOUT_SETTINGS_CHANGED,
                 PayoutEvent::BatchCreated(_) => PAYOUT_BATCH_CREATED,
+                PayoutEvent::RolledForward(_) => PAYOUT_ROLLED_FORWARD,
                 PayoutEvent::Scheduled(_) => PAYOUT_SCHEDULED,
                 PayoutEvent::Submitted(_) => PAYOUT_SUBMITTED,
                 PayoutEvent::BankFileCreated(_) => PAYOUT_BANK_FILE_CREATED,
@@ -323,6 +330,7 @@ impl DomainEvent {
             DomainEvent::Payout(event) => match event {
                 PayoutEvent::SettingsChanged(e) => serde_json::to_value(e),
                 PayoutEvent::BatchCreated(e) => serde_json::to_value(e),
+                PayoutEvent::RolledForward(e) => serde_json::to_value(e),
                 PayoutEvent::Scheduled(e) => serde_json::to_value(e),
                 PayoutEvent::Submitted(e) => serde_json::to_value(e),
                 PayoutEvent::BankFileCreated(e) => serde_json::to_value(e),
@@ -563,11 +571,29 @@ fn decode_with(
                 .parse::<crate::payouts::PayoutSettingsChanged>()
                 .map_err(json)?,
         )),
+        (PAYOUT_BATCH_CREATED, 1) => DomainEvent::Payout(PayoutEvent::BatchCreated(
+            source
+                .parse::<crate::payouts::BatchCreatedV1>()
+                .map_err(json)?
+                .into(),
+        )),
         (PAYOUT_BATCH_CREATED, _) => DomainEvent::Payout(PayoutEvent::BatchCreated(
             source
                 .parse::<crate::payouts::BatchCreated>()
                 .map_err(json)?,
         )),
+        (PAYOUT_ROLLED_FORWARD, _) => {
+            let event: crate::payouts::RolledForwardRecorded = source.parse().map_err(json)?;
+            if event.providers.is_empty()
+                || event.providers.len() > crate::payouts::ROLLED_FORWARD_PER_EVENT
+            {
+                return Err(malformed(format!(
+                    "providers: 1 to {} entries",
+                    crate::payouts::ROLLED_FORWARD_PER_EVENT
+                )));
+            }
+            DomainEvent::Payout(PayoutEvent::RolledForward(event))
+        }
         (PAYOUT_SCHEDULED, _) => {
             let event: crate::payouts::PayoutScheduled = source.parse().map_err(json)?;
             event.check().map_err(malformed)?;
@@ -686,6 +712,40 @@ mod tests {
         let upcast = DomainEvent::decode(ADJUSTMENT_POSTED, 1, &v1).unwrap();
         let current = DomainEvent::decode(ADJUSTMENT_POSTED, 2, &v2_payload(1_500_000)).unwrap();
         assert_eq!(upcast, current);
+    }
+
+    #[test]
+    fn a_v1_batch_is_upcast_to_counts_keeping_its_rolled_forward_list() {
+        let rolled = json!({"provider_id": PROVIDER, "schedule": "weekly",
+                            "available": 19_999_200, "minimum": 20_000_000});
+        let v1 = json!({
+            "batch_id": ENTRY, "payout_date": "2026-11-02", "cutoff": 1_793_318_400_000_000_i64,
+            "payouts": [ENTRY, PROVIDER], "total": 45_500_000, "rolled_forward": [rolled],
+            "created_at": 1_794_000_000_000_000_i64,
+        });
+        let DomainEvent::Payout(PayoutEvent::BatchCreated(batch)) =
+            DomainEvent::decode(PAYOUT_BATCH_CREATED, 1, &v1).unwrap()
+        else {
+            panic!("not a batch");
+        };
+        assert_eq!(batch.payout_count, 2);
+        assert_eq!(batch.rolled_forward_count, 1);
+        assert_eq!(batch.rolled_forward.len(), 1);
+        assert_eq!(batch.total.micros(), 45_500_000);
+        // v2 writers leave the list out; a v2 event reads back the same.
+        let v2 = DomainEvent::Payout(PayoutEvent::BatchCreated(crate::payouts::BatchCreated {
+            rolled_forward: Vec::new(),
+            ..batch
+        }));
+        let payload = v2.to_payload();
+        assert!(payload.get("rolled_forward").is_none(), "{payload}");
+        assert_eq!(
+            DomainEvent::decode(PAYOUT_BATCH_CREATED, 2, &payload).unwrap(),
+            v2
+        );
+        // A rolled-forward event holds 1 to 200 providers.
+        let empty = json!({"batch_id": ENTRY, "payout_date": "2026-11-02", "providers": []});
+        assert!(DomainEvent::decode(PAYOUT_ROLLED_FORWARD, 1, &empty).is_err());
     }
 
     #[test]

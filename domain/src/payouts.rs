@@ -84,6 +84,7 @@ pub struct PayoutSettingsChanged {
 pub enum PayoutEvent {
     SettingsChanged(PayoutSettingsChanged),
     BatchCreated(BatchCreated),
+    RolledForward(RolledForwardRecorded),
     Scheduled(PayoutScheduled),
     Submitted(PayoutSubmitted),
     BankFileCreated(BankFileCreated),
@@ -222,11 +223,35 @@ pub struct RolledForward {
     pub minimum: Usdc,
 }
 
-/// `payout.batch_created` (stream `payout_batch-<date>`): a date's batch, appended with (after)
-/// its payouts' `payout.scheduled` events. Its existence is what makes a rerun create nothing.
+/// Most providers in one `payout.rolled_forward` event (each entry is about 170 bytes of JSON:
+/// 200 stay far under the payload limit).
+pub const ROLLED_FORWARD_PER_EVENT: usize = 200;
+
+/// `payout.batch_created` v2 (stream `payout_batch-<date>`): a date's batch, appended last, after
+/// its payouts' `payout.scheduled` events (each names its batch) and its `payout.rolled_forward`
+/// events. Counts and totals only, so a batch of any size fits one event. Its existence is what
+/// makes a rerun create nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchCreated {
+    pub batch_id: Uuid,
+    pub payout_date: NaiveDate,
+    pub cutoff: Timestamp,
+    pub payout_count: u64,
+    pub total: Usdc,
+    pub rolled_forward_count: u64,
+    /// Only in batches recorded as v1, which listed them here; v2 records them in
+    /// `payout.rolled_forward` events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rolled_forward: Vec<RolledForward>,
+    pub created_at: Timestamp,
+}
+
+/// `payout.batch_created` v1: listed every payout id and every balance rolled forward inline (a
+/// batch of more than about 1,600 payouts did not fit the payload limit). Upcast to v2.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchCreatedV1 {
     pub batch_id: Uuid,
     pub payout_date: NaiveDate,
     pub cutoff: Timestamp,
@@ -234,6 +259,31 @@ pub struct BatchCreated {
     pub total: Usdc,
     pub rolled_forward: Vec<RolledForward>,
     pub created_at: Timestamp,
+}
+
+impl From<BatchCreatedV1> for BatchCreated {
+    fn from(v1: BatchCreatedV1) -> BatchCreated {
+        BatchCreated {
+            batch_id: v1.batch_id,
+            payout_date: v1.payout_date,
+            cutoff: v1.cutoff,
+            payout_count: v1.payouts.len() as u64,
+            total: v1.total,
+            rolled_forward_count: v1.rolled_forward.len() as u64,
+            rolled_forward: v1.rolled_forward,
+            created_at: v1.created_at,
+        }
+    }
+}
+
+/// `payout.rolled_forward` (stream `payout_batch-<date>`, before `payout.batch_created`): up to
+/// [`ROLLED_FORWARD_PER_EVENT`] providers whose balance was below their minimum on the date.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolledForwardRecorded {
+    pub batch_id: Uuid,
+    pub payout_date: NaiveDate,
+    pub providers: Vec<RolledForward>,
 }
 
 /// How a payout was handed to its rail.

@@ -175,6 +175,9 @@ impl Earnings {
             }
             DomainEvent::Payout(PayoutEvent::Scheduled(event)) => self.payouts.scheduled(event),
             DomainEvent::Payout(PayoutEvent::BatchCreated(event)) => self.payouts.batch(event),
+            DomainEvent::Payout(PayoutEvent::RolledForward(event)) => {
+                self.payouts.rolled_forward(event)
+            }
             DomainEvent::Payout(PayoutEvent::Submitted(event)) => self.payouts.submitted(event),
             DomainEvent::Payout(PayoutEvent::BankFileCreated(event)) => {
                 self.payouts.bank_file(event)

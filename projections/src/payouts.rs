@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::NaiveDate;
 use gpunex_domain::payouts::{
     BankFileCreated, BatchCreated, PayoutConfirmed, PayoutFailed, PayoutScheduled, PayoutSubmitted,
+    RolledForward, RolledForwardRecorded,
 };
 use uuid::Uuid;
 
@@ -72,6 +73,10 @@ impl PayoutRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchRecord {
     pub created: BatchCreated,
+    /// Its payouts, in the order they were scheduled.
+    pub payouts: Vec<Uuid>,
+    /// The providers whose balance rolled forward.
+    pub rolled_forward: Vec<RolledForward>,
     pub files: Vec<BankFileCreated>,
     /// The version of the batch's stream (`payout_batch-<date>`).
     pub version: u64,
@@ -104,6 +109,16 @@ pub struct PayoutBook {
     pub(crate) by_provider: HashMap<Uuid, Vec<Uuid>>,
     pub(crate) providers: HashMap<Uuid, ProviderPayouts>,
     pub(crate) batches: BTreeMap<NaiveDate, BatchRecord>,
+    /// Per batch id, until its `payout.batch_created`: the payouts scheduled in it, the
+    /// providers rolled forward and how many `payout.rolled_forward` events said so.
+    pub(crate) forming: HashMap<Uuid, Forming>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Forming {
+    payouts: Vec<Uuid>,
+    rolled_forward: Vec<RolledForward>,
+    rolled_events: u64,
 }
 
 impl PayoutBook {
@@ -111,6 +126,11 @@ impl PayoutBook {
         if self.payouts.contains_key(&event.payout_id) {
             return;
         }
+        self.forming
+            .entry(event.batch_id)
+            .or_default()
+            .payouts
+            .push(event.payout_id);
         let provider = self.providers.entry(event.provider_id).or_default();
         provider.scheduled += event.amount.micros();
         provider.settled_through = provider.settled_through.max(event.lines.through_position);
@@ -131,14 +151,31 @@ impl PayoutBook {
         );
     }
 
+    pub(crate) fn rolled_forward(&mut self, event: &RolledForwardRecorded) {
+        let forming = self.forming.entry(event.batch_id).or_default();
+        forming
+            .rolled_forward
+            .extend(event.providers.iter().cloned());
+        forming.rolled_events += 1;
+    }
+
     pub(crate) fn batch(&mut self, event: &BatchCreated) {
-        self.batches
-            .entry(event.payout_date)
-            .or_insert_with(|| BatchRecord {
+        if self.batches.contains_key(&event.payout_date) {
+            return;
+        }
+        let forming = self.forming.remove(&event.batch_id).unwrap_or_default();
+        let mut rolled_forward = event.rolled_forward.clone();
+        rolled_forward.extend(forming.rolled_forward);
+        self.batches.insert(
+            event.payout_date,
+            BatchRecord {
                 created: event.clone(),
+                payouts: forming.payouts,
+                rolled_forward,
                 files: Vec::new(),
-                version: 1,
-            });
+                version: forming.rolled_events + 1,
+            },
+        );
     }
 
     pub(crate) fn submitted(&mut self, event: &PayoutSubmitted) {

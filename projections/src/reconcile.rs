@@ -288,6 +288,7 @@ impl Reconciler {
             ),
             PayoutEvent::SettingsChanged(_)
             | PayoutEvent::BatchCreated(_)
+            | PayoutEvent::RolledForward(_)
             | PayoutEvent::Submitted(_)
             | PayoutEvent::BankFileCreated(_) => {}
         }
