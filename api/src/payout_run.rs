@@ -247,10 +247,10 @@ pub async fn run_batch(
     let existing = credentials.with_earnings(|e| {
         e.payouts()
             .batch_on(date)
-            .map(|batch| batch_view(e, batch, false))
+            .map(|batch| batch_view(e, batch, false, Page::ALL))
     });
     if let Some(view) = existing {
-        return Ok(view);
+        return view;
     }
     let now = crate::tokens::now();
     let planned = credentials.with_earnings(|e| plan(e, policy, date, now))?;
@@ -337,8 +337,8 @@ pub async fn run_batch(
     credentials.with_earnings(|e| {
         e.payouts()
             .batch_on(date)
-            .map(|b| batch_view(e, b, true))
             .ok_or(ApiError::NotFound("payout_batch"))
+            .and_then(|b| batch_view(e, b, true, Page::ALL))
     })
 }
 
@@ -413,25 +413,101 @@ fn rolled(r: &RolledForward) -> wp::RolledForwardView {
     }
 }
 
-/// A recorded batch.
-pub fn batch_view(earnings: &Earnings, batch: &BatchRecord, created: bool) -> wp::BatchView {
+/// Which payouts of a batch a view shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    /// Start after this payout.
+    pub after: Option<Uuid>,
+    pub limit: usize,
+}
+
+impl Page {
+    /// Every payout (the command line, the scheduler).
+    pub const ALL: Page = Page {
+        after: None,
+        limit: usize::MAX,
+    };
+}
+
+/// Payouts on one page of a batch over HTTP, unless `?limit=` says otherwise (at most 1,000).
+pub const PAGE_DEFAULT: usize = 500;
+pub const PAGE_MAX: usize = 1_000;
+
+/// A recorded batch, with the payouts of `page`.
+pub fn batch_view(
+    earnings: &Earnings,
+    batch: &BatchRecord,
+    created: bool,
+    page: Page,
+) -> Result<wp::BatchView, ApiError> {
     let created_event = &batch.created;
-    wp::BatchView {
+    let start = match page.after {
+        None => 0,
+        Some(after) => {
+            batch
+                .payouts
+                .iter()
+                .position(|id| *id == after)
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "after",
+                        "invalid_cursor",
+                        "after: a payout of this batch (the next_after of the previous page)",
+                    )
+                })?
+                + 1
+        }
+    };
+    let ids = &batch.payouts[start..];
+    let shown = &ids[..ids.len().min(page.limit)];
+    let next_after = (shown.len() < ids.len())
+        .then(|| shown.last().copied())
+        .flatten();
+    Ok(wp::BatchView {
         batch_id: created_event.batch_id,
         date: created_event.payout_date.to_string(),
         cutoff: timestamp(created_event.cutoff.unix_micros()),
         dry_run: false,
         created,
-        payouts: batch
-            .payouts
+        payout_count: batch.payouts.len() as u64,
+        payouts: shown
             .iter()
             .filter_map(|id| earnings.payouts().payout(*id))
             .map(payout_view)
             .collect(),
+        next_after,
         rolled_forward: batch.rolled_forward.iter().map(rolled).collect(),
         without_method: Vec::new(),
         total_micro_usdc: created_event.total.micros(),
         total_usdc: created_event.total.to_string(),
+        bank_files: batch.files.iter().map(|f| f.message_id.clone()).collect(),
+    })
+}
+
+/// A recorded batch without its payouts, with how many are in each status.
+pub fn batch_summary(earnings: &Earnings, batch: &BatchRecord) -> wp::BatchSummary {
+    let created = &batch.created;
+    let mut by_status = std::collections::BTreeMap::new();
+    for record in batch
+        .payouts
+        .iter()
+        .filter_map(|id| earnings.payouts().payout(*id))
+    {
+        let status = serde_json::to_value(record.status())
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        *by_status.entry(status).or_insert(0) += 1;
+    }
+    wp::BatchSummary {
+        batch_id: created.batch_id,
+        date: created.payout_date.to_string(),
+        cutoff: timestamp(created.cutoff.unix_micros()),
+        payout_count: batch.payouts.len() as u64,
+        rolled_forward_count: batch.rolled_forward.len() as u64,
+        total_micro_usdc: created.total.micros(),
+        total_usdc: created.total.to_string(),
+        by_status,
         bank_files: batch.files.iter().map(|f| f.message_id.clone()).collect(),
     }
 }
@@ -461,7 +537,9 @@ fn planned_view(earnings: &Earnings, planned: &Planned) -> wp::BatchView {
         cutoff: timestamp(planned.cutoff.unix_micros()),
         dry_run: true,
         created: false,
+        payout_count: payouts.len() as u64,
         payouts,
+        next_after: None,
         rolled_forward: planned.rolled_forward.iter().map(rolled).collect(),
         without_method: planned.without_method.clone(),
         total_micro_usdc: total,

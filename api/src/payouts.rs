@@ -7,8 +7,10 @@
 //!   returns, every payout with the lines it settled.
 //! - Providers: pending payouts and history with transaction details.
 
+use std::collections::HashMap;
+
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use chrono::NaiveDate;
@@ -140,7 +142,7 @@ pub async fn create_batch(
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let request: wp::BatchRequest = body(request)?;
     let date = parse_date("/date", &request.date)?;
-    crate::payout_run::run_batch(
+    let mut view = crate::payout_run::run_batch(
         &state.store,
         &state.credentials,
         &state.payouts.policy,
@@ -148,42 +150,84 @@ pub async fn create_batch(
         request.dry_run,
         &caller.actor(),
     )
-    .await
-    .map(Json)
+    .await?;
+    // A recorded batch answers with its first page; `GET /v1/payout-batches/{date}?after=`
+    // gives the rest. A dry run is not recorded: it shows every payout.
+    if !view.dry_run && view.payouts.len() > crate::payout_run::PAGE_DEFAULT {
+        view.payouts.truncate(crate::payout_run::PAGE_DEFAULT);
+        view.next_after = view.payouts.last().map(|p| p.payout_id);
+    }
+    Ok(Json(view))
 }
 
-/// `GET /v1/payout-batches`: every batch, newest first.
+/// `GET /v1/payout-batches`: every batch, newest first, without its payouts.
 pub async fn list_batches(
     State(state): State<AppState>,
     caller: Caller,
-) -> Result<Json<Vec<wp::BatchView>>, ApiError> {
+) -> Result<Json<Vec<wp::BatchSummary>>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
     Ok(Json(state.credentials.with_earnings(|e| {
         e.payouts()
             .batches()
             .rev()
-            .map(|b| crate::payout_run::batch_view(e, b, false))
+            .map(|b| crate::payout_run::batch_summary(e, b))
             .collect()
     })))
 }
 
-/// `GET /v1/payout-batches/{date}`
+/// `?after=<payout id>&limit=<1..1000>`; any other parameter is refused.
+fn page(query: &HashMap<String, String>) -> Result<crate::payout_run::Page, ApiError> {
+    if let Some(unknown) = query.keys().find(|k| *k != "after" && *k != "limit") {
+        return Err(ApiError::invalid(
+            unknown,
+            "unknown_parameter",
+            "the parameters are after and limit",
+        ));
+    }
+    let after = match query.get("after") {
+        None => None,
+        Some(text) => Some(
+            Uuid::parse_str(text.trim())
+                .map_err(|_| ApiError::invalid("after", "invalid_cursor", "after: a payout id"))?,
+        ),
+    };
+    let limit = match query.get("limit") {
+        None => crate::payout_run::PAGE_DEFAULT,
+        Some(text) => text
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=crate::payout_run::PAGE_MAX).contains(l))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "limit",
+                    "invalid_limit",
+                    format!("limit: 1 to {}", crate::payout_run::PAGE_MAX),
+                )
+            })?,
+    };
+    Ok(crate::payout_run::Page { after, limit })
+}
+
+/// `GET /v1/payout-batches/{date}?after=&limit=`: a batch and a page of its payouts.
 pub async fn read_batch(
     State(state): State<AppState>,
     caller: Caller,
     Path(date): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<wp::BatchView>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let date = parse_date("date", &date)?;
+    let page = page(&query)?;
     state
         .credentials
         .with_earnings(|e| {
             e.payouts()
                 .batch_on(date)
-                .map(|b| crate::payout_run::batch_view(e, b, false))
+                .ok_or(ApiError::NotFound("payout_batch"))
+                .and_then(|b| crate::payout_run::batch_view(e, b, false, page))
         })
         .map(Json)
-        .ok_or(ApiError::NotFound("payout_batch"))
 }
 
 fn payout_record(state: &AppState, payout_id: Uuid) -> Result<PayoutRecord, ApiError> {

@@ -249,6 +249,46 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     assert_eq!(again["payouts"], monday["payouts"]);
     assert_eq!(store.head_position().await.unwrap(), head);
 
+    // Finance pages through a batch's payouts, and lists batches without them.
+    let path = "/v1/payout-batches/2026-11-02";
+    let (status, _, first) =
+        common::request(&base, "GET", &format!("{path}?limit=1"), Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["payout_count"], 2);
+    assert_eq!(first["payouts"].as_array().unwrap().len(), 1);
+    assert_eq!(first["payouts"][0], monday["payouts"][0]);
+    let after = first["next_after"].as_str().unwrap().to_owned();
+    let (_, _, second) = common::request(
+        &base,
+        "GET",
+        &format!("{path}?after={after}&limit=1"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(second["payouts"][0], monday["payouts"][1]);
+    assert_eq!(second["next_after"], Value::Null);
+    for (query, code) in [
+        ("limit=0", "invalid_limit"),
+        ("limit=1001", "invalid_limit"),
+        ("after=nope", "invalid_cursor"),
+        (&*format!("after={}", Uuid::now_v7()), "invalid_cursor"),
+        ("page=2", "unknown_parameter"),
+    ] {
+        let (status, _, refused) =
+            common::request(&base, "GET", &format!("{path}?{query}"), Some(&admin), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {refused}");
+        assert_eq!(refused["errors"][0]["code"], code, "{query}: {refused}");
+    }
+    let (status, _, list) =
+        common::request(&base, "GET", "/v1/payout-batches", Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list[0]["date"], "2026-11-02");
+    assert_eq!(list[0]["payout_count"], 2);
+    assert_eq!(list[0]["rolled_forward_count"], 1);
+    assert_eq!(list[0]["by_status"], json!({"scheduled": 2}));
+    assert!(list[0].get("payouts").is_none());
+
     // The provider sees its pending payout; the balance left is what was held back.
     let (status, _, history) = common::request(
         &base,

@@ -102,13 +102,33 @@ pub struct BatchView {
     pub dry_run: bool,
     /// False when the batch already existed: a rerun creates nothing.
     pub created: bool,
+    /// All the batch's payouts.
+    pub payout_count: u64,
+    /// The payouts of this page, in the order they were scheduled.
     pub payouts: Vec<PayoutView>,
+    /// When more payouts follow: `?after=` this id gives the next page.
+    pub next_after: Option<Uuid>,
     pub rolled_forward: Vec<RolledForwardView>,
     /// Providers with money due on this date but no payout method.
     pub without_method: Vec<Uuid>,
     pub total_micro_usdc: i64,
     pub total_usdc: String,
     /// The bank files made from it (message ids).
+    pub bank_files: Vec<String>,
+}
+
+/// `GET /v1/payout-batches`: one batch, without its payouts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchSummary {
+    pub batch_id: Uuid,
+    pub date: String,
+    pub cutoff: String,
+    pub payout_count: u64,
+    pub rolled_forward_count: u64,
+    pub total_micro_usdc: i64,
+    pub total_usdc: String,
+    /// Payouts per status: `scheduled`, `submitted`, `confirmed`, `failed`.
+    pub by_status: std::collections::BTreeMap<String, u64>,
     pub bank_files: Vec<String>,
 }
 
