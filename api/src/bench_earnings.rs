@@ -64,6 +64,25 @@ pub(crate) fn rate(events: u64, elapsed: Duration) -> u64 {
     (u128::from(events) * 1_000_000 / elapsed.as_micros().max(1)) as u64
 }
 
+/// A bare ordered read of the log up to `head` (the ceiling of any replay): how many events,
+/// and how long it took.
+pub(crate) async fn bare_read(
+    store: &gpunex_store::Store,
+    head: u64,
+) -> anyhow::Result<(u64, Duration)> {
+    let started = Instant::now();
+    let (mut after, mut events) = (0, 0_u64);
+    while after < head {
+        let batch = store
+            .read_all(after, gpunex_store::READ_BATCH_EVENTS_MAX)
+            .await?;
+        let Some(last) = batch.last() else { break };
+        after = last.position;
+        events += batch.len() as u64;
+    }
+    Ok((events, started.elapsed()))
+}
+
 pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<()> {
     let store = crate::cli::open_store(database_url).await?;
     if store.head_position().await? == 0 {
@@ -90,17 +109,7 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
     let head = store.head_position().await?;
 
     // The ceiling: a bare ordered read of the whole log.
-    let started = Instant::now();
-    let (mut after, mut events) = (0, 0_u64);
-    while after < head {
-        let batch = store
-            .read_all(after, gpunex_store::READ_BATCH_EVENTS_MAX)
-            .await?;
-        let Some(last) = batch.last() else { break };
-        after = last.position;
-        events += batch.len() as u64;
-    }
-    let bare = started.elapsed();
+    let (events, bare) = bare_read(&store, head).await?;
 
     // The rebuild: read, decode the earnings events, fold.
     let started = Instant::now();

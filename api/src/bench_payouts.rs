@@ -22,7 +22,7 @@ use gpunex_store::{ExpectedVersion, Metadata, NewEvent, StreamAppend};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::bench_earnings::{rate, ratio};
+use crate::bench_earnings::{bare_read, rate, ratio};
 
 #[derive(Debug, clap::Args)]
 pub struct PayoutBenchArgs {
@@ -335,17 +335,7 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
     );
 
     let head = store.head_position().await?;
-    let started = Instant::now();
-    let (mut after, mut log_events) = (0, 0_u64);
-    while after < head {
-        let batch = store
-            .read_all(after, gpunex_store::READ_BATCH_EVENTS_MAX)
-            .await?;
-        let Some(last) = batch.last() else { break };
-        after = last.position;
-        log_events += batch.len() as u64;
-    }
-    let bare = started.elapsed();
+    let (log_events, bare) = bare_read(&store, head).await?;
     let started = Instant::now();
     let reconciler = crate::reconcile::replay(&store, head, &|_| {}).await?;
     let report = reconciler.check(crate::tokens::now(), None);

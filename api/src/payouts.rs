@@ -237,17 +237,27 @@ fn payout_record(state: &AppState, payout_id: Uuid) -> Result<PayoutRecord, ApiE
         .ok_or(ApiError::NotFound("payout"))
 }
 
+/// A payout the caller may read: its provider's, finance's or an admin's.
+fn readable_payout(
+    state: &AppState,
+    caller: &Caller,
+    payout_id: Uuid,
+) -> Result<PayoutRecord, ApiError> {
+    let record = payout_record(state, payout_id)?;
+    caller.require_for_provider(
+        &[Allow::Admin, Allow::Finance, Allow::Provider],
+        record.scheduled.provider_id,
+    )?;
+    Ok(record)
+}
+
 /// `GET /v1/payouts/{payout_id}`
 pub async fn read_payout(
     State(state): State<AppState>,
     caller: Caller,
     Path(payout_id): Path<Uuid>,
 ) -> Result<Json<wp::PayoutView>, ApiError> {
-    let record = payout_record(&state, payout_id)?;
-    caller.require_for_provider(
-        &[Allow::Admin, Allow::Finance, Allow::Provider],
-        record.scheduled.provider_id,
-    )?;
+    let record = readable_payout(&state, &caller, payout_id)?;
     Ok(Json(crate::payout_run::payout_view(&record)))
 }
 
@@ -258,11 +268,7 @@ pub async fn proof(
     caller: Caller,
     Path(payout_id): Path<Uuid>,
 ) -> Result<Json<wp::PayoutProof>, ApiError> {
-    let record = payout_record(&state, payout_id)?;
-    caller.require_for_provider(
-        &[Allow::Admin, Allow::Finance, Allow::Provider],
-        record.scheduled.provider_id,
-    )?;
+    let record = readable_payout(&state, &caller, payout_id)?;
     let lines: Vec<wp::SettledLineView> = state.credentials.with_earnings(|e| {
         e.settled_lines(&record.scheduled)
             .iter()
