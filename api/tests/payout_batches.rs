@@ -873,21 +873,32 @@ async fn a_bank_status_report_confirms_and_returns_payouts(db: &TestDb) {
     assert_eq!(again["unchanged"].as_array().unwrap().len(), 2);
     assert_eq!(state.store.head_position().await.unwrap(), head);
 
-    // A later report contradicting a settled payout is refused; one that settles the whole file
-    // confirms what was still in progress and leaves the rest as it is.
-    let contradiction = pain002(
-        "BANK-RPT-8",
-        &file,
-        "<GrpSts>PART</GrpSts>",
-        &[transaction(&settled, "RJCT", Some("AC04"), "25.00")],
-    );
-    let (status, refused) = import(&base, &admin, &contradiction).await;
-    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
-    assert_eq!(refused["code"], "report_contradicts_payout");
+    // A later report contradicting what the bank said before is refused, one by one or file-wide
+    // (the rejected payout's money is back in the balance: a settled file would pay it twice).
+    for contradiction in [
+        pain002(
+            "BANK-RPT-8",
+            &file,
+            "<GrpSts>PART</GrpSts>",
+            &[transaction(&settled, "RJCT", Some("AC04"), "25.00")],
+        ),
+        pain002("BANK-RPT-8", &file, "<GrpSts>ACSC</GrpSts>", &[]),
+    ] {
+        let (status, refused) = import(&base, &admin, &contradiction).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+        assert_eq!(refused["code"], "report_contradicts_payout");
+    }
+    assert_eq!(state.store.head_position().await.unwrap(), head);
+    // The last transfer settles (ACCC: credited to the creditor's account).
     let (status, last) = import(
         &base,
         &admin,
-        &pain002("BANK-RPT-9", &file, "<GrpSts>ACSC</GrpSts>", &[]),
+        &pain002(
+            "BANK-RPT-9",
+            &file,
+            "<GrpSts>PART</GrpSts>",
+            &[transaction(&pending, "ACCC", None, "35.00")],
+        ),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{last}");

@@ -7,11 +7,11 @@
 //! - A transaction's status is its own `TxSts`, or else its payment information's `PmtInfSts`,
 //!   or else the file's `GrpSts` (ISO 20022: the status at the higher level applies to what
 //!   does not carry its own).
-//! - `ACSC` (settlement completed) settles a transfer, `RJCT` rejects it with its reason code;
-//!   every other status (`ACTC`, `ACCP`, `ACSP`, `ACWC`, `PDNG`, payee verification codes) leaves
+//! - `ACSC` (settlement completed) and `ACCC` (credited to the creditor's account) settle a
+//!   transfer, `RJCT` rejects it with its reason code; every other status (`ACTC`, `ACCP`, `ACSP`, `ACWC`, `PDNG`, payee verification codes) leaves
 //!   it pending.
-//! - A status at the group or payment-information level that is final (`ACSC`, `RJCT`) applies
-//!   to the file's transfers the report does not list one by one.
+//! - A status at the group or payment-information level that is final (settled or rejected)
+//!   applies to the file's transfers the report does not list one by one.
 
 use sepa::pain002::{OriginalMessageType, PaymentStatus, ReasonCode, parse_pain002};
 
@@ -91,20 +91,22 @@ fn reason(codes: &[ReasonCode], info: &[String], status: &PaymentStatus) -> Outc
 fn outcome(status: &PaymentStatus, codes: &[ReasonCode], info: &[String]) -> Outcome {
     match status {
         PaymentStatus::Acsc => Outcome::Settled,
+        // Accepted, credited to the creditor's account: settled too (not in every library's list).
+        PaymentStatus::Other(code) if code == "ACCC" => Outcome::Settled,
         PaymentStatus::Rjct => reason(codes, info, status),
         other => Outcome::Pending(other.as_code().to_owned()),
     }
 }
 
-/// A final outcome only (`ACSC`, `RJCT`): what applies to transfers not listed.
+/// A final outcome only (settled or rejected): what applies to transfers not listed.
 fn final_outcome(
     status: Option<&PaymentStatus>,
     codes: &[ReasonCode],
     info: &[String],
 ) -> Option<Outcome> {
     status
-        .filter(|s| s.is_final())
         .map(|s| outcome(s, codes, info))
+        .filter(|o| !matches!(o, Outcome::Pending(_)))
 }
 
 /// Reads a pain.002 report (any generation the `sepa` crate knows: `pain.002.001.10`, the reply
@@ -218,6 +220,7 @@ mod tests {
                 transaction("aaa", "ACSC", None),
                 transaction("bbb", "RJCT", Some("AC04")),
                 transaction("ccc", "ACSP", None),
+                transaction("ddd", "ACCC", None),
             ]
             .concat(),
         );
@@ -225,7 +228,8 @@ mod tests {
         assert_eq!(report.message_id, "BANK-RPT-7");
         assert_eq!(report.original_message_id, "GPUNEX-20261102-01");
         assert_eq!(report.rest, None);
-        assert_eq!(report.transfers.len(), 3);
+        assert_eq!(report.transfers.len(), 4);
+        assert_eq!(report.transfers[3].outcome, Outcome::Settled);
         assert_eq!(report.transfers[0].outcome, Outcome::Settled);
         assert_eq!(report.transfers[0].amount_cents, Some(2_889));
         assert_eq!(report.transfers[0].currency.as_deref(), Some("EUR"));
