@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 use chrono::NaiveDate;
 use gpunex_domain::money::Usdc;
 use gpunex_domain::payouts::{
-    self as rules, BatchCreated, PayoutEvent, PayoutPolicy, PayoutScheduled, RolledForward,
-    RolledForwardRecorded,
+    self as rules, BatchCreated, BatchStarted, PayoutEvent, PayoutPolicy, PayoutScheduled,
+    RolledForward, RolledForwardRecorded,
 };
 use gpunex_domain::time::Timestamp;
 use gpunex_domain::{DomainEvent, StreamId};
@@ -28,8 +28,9 @@ use crate::auth::CredentialCache;
 use crate::error::{ApiError, append_failure};
 use crate::server::timestamp;
 
-/// Payouts written per append (each on its own stream, with the batch's stream: 64 at most).
-const PAYOUTS_PER_APPEND: usize = 63;
+/// Payouts written per append (each on its own stream, with the runs' and the batch's streams:
+/// 64 at most).
+const PAYOUTS_PER_APPEND: usize = 62;
 
 /// The payout rules, from flags or the environment.
 #[derive(Debug, Clone, clap::Args)]
@@ -145,7 +146,8 @@ pub fn plan(
         batch_id,
         cutoff,
         payouts: Vec::new(),
-        existing: Vec::new(),
+        // An interrupted run's payouts belong to the batch whatever the settings say now.
+        existing: earnings.payouts().forming_payouts(batch_id).to_vec(),
         rolled_forward: Vec::new(),
         without_method: Vec::new(),
     };
@@ -163,7 +165,8 @@ pub fn plan(
         let period = rules::period_key(settings.schedule, date);
         let payout_id = rules::payout_id(provider_id, &period);
         if earnings.payouts().payout(payout_id).is_some() {
-            planned.existing.push(payout_id);
+            // Scheduled already: by an interrupted run of this batch (in `existing`), or for
+            // the same period on another date (a monthly date moved by a new holiday).
             continue;
         }
         let minimum = policy.minimum(settings.schedule);
@@ -253,7 +256,32 @@ pub async fn run_batch(
         return view;
     }
     let now = crate::tokens::now();
-    let planned = credentials.with_earnings(|e| plan(e, policy, date, now))?;
+    let (planned, runs_version, unfinished) = credentials.with_earnings(|e| {
+        plan(e, policy, date, now).map(|planned| {
+            let book = e.payouts();
+            (planned, book.runs_version(), book.unfinished())
+        })
+    })?;
+    // A new run claims `payout_runs` at the version it planned from; resuming this date's
+    // interrupted run holds that claim already.
+    let claim = (unfinished != Some(date)).then(|| StreamAppend {
+        stream_id: stream("payout_runs".to_owned()),
+        expected: if runs_version == 0 {
+            ExpectedVersion::NoStream
+        } else {
+            ExpectedVersion::Exact(runs_version)
+        },
+        events: vec![NewEvent::from_domain(
+            Uuid::now_v7(),
+            &DomainEvent::Payout(PayoutEvent::BatchStarted(BatchStarted {
+                batch_id: planned.batch_id,
+                payout_date: date,
+                cutoff: planned.cutoff,
+                started_at: now,
+            })),
+            Metadata::actor(actor),
+        )],
+    });
     let nothing = planned.payouts.is_empty()
         && planned.existing.is_empty()
         && planned.rolled_forward.is_empty();
@@ -262,6 +290,14 @@ pub async fn run_batch(
         let mut view = credentials.with_earnings(|e| planned_view(e, &planned));
         view.dry_run = dry_run;
         return Ok(view);
+    }
+    if let Some(other) = unfinished.filter(|d| *d != date) {
+        return Err(ApiError::Conflict {
+            code: "batch_in_progress",
+            detail: format!(
+                "the batch of {other} was started and not finished: finish it first (gpunex payouts run --date {other})"
+            ),
+        });
     }
     let mut ids: Vec<Uuid> = planned.existing.clone();
     ids.extend(planned.payouts.iter().map(|p| p.payout_id));
@@ -292,17 +328,16 @@ pub async fn run_batch(
     }
     let last = chunks.len() - 1;
     let mut position = 0;
+    let mut claim = claim;
     for (index, chunk) in chunks.into_iter().enumerate() {
-        let mut streams: Vec<StreamAppend> = chunk
-            .iter()
-            .map(|payout| StreamAppend {
-                stream_id: payout_stream(payout.payout_id),
-                expected: ExpectedVersion::NoStream,
-                events: vec![event(DomainEvent::Payout(PayoutEvent::Scheduled(
-                    payout.clone(),
-                )))],
-            })
-            .collect();
+        let mut streams: Vec<StreamAppend> = claim.take().into_iter().collect();
+        streams.extend(chunk.iter().map(|payout| StreamAppend {
+            stream_id: payout_stream(payout.payout_id),
+            expected: ExpectedVersion::NoStream,
+            events: vec![event(DomainEvent::Payout(PayoutEvent::Scheduled(
+                payout.clone(),
+            )))],
+        }));
         if index == last {
             let mut events: Vec<NewEvent> = planned
                 .rolled_forward
@@ -329,7 +364,16 @@ pub async fn run_batch(
         position = store
             .append_streams(streams)
             .await
-            .map_err(append_failure)?
+            .map_err(|e| match e {
+                // Another run claimed the runs' stream, or wrote these payouts, first.
+                gpunex_store::AppendError::WrongExpectedVersion { .. } => ApiError::Conflict {
+                    code: "batch_in_progress",
+                    detail: format!(
+                        "another payout run wrote meanwhile; run the batch of {date} again"
+                    ),
+                },
+                other => append_failure(other),
+            })?
             .last_position();
     }
     credentials.wait_for(position).await?;
@@ -476,7 +520,12 @@ pub fn batch_view(
             .map(payout_view)
             .collect(),
         next_after,
-        rolled_forward: batch.rolled_forward.iter().map(rolled).collect(),
+        // On the first page only: later pages carry payouts.
+        rolled_forward: if page.after.is_none() {
+            batch.rolled_forward.iter().map(rolled).collect()
+        } else {
+            Vec::new()
+        },
         without_method: Vec::new(),
         total_micro_usdc: created_event.total.micros(),
         total_usdc: created_event.total.to_string(),
@@ -590,7 +639,7 @@ pub async fn scheduler_tick(
         if done || memory.nothing_due_at.get(&date) == Some(&head) {
             continue;
         }
-        let batch = run_batch(
+        let batch = match run_batch(
             store,
             credentials,
             policy,
@@ -598,7 +647,15 @@ pub async fn scheduler_tick(
             false,
             "system:payout-scheduler",
         )
-        .await?;
+        .await
+        {
+            Ok(batch) => batch,
+            Err(error) => {
+                // One date's failure does not hold back the others; the next tick retries it.
+                tracing::warn!(%date, %error, "payout batch failed; retrying at the next tick");
+                continue;
+            }
+        };
         if batch.created {
             tracing::info!(%date, payouts = batch.payouts.len(), total = %batch.total_usdc, "scheduled payout batch");
             created.push(batch);

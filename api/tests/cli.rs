@@ -554,8 +554,8 @@ async fn payouts_run_builds_a_batch_once_and_dry_runs_write_nothing(db: &TestDb)
         dry_batch["payouts"][0]["payout_id"]
     );
     assert_eq!(batch["total_micro_usdc"], 25_123_200);
-    // The payout, the balance rolled forward, the batch.
-    assert_eq!(store.head_position().await.unwrap(), head + 3);
+    // The run's claim, the payout, the balance rolled forward, the batch.
+    assert_eq!(store.head_position().await.unwrap(), head + 4);
 
     // Again: nothing new.
     let again = gpunex(db, &["payouts", "run", "--date", "2026-11-02"]);
@@ -569,7 +569,7 @@ async fn payouts_run_builds_a_batch_once_and_dry_runs_write_nothing(db: &TestDb)
         text.contains(batch["payouts"][0]["payout_id"].as_str().unwrap()),
         "{text}"
     );
-    assert_eq!(store.head_position().await.unwrap(), head + 3);
+    assert_eq!(store.head_position().await.unwrap(), head + 4);
 
     // A lower minimum by flag pays the rolled-forward balance the next Monday.
     let lower = gpunex(
@@ -642,8 +642,8 @@ async fn bench_payouts_pays_every_provider_and_refuses_a_used_database(db: &Test
     );
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(report["providers"], 2100);
-    // 1,680 payouts, 420 rolled forward in 3 events, the batch.
-    assert_eq!(report["batch_events"], 1_680 + 3 + 1);
+    // The run's claim, 1,680 payouts, 420 rolled forward in 3 events, the batch.
+    assert_eq!(report["batch_events"], 1 + 1_680 + 3 + 1);
     // Half the payouts by bank: 840 transfers in two files.
     assert_eq!(report["bank_transfers"], 840);
     assert_eq!(report["bank_files"], 2);

@@ -17,7 +17,8 @@ use uuid::Uuid;
 conformance!(
     batches_pay_what_is_due_once_and_prove_it,
     the_scheduler_runs_each_due_date_once_and_catches_up,
-    a_bank_status_report_confirms_and_returns_payouts
+    a_bank_status_report_confirms_and_returns_payouts,
+    one_batch_runs_at_a_time_and_an_interrupted_one_is_finished
 );
 
 mod common;
@@ -905,6 +906,186 @@ async fn a_bank_status_report_confirms_and_returns_payouts(db: &TestDb) {
     assert_eq!(last["confirmed"], json!([pending["payout_id"]]));
     assert_eq!(last["unchanged"].as_array().unwrap().len(), 2);
 
+    let (_, _, report) =
+        common::request(&base, "GET", "/v1/audit/reconcile", Some(&admin), None).await;
+    assert_eq!(report["mismatches"], json!([]), "{report}");
+}
+
+/// Two runs for two Mondays at once must not both pay the same earnings; a run interrupted
+/// part-way holds back every other date until it is finished, and finishing it keeps its
+/// payouts even if a provider's schedule changed meanwhile.
+async fn one_batch_runs_at_a_time_and_an_interrupted_one_is_finished(db: &TestDb) {
+    use gpunex_api::payout_run::{plan, run_batch};
+    let date = |text: &str| NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap();
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let policy = PayoutPolicy::default();
+    let store = &state.store;
+    let mut providers = Vec::new();
+    for n in 0..3 {
+        let (provider, token) = common::approved_provider(
+            &base,
+            &admin,
+            &format!("lease{n}@example.com"),
+            common::one_h100(),
+        )
+        .await;
+        common::set_payout_settings(
+            &base,
+            &token,
+            provider,
+            "weekly",
+            json!({"kind": "solana", "wallet": WALLET}),
+        )
+        .await;
+        common::earn(store, provider, 31_250, "2026-10-20T10:00:00Z").await;
+        providers.push((provider, token));
+    }
+    let sync = || async {
+        state
+            .credentials
+            .wait_for(store.head_position().await.unwrap())
+            .await
+            .unwrap()
+    };
+    sync().await;
+
+    // Both Mondays can pay the same 25 USDC of each provider: run both at once.
+    let (first, second) = tokio::join!(
+        run_batch(
+            store,
+            &state.credentials,
+            &policy,
+            date("2026-11-02"),
+            false,
+            "test"
+        ),
+        run_batch(
+            store,
+            &state.credentials,
+            &policy,
+            date("2026-11-09"),
+            false,
+            "test"
+        ),
+    );
+    let outcomes = [first, second];
+    for outcome in &outcomes {
+        if let Err(error) = outcome {
+            assert!(error.to_string().contains("another payout run"), "{error}");
+        }
+    }
+    assert!(outcomes.iter().any(Result::is_ok));
+    sync().await;
+    let paid: i64 = state.credentials.with_earnings(|e| {
+        providers
+            .iter()
+            .map(|(p, _)| e.payouts().provider(*p).scheduled)
+            .sum()
+    });
+    assert_eq!(paid, 3 * 25_000_000, "each provider's earnings paid once");
+    let (_, _, report) =
+        common::request(&base, "GET", "/v1/audit/reconcile", Some(&admin), None).await;
+    assert_eq!(report["mismatches"], json!([]), "{report}");
+
+    // New earnings, and a run of 2026-11-16 that stops after its first payout (written as the
+    // first append of a run writes it: the claim and the payout).
+    for (provider, _) in &providers {
+        common::earn(store, *provider, 31_250, "2026-11-10T10:00:00Z").await;
+    }
+    sync().await;
+    let monday = date("2026-11-16");
+    let now = gpunex_domain::time::Timestamp::from_unix_micros(1_794_000_000_000_000);
+    let planned = state
+        .credentials
+        .with_earnings(|e| plan(e, &policy, monday, now))
+        .unwrap();
+    assert_eq!(planned.payouts.len(), 3);
+    let runs_version = state
+        .credentials
+        .with_earnings(|e| e.payouts().runs_version());
+    let event = |e: gpunex_domain::payouts::PayoutEvent| {
+        gpunex_store::NewEvent::from_domain(
+            Uuid::now_v7(),
+            &gpunex_domain::DomainEvent::Payout(e),
+            gpunex_store::Metadata::actor("test"),
+        )
+    };
+    store
+        .append_streams(vec![
+            gpunex_store::StreamAppend {
+                stream_id: gpunex_domain::StreamId::parse("payout_runs".to_owned()).unwrap(),
+                expected: gpunex_store::ExpectedVersion::Exact(runs_version),
+                events: vec![event(gpunex_domain::payouts::PayoutEvent::BatchStarted(
+                    gpunex_domain::payouts::BatchStarted {
+                        batch_id: planned.batch_id,
+                        payout_date: monday,
+                        cutoff: planned.cutoff,
+                        started_at: now,
+                    },
+                ))],
+            },
+            gpunex_store::StreamAppend {
+                stream_id: gpunex_api::payout_run::payout_stream(planned.payouts[0].payout_id),
+                expected: gpunex_store::ExpectedVersion::NoStream,
+                events: vec![event(gpunex_domain::payouts::PayoutEvent::Scheduled(
+                    planned.payouts[0].clone(),
+                ))],
+            },
+        ])
+        .await
+        .unwrap();
+    sync().await;
+    // The interrupted payout's provider moves to monthly payouts: its payout stays in the batch.
+    let interrupted = planned.payouts[0].provider_id;
+    let token = &providers.iter().find(|(p, _)| *p == interrupted).unwrap().1;
+    common::set_payout_settings(
+        &base,
+        token,
+        interrupted,
+        "monthly",
+        json!({"kind": "solana", "wallet": WALLET}),
+    )
+    .await;
+    // Another date waits for it; nothing is written.
+    let head = store.head_position().await.unwrap();
+    let refused = run_batch(
+        store,
+        &state.credentials,
+        &policy,
+        date("2026-11-23"),
+        false,
+        "test",
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.to_string().contains("2026-11-16"), "{refused}");
+    assert_eq!(store.head_position().await.unwrap(), head);
+    // Finishing it: the interrupted payout and the two others, once each.
+    let finished = run_batch(store, &state.credentials, &policy, monday, false, "test")
+        .await
+        .unwrap();
+    assert!(finished.created);
+    assert_eq!(finished.payout_count, 3);
+    assert_eq!(finished.total_micro_usdc, 3 * 25_000_000);
+    assert!(
+        finished
+            .payouts
+            .iter()
+            .any(|p| p.payout_id == planned.payouts[0].payout_id)
+    );
+    // And the next date runs.
+    run_batch(
+        store,
+        &state.credentials,
+        &policy,
+        date("2026-11-23"),
+        false,
+        "test",
+    )
+    .await
+    .unwrap();
     let (_, _, report) =
         common::request(&base, "GET", "/v1/audit/reconcile", Some(&admin), None).await;
     assert_eq!(report["mismatches"], json!([]), "{report}");

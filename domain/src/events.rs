@@ -88,6 +88,7 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
         current_version: 2,
     },
     v1(PAYOUT_ROLLED_FORWARD),
+    v1(PAYOUT_BATCH_STARTED),
     v1(PAYOUT_SCHEDULED),
     v1(PAYOUT_SUBMITTED),
     v1(PAYOUT_BANK_FILE_CREATED),
@@ -107,6 +108,7 @@ pub const JOB_ENDED: &str = "rental.job_ended";
 pub const PAYOUT_SETTINGS_CHANGED: &str = "payout.settings_changed";
 pub const PAYOUT_BATCH_CREATED: &str = "payout.batch_created";
 pub const PAYOUT_ROLLED_FORWARD: &str = "payout.rolled_forward";
+pub const PAYOUT_BATCH_STARTED: &str = "payout.batch_started";
 pub const PAYOUT_SCHEDULED: &str = "payout.scheduled";
 pub const PAYOUT_SUBMITTED: &str = "payout.submitted";
 pub const PAYOUT_BANK_FILE_CREATED: &str = "payout.bank_file_created";
@@ -268,6 +270,7 @@ impl DomainEvent {
                 PayoutEvent::SettingsChanged(_) => PAYOUT_SETTINGS_CHANGED,
                 PayoutEvent::BatchCreated(_) => PAYOUT_BATCH_CREATED,
                 PayoutEvent::RolledForward(_) => PAYOUT_ROLLED_FORWARD,
+                PayoutEvent::BatchStarted(_) => PAYOUT_BATCH_STARTED,
                 PayoutEvent::Scheduled(_) => PAYOUT_SCHEDULED,
                 PayoutEvent::Submitted(_) => PAYOUT_SUBMITTED,
                 PayoutEvent::BankFileCreated(_) => PAYOUT_BANK_FILE_CREATED,
@@ -331,6 +334,7 @@ impl DomainEvent {
                 PayoutEvent::SettingsChanged(e) => serde_json::to_value(e),
                 PayoutEvent::BatchCreated(e) => serde_json::to_value(e),
                 PayoutEvent::RolledForward(e) => serde_json::to_value(e),
+                PayoutEvent::BatchStarted(e) => serde_json::to_value(e),
                 PayoutEvent::Scheduled(e) => serde_json::to_value(e),
                 PayoutEvent::Submitted(e) => serde_json::to_value(e),
                 PayoutEvent::BankFileCreated(e) => serde_json::to_value(e),
@@ -580,6 +584,11 @@ fn decode_with(
         (PAYOUT_BATCH_CREATED, _) => DomainEvent::Payout(PayoutEvent::BatchCreated(
             source
                 .parse::<crate::payouts::BatchCreated>()
+                .map_err(json)?,
+        )),
+        (PAYOUT_BATCH_STARTED, _) => DomainEvent::Payout(PayoutEvent::BatchStarted(
+            source
+                .parse::<crate::payouts::BatchStarted>()
                 .map_err(json)?,
         )),
         (PAYOUT_ROLLED_FORWARD, _) => {

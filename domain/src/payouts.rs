@@ -83,6 +83,7 @@ pub struct PayoutSettingsChanged {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PayoutEvent {
     SettingsChanged(PayoutSettingsChanged),
+    BatchStarted(BatchStarted),
     BatchCreated(BatchCreated),
     RolledForward(RolledForwardRecorded),
     Scheduled(PayoutScheduled),
@@ -274,6 +275,19 @@ impl From<BatchCreatedV1> for BatchCreated {
             created_at: v1.created_at,
         }
     }
+}
+
+/// `payout.batch_started` (stream `payout_runs`, at the version the run planned from, in the
+/// same append as its first payouts): a run claims the right to write a date's batch. Until that
+/// batch's `payout.batch_created`, no other date's batch may start, so two runs can never plan
+/// from the same balances and pay the same earnings twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchStarted {
+    pub batch_id: Uuid,
+    pub payout_date: NaiveDate,
+    pub cutoff: Timestamp,
+    pub started_at: Timestamp,
 }
 
 /// `payout.rolled_forward` (stream `payout_batch-<date>`, before `payout.batch_created`): up to

@@ -178,6 +178,9 @@ impl Earnings {
             DomainEvent::Payout(PayoutEvent::RolledForward(event)) => {
                 self.payouts.rolled_forward(event)
             }
+            DomainEvent::Payout(PayoutEvent::BatchStarted(event)) => {
+                self.payouts.batch_started(event)
+            }
             DomainEvent::Payout(PayoutEvent::Submitted(event)) => self.payouts.submitted(event),
             DomainEvent::Payout(PayoutEvent::BankFileCreated(event)) => {
                 self.payouts.bank_file(event)

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::NaiveDate;
 use gpunex_domain::payouts::{
-    BankFileCreated, BatchCreated, PayoutConfirmed, PayoutFailed, PayoutScheduled, PayoutSubmitted,
-    RolledForward, RolledForwardRecorded,
+    BankFileCreated, BatchCreated, BatchStarted, PayoutConfirmed, PayoutFailed, PayoutScheduled,
+    PayoutSubmitted, RolledForward, RolledForwardRecorded,
 };
 use uuid::Uuid;
 
@@ -112,6 +112,10 @@ pub struct PayoutBook {
     /// Per batch id, until its `payout.batch_created`: the payouts scheduled in it, the
     /// providers rolled forward and how many `payout.rolled_forward` events said so.
     pub(crate) forming: HashMap<Uuid, Forming>,
+    /// The version of the stream `payout_runs` and the batches started there and not created
+    /// yet (by id, with their dates).
+    pub(crate) runs_version: u64,
+    pub(crate) started: HashMap<Uuid, NaiveDate>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -151,6 +155,13 @@ impl PayoutBook {
         );
     }
 
+    pub(crate) fn batch_started(&mut self, event: &BatchStarted) {
+        self.runs_version += 1;
+        if !self.batches.contains_key(&event.payout_date) {
+            self.started.insert(event.batch_id, event.payout_date);
+        }
+    }
+
     pub(crate) fn rolled_forward(&mut self, event: &RolledForwardRecorded) {
         let forming = self.forming.entry(event.batch_id).or_default();
         forming
@@ -163,6 +174,7 @@ impl PayoutBook {
         if self.batches.contains_key(&event.payout_date) {
             return;
         }
+        self.started.remove(&event.batch_id);
         let forming = self.forming.remove(&event.batch_id).unwrap_or_default();
         let mut rolled_forward = event.rolled_forward.clone();
         rolled_forward.extend(forming.rolled_forward);
@@ -254,6 +266,24 @@ impl PayoutBook {
 
     pub fn batch_on(&self, date: NaiveDate) -> Option<&BatchRecord> {
         self.batches.get(&date)
+    }
+
+    /// The version of the stream `payout_runs`: a run claims it at this version.
+    pub fn runs_version(&self) -> u64 {
+        self.runs_version
+    }
+
+    /// The earliest batch started and not created yet (a run in progress, or one that stopped
+    /// part-way): no other date's batch may start until it is finished.
+    pub fn unfinished(&self) -> Option<NaiveDate> {
+        self.started.values().min().copied()
+    }
+
+    /// The payouts already scheduled in a batch not created yet (an interrupted run's).
+    pub fn forming_payouts(&self, batch_id: Uuid) -> &[Uuid] {
+        self.forming
+            .get(&batch_id)
+            .map_or(&[][..], |f| f.payouts.as_slice())
     }
 
     /// The bank file with this `MsgId`, and its batch's date.

@@ -289,6 +289,7 @@ impl Reconciler {
             PayoutEvent::SettingsChanged(_)
             | PayoutEvent::BatchCreated(_)
             | PayoutEvent::RolledForward(_)
+            | PayoutEvent::BatchStarted(_)
             | PayoutEvent::Submitted(_)
             | PayoutEvent::BankFileCreated(_) => {}
         }

@@ -108,6 +108,7 @@ pub struct BatchView {
     pub payouts: Vec<PayoutView>,
     /// When more payouts follow: `?after=` this id gives the next page.
     pub next_after: Option<Uuid>,
+    /// The balances rolled forward (on the first page only).
     pub rolled_forward: Vec<RolledForwardView>,
     /// Providers with money due on this date but no payout method.
     pub without_method: Vec<Uuid>,
