@@ -736,16 +736,43 @@ mod tests {
         })
     }
 
-    /// The kinds of mismatch after the earnings and then `payouts`, in order.
-    fn kinds(payouts: Vec<PayoutEvent>) -> Vec<&'static str> {
+    /// An adjustment of the provider's balance: positive credits it (goodwill), negative
+    /// debits it (a chargeback).
+    fn adjustment(micros: i64) -> DomainEvent {
+        use gpunex_domain::ledger::{JournalEntry, Posting};
+        let amount = Usdc::from_micros(micros.abs());
+        let (provider, platform) = (
+            Account::ProviderPayable(PROVIDER),
+            Account::PlatformAdjustments,
+        );
+        let postings = if micros > 0 {
+            vec![
+                Posting::debit(platform, amount),
+                Posting::credit(provider, amount),
+            ]
+        } else {
+            vec![
+                Posting::debit(provider, amount),
+                Posting::credit(platform, amount),
+            ]
+        };
+        DomainEvent::AdjustmentPosted(gpunex_domain::events::AdjustmentPosted {
+            entry_id: Uuid::from_u128(500),
+            reason: "test".to_owned(),
+            postings: JournalEntry::new(postings).unwrap(),
+        })
+    }
+
+    /// The kinds of mismatch after the earnings and then `events`, in order.
+    fn kinds_after(events_after: Vec<DomainEvent>) -> Vec<&'static str> {
         let mut reconciler = Reconciler::default();
         let events = earned();
         let after = events.len() as u64;
         for (position, event) in events {
             reconciler.apply(position, &event);
         }
-        for (n, payout) in payouts.into_iter().enumerate() {
-            reconciler.apply(after + 1 + n as u64, &DomainEvent::Payout(payout));
+        for (n, event) in events_after.into_iter().enumerate() {
+            reconciler.apply(after + 1 + n as u64, &event);
         }
         reconciler
             .check(at(4 * HOUR), None)
@@ -753,6 +780,11 @@ mod tests {
             .iter()
             .map(|m| m.kind)
             .collect()
+    }
+
+    /// The kinds of mismatch after the earnings and then `payouts`, in order.
+    fn kinds(payouts: Vec<PayoutEvent>) -> Vec<&'static str> {
+        kinds_after(payouts.into_iter().map(DomainEvent::Payout).collect())
     }
 
     #[test]
@@ -788,6 +820,43 @@ mod tests {
                 PayoutEvent::Scheduled(again),
             ]),
             Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn adjustments_are_brought_forward_up_to_the_balance() {
+        // A 0.5 USDC credit is paid with both lines.
+        let mut credited = scheduled(1, 0, 6, 2, 1_600_000);
+        credited.brought_forward = Usdc::from_micros(500_000);
+        credited.amount = Usdc::from_micros(2_100_000);
+        credited.postings = rules::schedule_entry(PROVIDER, credited.amount).unwrap();
+        assert_eq!(
+            kinds_after(vec![
+                adjustment(500_000),
+                DomainEvent::Payout(PayoutEvent::Scheduled(credited.clone())),
+            ]),
+            Vec::<&str>::new()
+        );
+        // A 0.3 USDC debit is taken from what the lines pay.
+        let mut debited = scheduled(1, 0, 6, 2, 1_600_000);
+        debited.brought_forward = Usdc::from_micros(-300_000);
+        debited.amount = Usdc::from_micros(1_300_000);
+        debited.postings = rules::schedule_entry(PROVIDER, debited.amount).unwrap();
+        assert_eq!(
+            kinds_after(vec![
+                adjustment(-300_000),
+                DomainEvent::Payout(PayoutEvent::Scheduled(debited)),
+            ]),
+            Vec::<&str>::new()
+        );
+        // A payout that still brings the credit forward after a debit took it back.
+        assert_eq!(
+            kinds_after(vec![
+                adjustment(500_000),
+                adjustment(-500_000),
+                DomainEvent::Payout(PayoutEvent::Scheduled(credited)),
+            ]),
+            ["payout_brought_forward"]
         );
     }
 
