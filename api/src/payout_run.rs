@@ -1,12 +1,14 @@
 //! Payout batches: the payout rules in force, a date's batch planned from the earnings projection
 //! and written as events, and the scheduler that runs it every payout date.
 //!
-//! A batch is written in appends of at most 63 payouts (`payout.scheduled`, each on its own
-//! stream `payout-<id>`, which must not exist) and ends with the balances rolled forward
+//! A run first claims the stream `payout_runs` (`payout.batch_started`, at the version it
+//! planned from) in the same append as its first payouts, so only one batch is written at a
+//! time. The batch is written in appends of at most 62 payouts (`payout.scheduled`, each on its
+//! own stream `payout-<id>`, which must not exist) and ends with the balances rolled forward
 //! (`payout.rolled_forward`, 200 providers an event) and `payout.batch_created` on
 //! `payout_batch-<date>` (which must not exist either). A rerun of a finished date creates
-//! nothing; a rerun after a crash part-way skips the payouts already written (their ids are
-//! derived from provider and period) and finishes the batch.
+//! nothing; a rerun after a crash part-way keeps the payouts already written and finishes the
+//! batch, and until then no other date may start.
 
 use std::collections::BTreeSet;
 
