@@ -18,7 +18,8 @@ conformance!(
     batches_pay_what_is_due_once_and_prove_it,
     the_scheduler_runs_each_due_date_once_and_catches_up,
     a_bank_status_report_confirms_and_returns_payouts,
-    one_batch_runs_at_a_time_and_an_interrupted_one_is_finished
+    one_batch_runs_at_a_time_and_an_interrupted_one_is_finished,
+    a_large_batch_answers_a_page_at_a_time
 );
 
 mod common;
@@ -1089,4 +1090,65 @@ async fn one_batch_runs_at_a_time_and_an_interrupted_one_is_finished(db: &TestDb
     let (_, _, report) =
         common::request(&base, "GET", "/v1/audit/reconcile", Some(&admin), None).await;
     assert_eq!(report["mismatches"], json!([]), "{report}");
+}
+
+/// A batch of 501 payouts: the POST answers with the first 500 and the cursor, the GET gives the
+/// last one.
+async fn a_large_batch_answers_a_page_at_a_time(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let store = &state.store;
+    for _ in 0..501 {
+        let provider = Uuid::now_v7();
+        common::append(
+            store,
+            format!("payout_settings-{provider}"),
+            gpunex_domain::DomainEvent::Payout(
+                gpunex_domain::payouts::PayoutEvent::SettingsChanged(
+                    gpunex_domain::payouts::PayoutSettingsChanged {
+                        provider_id: provider,
+                        schedule: gpunex_domain::payouts::Schedule::Weekly,
+                        method: gpunex_domain::payouts::PayoutMethod::Solana {
+                            wallet: WALLET.to_owned(),
+                        },
+                        changed_at: common::at("2026-10-01T00:00:00Z"),
+                        changed_by: "test".to_owned(),
+                    },
+                ),
+            ),
+        )
+        .await;
+        common::earn(store, provider, 31_250, "2026-10-20T10:00:00Z").await;
+    }
+    state
+        .credentials
+        .wait_for(store.head_position().await.unwrap())
+        .await
+        .unwrap();
+    let (status, created) = batch(&base, &admin, "2026-11-02", false).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(created["payout_count"], 501);
+    let page = created["payouts"].as_array().unwrap();
+    assert_eq!(page.len(), 500);
+    assert_eq!(created["next_after"], page[499]["payout_id"]);
+    let (status, _, rest) = common::request(
+        &base,
+        "GET",
+        &format!(
+            "/v1/payout-batches/2026-11-02?after={}",
+            created["next_after"].as_str().unwrap()
+        ),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{rest}");
+    assert_eq!(rest["payouts"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["next_after"], Value::Null);
+    let mut ids: Vec<&Value> = page.iter().map(|p| &p["payout_id"]).collect();
+    ids.push(&rest["payouts"][0]["payout_id"]);
+    ids.sort_by_key(|v| v.as_str().unwrap().to_owned());
+    ids.dedup();
+    assert_eq!(ids.len(), 501, "every payout once across the pages");
 }
