@@ -46,9 +46,8 @@ cleanup() {
 trap cleanup EXIT
 export DATABASE_URL="sqlite://$work/gpunex.sqlite"
 provider_id=$(cat /proc/sys/kernel/random/uuid)
-machine_id=$(cat /proc/sys/kernel/random/uuid)
 agent_token=$("$server_bin" admin create-token --role agent --provider-id "$provider_id" \
-    --machine-id "$machine_id" --label "gpu check" 2>/dev/null)
+    --label "gpu check" 2>/dev/null)
 port=${GPUNEX_CHECK_PORT:-18931}
 server="http://127.0.0.1:$port"
 

@@ -30,13 +30,7 @@ async fn agents_register_report_and_lose_nothing_across_a_server_restart(db: &Te
         json!({"kind": "provider", "provider_id": provider}),
     )
     .await;
-    let machine_id = Uuid::now_v7();
-    let agent_token = token(
-        &base,
-        &provider_token,
-        json!({"kind": "agent", "provider_id": provider, "machine_id": machine_id}),
-    )
-    .await;
+    let (machine_id, agent_token) = common::agent_token(&base, &provider_token).await;
     let state = dir.path().join("agent-state");
 
     // `register`: detected, queued, delivered, acknowledged.
@@ -182,12 +176,7 @@ async fn agents_register_report_and_lose_nothing_across_a_server_restart(db: &Te
         json!({"kind": "provider", "provider_id": intruder}),
     )
     .await;
-    let intruder_agent = token(
-        &base,
-        &intruder_provider,
-        json!({"kind": "agent", "provider_id": intruder, "machine_id": Uuid::now_v7()}),
-    )
-    .await;
+    let (_, intruder_agent) = common::agent_token(&base, &intruder_provider).await;
     let (status, problem) = call(
         &base,
         "POST",

@@ -86,13 +86,7 @@ async fn a_rented_job_is_metered_and_earned_to_the_micro_usdc(db: &TestDb) {
     let provider_token = claimed["token"].as_str().unwrap().to_owned();
 
     // The agent: simulated GPUs, the process runtime, quick polls and usage reports.
-    let machine_id = Uuid::now_v7();
-    let agent_token = token(
-        &base,
-        &provider_token,
-        json!({"kind": "agent", "provider_id": provider, "machine_id": machine_id}),
-    )
-    .await;
+    let (machine_id, agent_token) = common::agent_token(&base, &provider_token).await;
     let state = dir.path().join("agent-state");
     let mut agent = Command::new(AGENT)
         .args(["--server", &base, "--state-dir", state.to_str().unwrap()])
@@ -127,10 +121,23 @@ async fn a_rented_job_is_metered_and_earned_to_the_micro_usdc(db: &TestDb) {
     )
     .await;
     assert_eq!(status, 200, "{price}");
+    // A renter signs up and issues a renter token for themselves.
+    let renter_login =
+        json!({"email": "grace@example.com", "password": "correct horse battery staple"});
+    let (status, _) = call(
+        &base,
+        "POST",
+        "/v1/accounts",
+        "",
+        Some(renter_login.clone()),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (_, session) = call(&base, "POST", "/v1/sessions", "", Some(renter_login)).await;
     let renter = token(
         &base,
-        &admin,
-        json!({"kind": "renter", "user_id": Uuid::now_v7()}),
+        session["token"].as_str().unwrap(),
+        json!({"kind": "renter"}),
     )
     .await;
     eventually("both GPUs listed", 30, || async {

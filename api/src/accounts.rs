@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 use crate::auth::{Allow, Caller};
 use crate::error::ApiError;
+use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::{TokenRequest, issue_token, now};
 
@@ -154,7 +155,7 @@ fn invalid(field: &str, code: &str, message: impl Into<String>) -> ApiError {
 /// `POST /v1/accounts`: sign up. Public.
 pub async fn sign_up(
     State(state): State<AppState>,
-    Json(request): Json<wire::Credentials>,
+    JsonBody(request): JsonBody<wire::Credentials>,
 ) -> Result<(StatusCode, Json<wire::Account>), ApiError> {
     let email = accounts::normalize_email(&request.email)
         .map_err(|m| invalid("email", "invalid_email", m))?;
@@ -219,7 +220,7 @@ pub async fn sign_up(
 /// `POST /v1/sessions`: sign in. Public; rate-limited per address.
 pub async fn sign_in(
     State(state): State<AppState>,
-    Json(request): Json<wire::Credentials>,
+    JsonBody(request): JsonBody<wire::Credentials>,
 ) -> Result<
     (
         StatusCode,

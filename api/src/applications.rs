@@ -3,10 +3,9 @@
 //! decided by `domain::onboarding::decide` against the registry's state and appended with the
 //! stream version that state was folded from, so two racing decisions cannot both land.
 
-use std::collections::HashMap;
-
+use crate::params::{Path, Query};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::DomainEvent;
 use gpunex_domain::credentials::Role;
@@ -20,6 +19,7 @@ use uuid::Uuid;
 
 use crate::auth::{Allow, Caller};
 use crate::error::ApiError;
+use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::{TokenRequest, issue_token, now};
 
@@ -176,22 +176,23 @@ fn visible(caller: &Caller, application: &Application) -> Result<(), ApiError> {
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
-    Json(body): Json<serde_json::Value>,
+    JsonBody(input): JsonBody<ApplicationInput>,
 ) -> Result<(StatusCode, Json<wire::ApplicationView>), ApiError> {
     caller.require(&[Allow::User])?;
     let applicant_user_id = user_of(&caller)?;
-    let input: ApplicationInput = serde_json::from_value(body)
-        .map_err(|e| ApiError::invalid("/", "malformed_application", e.to_string()))?;
     let added = state.credentials.added_models();
     let catalog = gpunex_domain::gpu::Catalog { added: &added };
     let form = onboarding::validate_application(&input, &catalog).map_err(|errors| {
         ApiError::InvalidRequest(
             errors
                 .into_iter()
-                .map(|e| wire::FieldError {
-                    field: e.field,
-                    code: e.code.to_owned(),
-                    message: e.message,
+                .map(|e| {
+                    crate::error::field_error(
+                        crate::error::Location::Body,
+                        &e.field,
+                        e.code,
+                        e.message,
+                    )
                 })
                 .collect(),
         )
@@ -227,7 +228,7 @@ pub async fn read(
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<wire::ApplicationList>, ApiError> {
     caller.require(&[Allow::Admin, Allow::User])?;
     let status: Option<ApplicationStatus> = match query.get("status") {
@@ -326,7 +327,7 @@ pub async fn answer(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    Json(message): Json<wire::Message>,
+    JsonBody(message): JsonBody<wire::Message>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
     step(state, caller, id, &[Allow::User], |caller| {
         Ok(ApplicationCommand::ProvideInformation {
@@ -342,7 +343,7 @@ pub async fn request_information(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    Json(message): Json<wire::Message>,
+    JsonBody(message): JsonBody<wire::Message>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
     step(state, caller, id, &[Allow::Admin], |caller| {
         Ok(ApplicationCommand::RequestInformation {
@@ -358,7 +359,7 @@ pub async fn reject(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    Json(message): Json<wire::Message>,
+    JsonBody(message): JsonBody<wire::Message>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
     step(state, caller, id, &[Allow::Admin], |caller| {
         Ok(ApplicationCommand::Reject {
@@ -374,7 +375,7 @@ pub async fn approve(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    Json(approval): Json<wire::Approval>,
+    JsonBody(approval): JsonBody<wire::Approval>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
     let tier: Tier = serde_json::from_value(serde_json::Value::String(approval.tier))
         .map_err(|_| ApiError::invalid("tier", "invalid_tier", "enterprise or community"))?;

@@ -287,6 +287,21 @@ impl CredentialCache {
         self.inner.read().ok()?.get(token_id).cloned()
     }
 
+    /// The provider holding `machine_id`: its registered owner, else the provider of the first
+    /// agent token bound to it.
+    pub fn machine_holder(&self, machine_id: &Uuid) -> Option<Uuid> {
+        self.with_fleet(|f| f.machine(machine_id).map(|m| m.provider_id))
+            .or_else(|| self.inner.read().ok()?.machine_holder(machine_id))
+    }
+
+    /// A person's renter tokens, oldest first.
+    pub fn list_of_user(&self, user_id: Uuid) -> Vec<CredentialRecord> {
+        self.inner
+            .read()
+            .map(|c| c.list_of_user(user_id).into_iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     pub fn list(&self, provider: Option<Uuid>) -> Vec<CredentialRecord> {
         self.inner
             .read()
@@ -327,11 +342,103 @@ impl CredentialCache {
 pub enum Allow {
     Admin,
     Finance,
+    Treasury,
     Provider,
     Agent,
     Renter,
     /// A signed-in person (session).
     User,
+}
+
+impl Allow {
+    /// The role's name in tokens, documents and problem details.
+    pub fn name(self) -> &'static str {
+        match self {
+            Allow::Admin => "admin",
+            Allow::Finance => "finance",
+            Allow::Treasury => "treasury",
+            Allow::Provider => "provider",
+            Allow::Agent => "agent",
+            Allow::Renter => "renter",
+            Allow::User => "user",
+        }
+    }
+
+    fn of(role: Role) -> Allow {
+        match role {
+            Role::Admin => Allow::Admin,
+            Role::Finance => Allow::Finance,
+            Role::Treasury => Allow::Treasury,
+            Role::Provider { .. } => Allow::Provider,
+            Role::Agent { .. } => Allow::Agent,
+            Role::Renter { .. } => Allow::Renter,
+            Role::User { .. } => Allow::User,
+        }
+    }
+}
+
+/// What a route's guard needs: the registry to authenticate with, and the roles it admits.
+#[derive(Clone)]
+pub struct Guard {
+    pub state: AppState,
+    pub roles: crate::routes::Roles,
+}
+
+/// Every route's first step: a route with roles authenticates the bearer token and refuses a
+/// role it does not admit, before the body is read; the caller is then in the request's
+/// extensions for the handler. A POST's `Idempotency-Key` is handled after that, so only an
+/// admitted caller can reserve keys.
+pub async fn guard(
+    axum::extract::State(guard): axum::extract::State<Guard>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !guard.roles.is_empty() {
+        let caller = match authenticate(request.headers(), &guard.state) {
+            Ok(caller) => caller,
+            Err(error) => return error.into_response(),
+        };
+        let role = Allow::of(caller.role);
+        if !guard.roles.contains(&role) {
+            return ApiError::RoleNotAdmitted {
+                role: role.name(),
+                admitted: guard
+                    .roles
+                    .iter()
+                    .map(|r| r.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }
+            .into_response();
+        }
+        request.extensions_mut().insert(caller);
+    }
+    crate::idempotency::idempotency(guard.state, request, next).await
+}
+
+/// The caller a request's `Authorization` header names.
+fn authenticate(headers: &axum::http::HeaderMap, state: &AppState) -> Result<Caller, ApiError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .ok_or(ApiError::Unauthorized)?;
+    // The scheme is case-insensitive (RFC 9110, section 11.1).
+    let (scheme, token) = header.split_once(' ').ok_or(ApiError::Unauthorized)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(ApiError::Unauthorized);
+    }
+    if !state.credentials.is_healthy() {
+        return Err(ApiError::CredentialsUnavailable);
+    }
+    let record = state
+        .credentials
+        .authenticate(token.trim(), crate::tokens::now())
+        .ok_or(ApiError::Unauthorized)?;
+    Ok(Caller {
+        token_id: record.token_id,
+        role: record.role,
+    })
 }
 
 /// The authenticated caller of a request.
@@ -344,15 +451,7 @@ pub struct Caller {
 impl Caller {
     /// Refuses the request unless the caller's role is one of `allowed`.
     pub fn require(&self, allowed: &[Allow]) -> Result<(), ApiError> {
-        let kind = match self.role {
-            Role::Admin => Allow::Admin,
-            Role::Finance => Allow::Finance,
-            Role::Provider { .. } => Allow::Provider,
-            Role::Agent { .. } => Allow::Agent,
-            Role::Renter { .. } => Allow::Renter,
-            Role::User { .. } => Allow::User,
-        };
-        if allowed.contains(&kind) {
+        if allowed.contains(&Allow::of(self.role)) {
             Ok(())
         } else {
             Err(ApiError::Forbidden)
@@ -368,8 +467,19 @@ impl Caller {
     ) -> Result<(), ApiError> {
         self.require(allowed)?;
         match self.role {
-            Role::Provider { provider_id: own } if own != provider_id => Err(ApiError::Forbidden),
+            Role::Provider { provider_id: own } if own != provider_id => {
+                Err(ApiError::OtherProvider)
+            }
             _ => Ok(()),
+        }
+    }
+
+    /// The renter this caller acts as: a renter token's person, or a signed-in person renting
+    /// for themselves.
+    pub fn renter_id(&self) -> Option<Uuid> {
+        match self.role {
+            Role::Renter { user_id } | Role::User { user_id } => Some(user_id),
+            _ => None,
         }
     }
 
@@ -382,28 +492,12 @@ impl Caller {
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
+    /// The caller the route's guard authenticated (every route with roles has one).
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .ok_or(ApiError::Unauthorized)?;
-        // The scheme is case-insensitive (RFC 9110, section 11.1).
-        let (scheme, token) = header.split_once(' ').ok_or(ApiError::Unauthorized)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(ApiError::Unauthorized);
+        match parts.extensions.get::<Caller>() {
+            Some(caller) => Ok(caller.clone()),
+            None => authenticate(&parts.headers, state),
         }
-        if !state.credentials.is_healthy() {
-            return Err(ApiError::CredentialsUnavailable);
-        }
-        let record = state
-            .credentials
-            .authenticate(token.trim(), crate::tokens::now())
-            .ok_or(ApiError::Unauthorized)?;
-        Ok(Caller {
-            token_id: record.token_id,
-            role: record.role,
-        })
     }
 }
 

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::auth::{Allow, Caller};
 use crate::error::ApiError;
+use crate::json::JsonBody;
 use crate::server::AppState;
 use crate::tokens::now;
 
@@ -54,7 +55,7 @@ pub async fn list(State(state): State<AppState>) -> Json<Vec<CatalogModel>> {
 pub async fn add(
     State(state): State<AppState>,
     caller: Caller,
-    Json(request): Json<NewModel>,
+    JsonBody(request): JsonBody<NewModel>,
 ) -> Result<(StatusCode, Json<CatalogModel>), ApiError> {
     caller.require(&[Allow::Admin])?;
     let models = state.credentials.added_models();

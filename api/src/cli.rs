@@ -359,9 +359,9 @@ pub enum ProjectionsCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
-    /// Issue a credential and print it once: the first admin token, a finance token, or (for
-    /// operators setting up a machine by hand, and the GPU check script) a provider or agent
-    /// token. Providers normally take theirs through the API.
+    /// Issue a credential and print it once: the first admin token, a finance or treasury
+    /// token, or (for operators setting up a machine by hand, and the GPU check script) a
+    /// provider or agent token. Providers normally take theirs through the API.
     CreateToken {
         #[arg(long, value_enum)]
         role: OperatorRole,
@@ -371,8 +371,9 @@ pub enum AdminCommand {
         /// The provider a provider or agent token is bound to.
         #[arg(long, required_if_eq_any = [("role", "provider"), ("role", "agent")])]
         provider_id: Option<uuid::Uuid>,
-        /// The machine an agent token is bound to.
-        #[arg(long, required_if_eq("role", "agent"))]
+        /// Another token for a machine the provider already holds; without it the platform
+        /// mints a new machine id (printed with the token).
+        #[arg(long)]
         machine_id: Option<uuid::Uuid>,
     },
 }
@@ -381,6 +382,7 @@ pub enum AdminCommand {
 pub enum OperatorRole {
     Admin,
     Finance,
+    Treasury,
     Provider,
     Agent,
 }

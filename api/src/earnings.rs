@@ -6,8 +6,9 @@
 
 use std::collections::HashMap;
 
+use crate::params::{Path, Query};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use chrono::NaiveDate;
@@ -163,7 +164,7 @@ pub async fn summary(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<we::EarningsSummary>, ApiError> {
     let range = dashboard_request(&state, &caller, provider_id, &query)?;
     let at = now();
@@ -218,7 +219,7 @@ pub async fn daily(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<we::DailyEarnings>, ApiError> {
     let range = dashboard_request(&state, &caller, provider_id, &query)?;
     let (first, last) = range.days.ok_or_else(|| {
@@ -284,7 +285,7 @@ pub async fn statement(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Response, ApiError> {
     let range = dashboard_request(&state, &caller, provider_id, &query)?;
     let (first, last) = range.days.ok_or_else(|| {
@@ -329,7 +330,7 @@ pub async fn statement(
 pub async fn finance(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<we::FinanceEarnings>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let range = parse_range(&query, "UTC".to_owned())?;

@@ -8,8 +8,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::params::{Path, Query};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use gpunex_domain::credentials::Role;
 use gpunex_domain::fleet::{
     self, DeclarationCompared, FleetEvent, GpuConditionChanged, GpuDetected, MachineOffline,
@@ -21,12 +22,12 @@ use gpunex_domain::{DomainEvent, StreamId};
 use gpunex_projections::fleet::MachineState;
 use gpunex_store::fleet::{Presence, TelemetryRow};
 use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
-use gpunex_wire as wire;
 use gpunex_wire::fleet as wf;
 use uuid::Uuid;
 
 use crate::auth::{Allow, Caller, CredentialCache};
 use crate::error::{ApiError, append_failure};
+use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -161,11 +162,9 @@ fn agent_metadata(machine_id: Uuid, delivered: Uuid) -> Metadata {
 pub async fn agent_events(
     State(state): State<AppState>,
     caller: Caller,
-    Json(body): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wf::AgentEventsRequest>,
 ) -> Result<Json<wf::AgentEventsResponse>, ApiError> {
     let (provider_id, machine_id) = agent_of(&state, &caller)?;
-    let request: wf::AgentEventsRequest = serde_json::from_value(body)
-        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?;
     if request.events.is_empty() || request.events.len() > wf::AGENT_EVENTS_PER_REQUEST_MAX {
         return Err(ApiError::invalid(
             "/events",
@@ -625,11 +624,9 @@ async fn condition(
 pub async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller,
-    Json(body): Json<serde_json::Value>,
+    JsonBody(beat): JsonBody<wf::Heartbeat>,
 ) -> Result<Json<wf::HeartbeatAck>, ApiError> {
     let (provider_id, machine_id) = agent_of(&state, &caller)?;
-    let beat: wf::Heartbeat = serde_json::from_value(body)
-        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?;
     if beat.machine_id != machine_id {
         return Err(not_owned(beat.machine_id));
     }
@@ -924,13 +921,18 @@ fn machine_view(machine: &MachineState, observed: &Observed) -> wf::MachineView 
     }
 }
 
-/// Admins and finance see every machine; a provider its own; an agent only its machine.
+/// Admins and finance see every machine; a provider its own; an agent only its machine, and
+/// only while that machine belongs to the agent's provider (a token's binding names a machine
+/// id, which is not proof of owning the machine registered under it).
 fn may_see(caller: &Caller, machine: &MachineState) -> bool {
     match caller.role {
         Role::Admin | Role::Finance => true,
         Role::Provider { provider_id } => provider_id == machine.provider_id,
-        Role::Agent { machine_id, .. } => machine_id == machine.machine_id,
-        Role::Renter { .. } | Role::User { .. } => false,
+        Role::Agent {
+            provider_id,
+            machine_id,
+        } => machine_id == machine.machine_id && provider_id == machine.provider_id,
+        Role::Treasury | Role::Renter { .. } | Role::User { .. } => false,
     }
 }
 
@@ -1021,7 +1023,7 @@ pub async fn telemetry(
     State(state): State<AppState>,
     caller: Caller,
     Path((machine_id, gpu_uuid)): Path<(Uuid, String)>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<wf::TelemetrySeries>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance, Allow::Provider, Allow::Agent])?;
     let machine = state
@@ -1081,16 +1083,17 @@ pub async fn telemetry(
 pub async fn fleet_view(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<wf::FleetPage>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let mut errors = Vec::new();
     let mut bad = |field: &str, message: &str| {
-        errors.push(wire::FieldError {
-            field: field.to_owned(),
-            code: "invalid_filter".to_owned(),
-            message: message.to_owned(),
-        });
+        errors.push(crate::error::field_error(
+            crate::error::Location::Query,
+            field,
+            "invalid_filter",
+            message,
+        ));
     };
     let status = query.get("status").map(String::as_str);
     if status.is_some_and(|s| s != "online" && s != "offline") {

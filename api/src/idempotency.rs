@@ -9,7 +9,7 @@
 //! says what happened but cannot show the secret a second time.
 
 use axum::body::{Body, to_bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -22,10 +22,10 @@ use crate::server::AppState;
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Longest key accepted, in bytes.
 pub const KEY_BYTES_MAX: usize = 255;
-/// Largest request or response body buffered to fingerprint or store, in bytes.
+/// Largest response body stored for replays, in bytes.
 const BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
 
-pub async fn idempotency(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn idempotency(state: AppState, request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
     }
@@ -54,8 +54,11 @@ pub async fn idempotency(State(state): State<AppState>, request: Request, next: 
         None => "anonymous".to_owned(),
     };
     let (parts, body) = request.into_parts();
-    let Ok(bytes) = to_bytes(body, BODY_BYTES_MAX).await else {
-        return ApiError::invalid("body", "too_large", "at most 2 MiB").into_response();
+    let Ok(bytes) = to_bytes(body, crate::json::REQUEST_BODY_BYTES_MAX).await else {
+        return ApiError::BodyTooLarge {
+            bytes_max: crate::json::REQUEST_BODY_BYTES_MAX,
+        }
+        .into_response();
     };
     let mut fingerprint = Sha256::new();
     fingerprint.update(parts.uri.path().as_bytes());

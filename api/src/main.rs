@@ -170,14 +170,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let role = match role {
                 OperatorRole::Admin => Role::Admin,
                 OperatorRole::Finance => Role::Finance,
+                OperatorRole::Treasury => Role::Treasury,
                 OperatorRole::Provider => Role::Provider {
                     provider_id: provider()?,
                 },
-                OperatorRole::Agent => Role::Agent {
-                    provider_id: provider()?,
-                    machine_id: machine_id
-                        .ok_or_else(|| anyhow::anyhow!("--machine-id is required"))?,
-                },
+                OperatorRole::Agent => {
+                    let provider_id = provider()?;
+                    let registry = gpunex_api::auth::CredentialCache::load(&store).await?;
+                    let machine_id =
+                        gpunex_api::tokens::agent_machine(&registry, provider_id, machine_id)
+                            .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?;
+                    Role::Agent {
+                        provider_id,
+                        machine_id,
+                    }
+                }
             };
             let (new, issued) = gpunex_api::tokens::issue_token(
                 &store,
@@ -186,6 +193,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
             .await
             .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?;
+            if let Role::Agent { machine_id, .. } = role {
+                eprintln!("machine id {machine_id}");
+            }
             eprintln!(
                 "token {} ({}) issued; it is shown once and cannot be recovered:",
                 issued.token_id,

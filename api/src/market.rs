@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::params::{Path, Query};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::market::{self, MarketEvent, MarketRejection, RankBreakdown};
 use gpunex_domain::money::Usdc;
@@ -18,13 +19,13 @@ use gpunex_domain::time::Timestamp;
 use gpunex_domain::{DomainEvent, StreamId};
 use gpunex_projections::market::{BuildInputs, Listing, ListingSnapshot, SearchFilter, SortBy};
 use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
-use gpunex_wire as wire;
 use gpunex_wire::market as wm;
 use uuid::Uuid;
 
 use crate::auth::{Allow, Caller, CredentialCache};
 use crate::error::ApiError;
 use crate::fleet::parse_time;
+use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -199,11 +200,6 @@ async fn append(
     Ok(position)
 }
 
-fn body<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
-    serde_json::from_value(value)
-        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))
-}
-
 /// Models a provider offers: catalog models its approved application declares or its machines
 /// have.
 fn offered_models(registry: &CredentialCache, provider_id: Uuid) -> Vec<String> {
@@ -272,10 +268,9 @@ pub async fn set_price(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    Json(request): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wm::SetPrice>,
 ) -> Result<Json<wm::ProviderPrices>, ApiError> {
     for_provider(&caller, provider_id)?;
-    let request: wm::SetPrice = body(request)?;
     let effective_at = request
         .effective_at
         .as_deref()
@@ -336,10 +331,9 @@ pub async fn set_availability(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    Json(request): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wm::SetAvailability>,
 ) -> Result<Json<wm::AvailabilityView>, ApiError> {
     for_provider(&caller, provider_id)?;
-    let request: wm::SetAvailability = body(request)?;
     market::validate_availability(&request.availability).map_err(rejection)?;
     let event = MarketEvent::AvailabilitySet(market::AvailabilitySet {
         provider_id,
@@ -378,10 +372,9 @@ pub async fn announce_maintenance(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    Json(request): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wm::AnnounceMaintenance>,
 ) -> Result<(StatusCode, Json<wm::MaintenanceView>), ApiError> {
     for_provider(&caller, provider_id)?;
-    let request: wm::AnnounceMaintenance = body(request)?;
     let from = parse_time("from", &request.from)?;
     let until = parse_time("until", &request.until)?;
     if let Some(machine_id) = request.machine_id
@@ -462,11 +455,10 @@ async fn change_listing(
     state: AppState,
     caller: Caller,
     gpu_uuid: String,
-    request: serde_json::Value,
+    request: wm::ListingChange,
     delist: bool,
 ) -> Result<Json<wm::ProviderListing>, ApiError> {
     caller.require(&[Allow::Admin])?;
-    let request: wm::ListingChange = body(request)?;
     let provider_id = state
         .credentials
         .with_fleet(|f| f.machine_of_gpu(&gpu_uuid).map(|m| m.provider_id))
@@ -514,7 +506,7 @@ pub async fn delist(
     State(state): State<AppState>,
     caller: Caller,
     Path(gpu_uuid): Path<String>,
-    Json(request): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wm::ListingChange>,
 ) -> Result<Json<wm::ProviderListing>, ApiError> {
     change_listing(state, caller, gpu_uuid, request, true).await
 }
@@ -524,7 +516,7 @@ pub async fn relist(
     State(state): State<AppState>,
     caller: Caller,
     Path(gpu_uuid): Path<String>,
-    Json(request): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wm::ListingChange>,
 ) -> Result<Json<wm::ProviderListing>, ApiError> {
     change_listing(state, caller, gpu_uuid, request, false).await
 }
@@ -621,11 +613,12 @@ pub(crate) fn parse_search(
 ) -> Result<SearchRequest, ApiError> {
     let mut errors = Vec::new();
     let mut bad = |field: &str, code: &str, message: String| {
-        errors.push(wire::FieldError {
-            field: field.to_owned(),
-            code: code.to_owned(),
+        errors.push(crate::error::field_error(
+            crate::error::Location::Query,
+            field,
+            code,
             message,
-        });
+        ));
     };
     const KNOWN: [&str; 11] = [
         "model",
@@ -773,7 +766,7 @@ pub(crate) fn parse_search(
 /// `GET /v1/listings?model=&min_vram_gb=&country=&region=&max_price_usdc=&tier=&min_gpus=&min_reliability=&sort=&after=&limit=`
 pub async fn search(
     State(state): State<AppState>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<wm::ListingPage>, ApiError> {
     let SearchRequest {
         filter,

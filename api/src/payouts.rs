@@ -9,8 +9,9 @@
 
 use std::collections::HashMap;
 
+use crate::params::{Path, Query};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use chrono::NaiveDate;
@@ -30,6 +31,7 @@ use uuid::Uuid;
 
 use crate::auth::{Allow, Caller};
 use crate::error::{ApiError, append_failure};
+use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -85,20 +87,21 @@ pub async fn set(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    Json(body): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wp::PayoutSettingsRequest>,
 ) -> Result<Json<wp::PayoutSettingsView>, ApiError> {
     caller.require_for_provider(&[Allow::Admin, Allow::Provider], provider_id)?;
     check_provider(&state, provider_id)?;
-    let request: wp::PayoutSettingsRequest = serde_json::from_value(body)
-        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?;
     let method = gpunex_payouts::check_method(&request.method).map_err(|errors| {
         ApiError::InvalidRequest(
             errors
                 .into_iter()
-                .map(|e| gpunex_wire::FieldError {
-                    field: e.field.to_owned(),
-                    code: e.code.to_owned(),
-                    message: e.message,
+                .map(|e| {
+                    crate::error::field_error(
+                        crate::error::Location::Body,
+                        e.field,
+                        e.code,
+                        e.message,
+                    )
                 })
                 .collect(),
         )
@@ -128,19 +131,13 @@ fn parse_date(field: &str, text: &str) -> Result<NaiveDate, ApiError> {
         .map_err(|_| ApiError::invalid(field, "invalid_date", "a date: YYYY-MM-DD"))
 }
 
-fn body<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
-    serde_json::from_value(value)
-        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))
-}
-
 /// `POST /v1/payout-batches`: build (or, with `dry_run`, show) a date's batch.
 pub async fn create_batch(
     State(state): State<AppState>,
     caller: Caller,
-    Json(request): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wp::BatchRequest>,
 ) -> Result<Json<wp::BatchView>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
-    let request: wp::BatchRequest = body(request)?;
     let date = parse_date("/date", &request.date)?;
     let mut view = crate::payout_run::run_batch(
         &state.store,
@@ -214,7 +211,7 @@ pub async fn read_batch(
     State(state): State<AppState>,
     caller: Caller,
     Path(date): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<wp::BatchView>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let date = parse_date("date", &date)?;
@@ -414,10 +411,9 @@ pub async fn confirm(
     State(state): State<AppState>,
     caller: Caller,
     Path(payout_id): Path<Uuid>,
-    Json(request): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wp::ConfirmRequest>,
 ) -> Result<Json<wp::PayoutView>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
-    let request: wp::ConfirmRequest = body(request)?;
     let reference = request.bank_reference.trim();
     if reference.is_empty() || reference.chars().count() > 140 {
         return Err(ApiError::invalid(
@@ -450,10 +446,9 @@ pub async fn return_payout(
     State(state): State<AppState>,
     caller: Caller,
     Path(payout_id): Path<Uuid>,
-    Json(request): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wp::ReturnRequest>,
 ) -> Result<Json<wp::PayoutView>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
-    let request: wp::ReturnRequest = body(request)?;
     let code = request.reason_code.trim();
     if code.len() != 4
         || !code
@@ -559,11 +554,10 @@ pub async fn create_bank_files(
     State(state): State<AppState>,
     caller: Caller,
     Path(date): Path<String>,
-    Json(request): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wp::BankFileRequest>,
 ) -> Result<Json<Vec<wp::BankFileView>>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let date = parse_date("date", &date)?;
-    let request: wp::BankFileRequest = body(request)?;
     let rate: Decimal = request
         .eur_per_usdc
         .trim()

@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
+use crate::params::Query;
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use gpunex_domain::fleet::{Span, online_micros};
 use gpunex_domain::money::Usdc;
 use gpunex_domain::pricing::{self, Basis, MarketSample, WINDOW_DAYS};
@@ -84,7 +85,7 @@ fn basis_name(basis: Basis) -> &'static str {
 /// `GET /v1/market/recommendations?model=&region=`: public, like the listings.
 pub async fn recommendations(
     State(state): State<AppState>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<wm::PriceRecommendation>, ApiError> {
     if let Some(key) = query
         .keys()

@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
+use crate::params::{Path, Query};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::credentials::Role;
 use gpunex_domain::rental::{
@@ -19,6 +20,7 @@ use uuid::Uuid;
 
 use crate::auth::{Allow, Caller};
 use crate::error::{ApiError, append_failure};
+use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -86,13 +88,14 @@ fn view(rental: &RentalState) -> wr::RentalView {
     }
 }
 
-/// Who may see a rental: its renter, its provider, admins and finance.
+/// Who may see a rental: its renter (by renter token or signed in), its provider, admins and
+/// finance.
 fn may_see(caller: &Caller, rental: &RentalState) -> bool {
     match caller.role {
         Role::Admin | Role::Finance => true,
-        Role::Renter { user_id } => user_id == rental.started.renter_id,
+        Role::Renter { user_id } | Role::User { user_id } => user_id == rental.started.renter_id,
         Role::Provider { provider_id } => provider_id == rental.started.provider_id,
-        Role::Agent { .. } | Role::User { .. } => false,
+        Role::Agent { .. } | Role::Treasury => false,
     }
 }
 
@@ -100,14 +103,10 @@ fn may_see(caller: &Caller, rental: &RentalState) -> bool {
 pub async fn rent(
     State(state): State<AppState>,
     caller: Caller,
-    Json(body): Json<serde_json::Value>,
+    JsonBody(request): JsonBody<wr::RentRequest>,
 ) -> Result<(StatusCode, Json<wr::RentalView>), ApiError> {
-    caller.require(&[Allow::Renter])?;
-    let Role::Renter { user_id: renter_id } = caller.role else {
-        return Err(ApiError::Forbidden);
-    };
-    let request: wr::RentRequest = serde_json::from_value(body)
-        .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?;
+    caller.require(&[Allow::Renter, Allow::User])?;
+    let renter_id = caller.renter_id().ok_or(ApiError::Forbidden)?;
     rental::validate_workload(&request.workload).map_err(rejection)?;
     let at = now();
     let snapshot = state.listings.current();
@@ -230,7 +229,13 @@ pub async fn read(
     caller: Caller,
     Path(rental_id): Path<Uuid>,
 ) -> Result<Json<wr::RentalView>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Finance, Allow::Renter, Allow::Provider])?;
+    caller.require(&[
+        Allow::Admin,
+        Allow::Finance,
+        Allow::Renter,
+        Allow::User,
+        Allow::Provider,
+    ])?;
     state
         .credentials
         .with_market(|m| m.rental(&rental_id).cloned())
@@ -243,12 +248,12 @@ pub async fn read(
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<Vec<wr::RentalView>>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Finance, Allow::Renter])?;
-    let renter_id = match caller.role {
-        Role::Renter { user_id } => user_id,
-        _ => query
+    caller.require(&[Allow::Admin, Allow::Finance, Allow::Renter, Allow::User])?;
+    let renter_id = match caller.renter_id() {
+        Some(user_id) => user_id,
+        None => query
             .get("renter_id")
             .and_then(|t| Uuid::try_parse(t).ok())
             .ok_or_else(|| ApiError::invalid("renter_id", "required", "a renter id (UUID)"))?,
@@ -318,14 +323,10 @@ pub async fn end(
     State(state): State<AppState>,
     caller: Caller,
     Path(rental_id): Path<Uuid>,
-    body: Option<Json<serde_json::Value>>,
+    body: Option<JsonBody<wr::EndRequest>>,
 ) -> Result<Json<wr::RentalView>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Renter])?;
-    let request: wr::EndRequest = match body {
-        Some(Json(value)) => serde_json::from_value(value)
-            .map_err(|e| ApiError::invalid("body", "invalid_body", e.to_string()))?,
-        None => wr::EndRequest::default(),
-    };
+    caller.require(&[Allow::Admin, Allow::Renter, Allow::User])?;
+    let request = body.map(|JsonBody(request)| request).unwrap_or_default();
     let rental = state
         .credentials
         .with_market(|m| m.rental(&rental_id).cloned())
@@ -730,7 +731,7 @@ fn version_of(assignments: &[gpunex_wire::fleet::Assignment]) -> String {
 pub async fn assignments(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<gpunex_wire::fleet::Assignments>, ApiError> {
     let (_, machine_id) = crate::fleet::agent_of(&state, &caller)?;
     let wait = match query.get("wait_seconds") {

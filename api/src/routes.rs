@@ -6,23 +6,40 @@ use axum::handler::Handler;
 use axum::routing::{MethodRouter, get, post, put};
 use serde_json::{Value, json};
 
+use crate::auth::Allow;
 use crate::server::AppState;
 
-/// Who an endpoint admits (each handler enforces the same list with `Caller::require`).
-pub type Roles = &'static [&'static str];
+/// Who an endpoint admits. The route's guard enforces exactly this list before anything else
+/// runs (no body is read for a caller the route does not admit).
+pub type Roles = &'static [Allow];
 pub const PUBLIC: Roles = &[];
-pub const ADMIN: Roles = &["admin"];
-pub const ADMIN_FINANCE: Roles = &["admin", "finance"];
-pub const ADMIN_PROVIDER: Roles = &["admin", "provider"];
-pub const ADMIN_USER: Roles = &["admin", "user"];
-pub const USER: Roles = &["user"];
-pub const AGENT: Roles = &["agent"];
-pub const RENTER: Roles = &["renter"];
-pub const ADMIN_RENTER: Roles = &["admin", "renter"];
-pub const RENTAL_READERS: Roles = &["admin", "finance", "renter", "provider"];
-pub const RENTAL_LISTERS: Roles = &["admin", "finance", "renter"];
-pub const FLEET_READERS: Roles = &["admin", "finance", "provider", "agent"];
-pub const PROVIDER_DASHBOARD: Roles = &["admin", "finance", "provider"];
+pub const ADMIN: Roles = &[Allow::Admin];
+pub const ADMIN_FINANCE: Roles = &[Allow::Admin, Allow::Finance];
+pub const ADMIN_PROVIDER: Roles = &[Allow::Admin, Allow::Provider];
+pub const TOKEN_HOLDERS: Roles = &[Allow::Admin, Allow::Provider, Allow::User];
+pub const ADMIN_TREASURY: Roles = &[Allow::Admin, Allow::Treasury];
+pub const PAYOUT_READERS: Roles = &[Allow::Admin, Allow::Finance, Allow::Treasury];
+pub const PAYOUT_VIEWERS: Roles = &[
+    Allow::Admin,
+    Allow::Finance,
+    Allow::Treasury,
+    Allow::Provider,
+];
+pub const ADMIN_USER: Roles = &[Allow::Admin, Allow::User];
+pub const USER: Roles = &[Allow::User];
+pub const AGENT: Roles = &[Allow::Agent];
+pub const RENTER: Roles = &[Allow::Renter, Allow::User];
+pub const ADMIN_RENTER: Roles = &[Allow::Admin, Allow::Renter, Allow::User];
+pub const RENTAL_READERS: Roles = &[
+    Allow::Admin,
+    Allow::Finance,
+    Allow::Renter,
+    Allow::User,
+    Allow::Provider,
+];
+pub const RENTAL_LISTERS: Roles = &[Allow::Admin, Allow::Finance, Allow::Renter, Allow::User];
+pub const FLEET_READERS: Roles = &[Allow::Admin, Allow::Finance, Allow::Provider, Allow::Agent];
+pub const PROVIDER_DASHBOARD: Roles = &[Allow::Admin, Allow::Finance, Allow::Provider];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
@@ -104,13 +121,24 @@ impl Routes {
         &self.endpoints
     }
 
-    pub fn into_router(self) -> axum::Router<AppState> {
+    /// The router: each route behind its guard (authentication, then the route's roles, then
+    /// the `Idempotency-Key` of a POST), so the handler's extractors run only for a caller
+    /// the route admits.
+    pub fn into_router(self, state: &AppState) -> axum::Router<AppState> {
         // Routes of one path with different methods merge into one method router.
         let mut merged: Vec<(&'static str, MethodRouter<AppState>)> = Vec::new();
-        for (path, route) in self.routes {
-            match merged.iter_mut().find(|(p, _)| *p == path) {
+        for (endpoint, route) in self.endpoints.iter().zip(self.routes) {
+            let guard = crate::auth::Guard {
+                state: state.clone(),
+                roles: endpoint.roles,
+            };
+            let route = route.1.route_layer(axum::middleware::from_fn_with_state(
+                guard,
+                crate::auth::guard,
+            ));
+            match merged.iter_mut().find(|(p, _)| *p == endpoint.path) {
                 Some((_, existing)) => *existing = std::mem::take(existing).merge(route),
-                None => merged.push((path, route)),
+                None => merged.push((endpoint.path, route)),
             }
         }
         merged
@@ -128,7 +156,7 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
     for endpoint in endpoints {
         let mut operation = json!({
             "summary": endpoint.summary,
-            "x-gpunex-roles": endpoint.roles,
+            "x-gpunex-roles": endpoint.roles.iter().map(|r| r.name()).collect::<Vec<_>>(),
             "responses": {
                 "2XX": {"description": "success", "content": {"application/json": {}}},
                 "4XX": {"description": "a problem with the request", "content": {"application/problem+json": {}}},

@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use crate::params::{Path, Query};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use gpunex_domain::{Account, Side};
@@ -66,8 +67,9 @@ impl AppState {
 /// both built from this one list, so no route can exist undocumented.
 pub fn endpoints() -> crate::routes::Routes {
     use crate::routes::{
-        ADMIN, ADMIN_FINANCE, ADMIN_PROVIDER, ADMIN_RENTER, ADMIN_USER, AGENT, FLEET_READERS,
-        PROVIDER_DASHBOARD, PUBLIC, RENTAL_LISTERS, RENTAL_READERS, RENTER, USER,
+        ADMIN, ADMIN_FINANCE, ADMIN_PROVIDER, ADMIN_RENTER, ADMIN_TREASURY, ADMIN_USER, AGENT,
+        FLEET_READERS, PAYOUT_READERS, PAYOUT_VIEWERS, PROVIDER_DASHBOARD, PUBLIC, RENTAL_LISTERS,
+        RENTAL_READERS, RENTER, TOKEN_HOLDERS, USER,
     };
     use crate::{
         accounts as acc, applications as app, earnings, fleet, market, rentals, tokens as tok,
@@ -198,25 +200,25 @@ pub fn endpoints() -> crate::routes::Routes {
         .get(
             "/v1/tokens",
             "tokens, without secrets",
-            ADMIN_PROVIDER,
+            TOKEN_HOLDERS,
             tok::list,
         )
         .post(
             "/v1/tokens",
             "issue a token, shown once",
-            ADMIN_PROVIDER,
+            TOKEN_HOLDERS,
             tok::issue,
         )
         .post(
             "/v1/tokens/{token_id}/rotate",
             "replace a token with a new one",
-            ADMIN_PROVIDER,
+            TOKEN_HOLDERS,
             tok::rotate,
         )
         .post(
             "/v1/tokens/{token_id}/revoke",
             "revoke a token at once",
-            ADMIN_PROVIDER,
+            TOKEN_HOLDERS,
             tok::revoke,
         )
         .post(
@@ -264,67 +266,67 @@ pub fn endpoints() -> crate::routes::Routes {
         .get(
             "/v1/providers/{provider_id}/payouts",
             "the provider's balance, pending payouts and payout history with transaction details",
-            PROVIDER_DASHBOARD,
+            PAYOUT_VIEWERS,
             crate::payouts::history,
         )
         .post(
             "/v1/payout-batches",
             "build a date's payout batch (or show it with dry_run); a rerun creates nothing",
-            ADMIN_FINANCE,
+            ADMIN_TREASURY,
             crate::payouts::create_batch,
         )
         .get(
             "/v1/payout-batches",
             "every payout batch, newest first",
-            ADMIN_FINANCE,
+            PAYOUT_READERS,
             crate::payouts::list_batches,
         )
         .get(
             "/v1/payout-batches/{date}",
             "a date's payout batch: its payouts and the balances rolled forward",
-            ADMIN_FINANCE,
+            PAYOUT_READERS,
             crate::payouts::read_batch,
         )
         .post(
             "/v1/payout-batches/{date}/bank-files",
             "make the SEPA credit transfer files (pain.001.001.09) of a batch's bank payouts",
-            ADMIN_FINANCE,
+            ADMIN_TREASURY,
             crate::payouts::create_bank_files,
         )
         .get(
             "/v1/payout-batches/{date}/bank-files/{message_id}",
             "download a SEPA credit transfer file, byte for byte as recorded",
-            ADMIN_FINANCE,
+            PAYOUT_READERS,
             crate::payouts::bank_file,
         )
         .post(
             "/v1/bank-status-reports",
             "import the bank's pain.002 status report on a SEPA file: settled transfers confirm their payouts, rejected ones return to the balance",
-            ADMIN_FINANCE,
+            ADMIN_TREASURY,
             crate::payouts::import_status_report,
         )
         .get(
             "/v1/payouts/{payout_id}",
             "one payout: amount, method, status and transaction details",
-            PROVIDER_DASHBOARD,
+            PAYOUT_VIEWERS,
             crate::payouts::read_payout,
         )
         .get(
             "/v1/payouts/{payout_id}/proof",
             "the earnings lines a payout settled and their sum: lines + brought forward = amount + carried",
-            PROVIDER_DASHBOARD,
+            PAYOUT_VIEWERS,
             crate::payouts::proof,
         )
         .post(
             "/v1/payouts/{payout_id}/confirm",
             "finance: a bank transfer settled (with the bank's reference)",
-            ADMIN_FINANCE,
+            ADMIN_TREASURY,
             crate::payouts::confirm,
         )
         .post(
             "/v1/payouts/{payout_id}/return",
             "finance: the bank returned a transfer; the amount goes back to the provider's balance",
-            ADMIN_FINANCE,
+            ADMIN_TREASURY,
             crate::payouts::return_payout,
         )
         .get(
@@ -487,13 +489,10 @@ pub fn endpoints() -> crate::routes::Routes {
 
 pub fn router(state: AppState) -> Router {
     endpoints()
-        .into_router()
+        .into_router(&state)
         .fallback(|| async { ApiError::NoRoute })
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            crate::idempotency::idempotency,
-        ))
         .with_state(state)
+        .layer(axum::middleware::from_fn(crate::error::problem_bodies))
 }
 
 async fn healthz() -> Json<wire::Health> {
@@ -561,14 +560,15 @@ impl Page {
             match text.parse::<u64>() {
                 Ok(value) if (min..=max).contains(&value) => value,
                 _ => {
-                    errors.push(wire::FieldError {
-                        field: name.to_owned(),
-                        code: "out_of_range".to_owned(),
-                        message: format!(
+                    errors.push(crate::error::field_error(
+                        crate::error::Location::Query,
+                        name,
+                        "out_of_range",
+                        format!(
                             "must be a whole number from {min} to {max}, got `{}`",
                             truncate(text)
                         ),
-                    });
+                    ));
                     default
                 }
             }
@@ -590,7 +590,7 @@ fn truncate(text: &str) -> String {
 async fn list_events(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<wire::EventsPage>, ApiError> {
     caller.require(&[Allow::Admin])?;
     let page = Page::parse(&query)?;
@@ -634,7 +634,7 @@ pub fn timestamp(us: i64) -> String {
 async fn balances(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<wire::AccountBalances>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let limit = match query.get("limit") {
@@ -690,7 +690,7 @@ async fn account_lines(
     State(state): State<AppState>,
     caller: Caller,
     Path(account): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query,
 ) -> Result<Json<wire::JournalPage>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let account: Account =

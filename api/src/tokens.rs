@@ -1,8 +1,9 @@
 //! Token endpoints: issue, list, rotate, revoke. Admins manage every token; a provider manages
 //! its own and issues agent tokens for its own machines; no other role may touch tokens.
 
+use crate::params::Path;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderName, StatusCode, header};
 use gpunex_domain::DomainEvent;
 use gpunex_domain::credentials::{self, CredentialEvent, CredentialRejection, Role, TokenIssued};
@@ -14,6 +15,7 @@ use uuid::Uuid;
 
 use crate::auth::{Allow, Caller, CredentialCache, NewToken};
 use crate::error::ApiError;
+use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 
 /// The clock, read at the edge: the domain only ever receives instants.
@@ -69,6 +71,8 @@ const NO_STORE: [(HeaderName, &str); 1] = [(header::CACHE_CONTROL, "no-store")];
 
 /// Most active (unrevoked) tokens bound to one provider.
 pub const PROVIDER_TOKENS_ACTIVE_MAX: usize = 200;
+/// Most active renter tokens of one person.
+pub const PERSON_TOKENS_ACTIVE_MAX: usize = 20;
 
 /// An empty append to the caller's own credential stream, expecting it at version 1 (issued,
 /// not revoked): the write fails if the caller was revoked meanwhile, in any process.
@@ -207,10 +211,28 @@ pub async fn issue_token(
     Ok((new, issued))
 }
 
+pub fn role_to_wire(role: Role) -> wire::TokenRole {
+    match role {
+        Role::Admin => wire::TokenRole::Admin,
+        Role::Finance => wire::TokenRole::Finance,
+        Role::Treasury => wire::TokenRole::Treasury,
+        Role::Provider { provider_id } => wire::TokenRole::Provider { provider_id },
+        Role::Agent {
+            provider_id,
+            machine_id,
+        } => wire::TokenRole::Agent {
+            provider_id,
+            machine_id,
+        },
+        Role::Renter { user_id } => wire::TokenRole::Renter { user_id },
+        Role::User { user_id } => wire::TokenRole::User { user_id },
+    }
+}
+
 pub fn info(record: &CredentialRecord) -> wire::TokenInfo {
     wire::TokenInfo {
         token_id: record.token_id,
-        role: serde_json::to_value(record.role).unwrap_or_default(),
+        role: role_to_wire(record.role),
         label: record.label.clone(),
         issued_at: timestamp(record.issued_at.unix_micros()),
         issued_by: record.issued_by.clone(),
@@ -222,7 +244,7 @@ pub fn info(record: &CredentialRecord) -> wire::TokenInfo {
 pub fn issued_info(issued: &TokenIssued) -> wire::TokenInfo {
     wire::TokenInfo {
         token_id: issued.token_id,
-        role: serde_json::to_value(issued.role).unwrap_or_default(),
+        role: role_to_wire(issued.role),
         label: issued.label.clone(),
         issued_at: timestamp(issued.issued_at.unix_micros()),
         issued_by: issued.issued_by.clone(),
@@ -231,33 +253,148 @@ pub fn issued_info(issued: &TokenIssued) -> wire::TokenInfo {
     }
 }
 
-/// The token `token_id` if the caller may manage it; other providers' tokens do not exist for
-/// a provider (404, not 403, so ids cannot be probed).
+/// Whose tokens a caller may see and manage.
+enum Owner {
+    Everyone,
+    Provider(Uuid),
+    Person(Uuid),
+}
+
+fn owner_of(caller: &Caller) -> Result<Owner, ApiError> {
+    match caller.role {
+        Role::Admin => Ok(Owner::Everyone),
+        Role::Provider { provider_id } => Ok(Owner::Provider(provider_id)),
+        Role::User { user_id } => Ok(Owner::Person(user_id)),
+        _ => Err(ApiError::Forbidden),
+    }
+}
+
+impl Owner {
+    fn holds(&self, role: Role) -> bool {
+        match self {
+            Owner::Everyone => true,
+            Owner::Provider(provider_id) => role.provider_id() == Some(*provider_id),
+            Owner::Person(user_id) => role == Role::Renter { user_id: *user_id },
+        }
+    }
+}
+
+/// The token `token_id` if the caller may manage it; other owners' tokens do not exist for a
+/// provider or a person (404, not 403, so ids cannot be probed).
 fn manageable(
     state: &AppState,
     caller: &Caller,
     token_id: Uuid,
 ) -> Result<CredentialRecord, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Provider])?;
-    let record = state
+    let owner = owner_of(caller)?;
+    state
         .credentials
         .get(&token_id)
-        .ok_or(ApiError::NotFound("token"))?;
-    match caller.role {
-        Role::Admin => Ok(record),
-        _ if record.role.provider_id().is_some()
-            && record.role.provider_id() == caller.role.provider_id() =>
-        {
-            Ok(record)
+        .filter(|record| owner.holds(record.role))
+        .ok_or(ApiError::NotFound("token"))
+}
+
+/// The machine a new agent token of `provider_id` is bound to. Machine ids are minted by the
+/// platform: without `requested`, a new one; a requested id must already be held by the same
+/// provider (registered to it, or bound to one of its earlier agent tokens), so no provider can
+/// take an id another holds or will register.
+pub fn agent_machine(
+    cache: &CredentialCache,
+    provider_id: Uuid,
+    requested: Option<Uuid>,
+) -> Result<Uuid, ApiError> {
+    let Some(machine_id) = requested else {
+        return Ok(Uuid::now_v7());
+    };
+    match cache.machine_holder(&machine_id) {
+        Some(holder) if holder == provider_id => Ok(machine_id),
+        Some(_) => Err(ApiError::Conflict {
+            code: "machine_registered_elsewhere",
+            detail: format!("machine {machine_id} belongs to another provider"),
+        }),
+        None => Err(ApiError::Unprocessable {
+            code: "machine_id_unknown",
+            detail: format!(
+                "no machine {machine_id} is bound to this provider; machine ids are minted by the platform: omit machine_id to get a new one"
+            ),
+        }),
+    }
+}
+
+/// The role a caller may issue for a request: an admin any role, a provider agent tokens for
+/// itself, a person renter tokens for themselves.
+fn resolve_role(
+    cache: &CredentialCache,
+    caller: Role,
+    requested: wire::RequestedRole,
+) -> Result<Role, ApiError> {
+    use wire::RequestedRole as R;
+    let own = |given: Option<Uuid>, own: Uuid| given.is_none_or(|given| given == own);
+    match (caller, requested) {
+        (Role::Admin, R::Admin) => Ok(Role::Admin),
+        (Role::Admin, R::Finance) => Ok(Role::Finance),
+        (Role::Admin, R::Treasury) => Ok(Role::Treasury),
+        (Role::Admin, R::Provider { provider_id }) => Ok(Role::Provider { provider_id }),
+        (
+            Role::Admin,
+            R::Agent {
+                provider_id: Some(provider_id),
+                machine_id,
+            },
+        ) => Ok(Role::Agent {
+            provider_id,
+            machine_id: agent_machine(cache, provider_id, machine_id)?,
+        }),
+        (Role::Admin, R::Agent { provider_id: None, .. }) => Err(ApiError::invalid(
+            "/role/provider_id",
+            "missing_field",
+            "an agent token is bound to a provider: name it",
+        )),
+        (Role::Admin, R::Renter { user_id: Some(user_id) }) => cache
+            .user(&user_id)
+            .map(|_| Role::Renter { user_id })
+            .ok_or_else(|| {
+                ApiError::invalid("/role/user_id", "unknown_user", "no such person")
+            }),
+        (Role::Admin, R::Renter { user_id: None }) => Err(ApiError::invalid(
+            "/role/user_id",
+            "missing_field",
+            "a renter token is bound to a person: name them",
+        )),
+        (
+            Role::Provider {
+                provider_id: caller_provider,
+            },
+            R::Agent {
+                provider_id,
+                machine_id,
+            },
+        ) if own(provider_id, caller_provider) => Ok(Role::Agent {
+            provider_id: caller_provider,
+            machine_id: agent_machine(cache, caller_provider, machine_id)?,
+        }),
+        (Role::User { user_id }, R::Renter { user_id: given }) if own(given, user_id) => {
+            Ok(Role::Renter { user_id })
         }
-        _ => Err(ApiError::NotFound("token")),
+        _ => Err(ApiError::Denied {
+            code: "role_not_issuable",
+            detail: "you may not issue a token with this role: an admin issues any, a provider agent tokens for itself, a person renter tokens for themselves".to_owned(),
+        }),
+    }
+}
+
+/// The label of a token when the request names none.
+fn default_label(role: Role) -> String {
+    match role {
+        Role::Agent { machine_id, .. } => format!("machine {machine_id}"),
+        role => format!("{} token", role.name()),
     }
 }
 
 pub async fn issue(
     State(state): State<AppState>,
     caller: Caller,
-    Json(request): Json<wire::IssueToken>,
+    JsonBody(request): JsonBody<wire::IssueToken>,
 ) -> Result<
     (
         StatusCode,
@@ -266,30 +403,8 @@ pub async fn issue(
     ),
     ApiError,
 > {
-    caller.require(&[Allow::Admin, Allow::Provider])?;
-    let role: Role = serde_json::from_value(request.role)
-        .map_err(|e| ApiError::invalid("role", "invalid_role", e.to_string()))?;
-    if let Role::Provider { provider_id } = caller.role {
-        // A provider issues agent tokens for its own machines, nothing else.
-        let own_agent = matches!(role, Role::Agent { provider_id: p, .. } if p == provider_id);
-        if !own_agent {
-            return Err(ApiError::Forbidden);
-        }
-    }
-    if let Role::Agent {
-        provider_id,
-        machine_id,
-    } = role
-        && state
-            .credentials
-            .with_fleet(|f| f.machine(&machine_id).map(|m| m.provider_id))
-            .is_some_and(|owner| owner != provider_id)
-    {
-        return Err(ApiError::Conflict {
-            code: "machine_registered_elsewhere",
-            detail: format!("machine {machine_id} is registered to another provider"),
-        });
-    }
+    caller.require(&[Allow::Admin, Allow::Provider, Allow::User])?;
+    let role = resolve_role(&state.credentials, caller.role, request.role)?;
     if let Some(provider_id) = role.provider_id() {
         let active = state
             .credentials
@@ -306,13 +421,30 @@ pub async fn issue(
             });
         }
     }
+    if let Role::Renter { user_id } = role {
+        let active = state
+            .credentials
+            .list_of_user(user_id)
+            .iter()
+            .filter(|record| record.revoked_at.is_none())
+            .count();
+        if active >= PERSON_TOKENS_ACTIVE_MAX {
+            return Err(ApiError::Conflict {
+                code: "too_many_tokens",
+                detail: format!(
+                    "a person may hold at most {PERSON_TOKENS_ACTIVE_MAX} active renter tokens; revoke some first"
+                ),
+            });
+        }
+    }
     let actor = caller.actor();
+    let label = request.label.unwrap_or_else(|| default_label(role));
     let (new, issued) = issue_token(
         &state.store,
         Some(&state.credentials),
         TokenRequest {
             caller: Some(caller.token_id),
-            ..TokenRequest::new(role, &request.label, &actor)
+            ..TokenRequest::new(role, &label, &actor)
         },
     )
     .await?;
@@ -333,13 +465,9 @@ pub const TOKENS_PAGE_MAX: usize = 100;
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+    crate::params::Query(query): crate::params::Query,
 ) -> Result<Json<wire::TokenList>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Provider])?;
-    let provider = match caller.role {
-        Role::Admin => None,
-        role => Some(role.provider_id().ok_or(ApiError::Forbidden)?),
-    };
+    caller.require(&[Allow::Admin, Allow::Provider, Allow::User])?;
     let limit = match query.get("limit") {
         Some(text) => text
             .parse::<usize>()
@@ -350,7 +478,11 @@ pub async fn list(
             })?,
         None => TOKENS_PAGE_MAX,
     };
-    let all = state.credentials.list(provider);
+    let all = match owner_of(&caller)? {
+        Owner::Everyone => state.credentials.list(None),
+        Owner::Provider(provider_id) => state.credentials.list(Some(provider_id)),
+        Owner::Person(user_id) => state.credentials.list_of_user(user_id),
+    };
     let start = match query.get("after") {
         Some(cursor) => {
             let after = Uuid::try_parse(cursor).map_err(|_| {
@@ -412,10 +544,10 @@ pub async fn revoke(
     State(state): State<AppState>,
     caller: Caller,
     Path(token_id): Path<Uuid>,
-    body: Option<Json<wire::RevokeToken>>,
+    body: Option<JsonBody<wire::RevokeToken>>,
 ) -> Result<Json<wire::TokenInfo>, ApiError> {
     let record = manageable(&state, &caller, token_id)?;
-    let reason = body.map(|Json(b)| b.reason).unwrap_or_default();
+    let reason = body.map(|JsonBody(b)| b.reason).unwrap_or_default();
     let revoked = credentials::revoke(
         record.revoked_at.is_some(),
         token_id,

@@ -12,6 +12,7 @@ conformance!(
     authorization_matrix,
     revocation_reaches_other_processes,
     a_revoked_caller_cannot_write_where_the_revocation_is_not_yet_known,
+    an_agent_token_never_reads_another_providers_machine,
 );
 
 mod common;
@@ -117,7 +118,7 @@ async fn authorization_matrix(db: &TestDb) {
     );
 
     // Finance writes nothing.
-    let agent_of = |provider: Uuid| json!({"role": {"kind": "agent", "provider_id": provider, "machine_id": Uuid::now_v7()}, "label": "node 1"});
+    let agent_of = |provider: Uuid| json!({"role": {"kind": "agent", "provider_id": provider}, "label": "node 1"});
     assert_eq!(
         call(
             &app,
@@ -184,7 +185,7 @@ async fn authorization_matrix(db: &TestDb) {
     .await;
     assert_eq!(
         (status, problem["errors"][0]["field"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("role"))
+        (StatusCode::BAD_REQUEST, Some("/role/kind"))
     );
 
     // An agent acts for nobody else (and manages no tokens).
@@ -365,7 +366,7 @@ async fn a_revoked_caller_cannot_write_where_the_revocation_is_not_yet_known(db:
         .0,
         StatusCode::OK
     );
-    let body = json!({"role": {"kind": "agent", "provider_id": provider, "machine_id": Uuid::now_v7()}, "label": "x"});
+    let body = json!({"role": {"kind": "agent", "provider_id": provider}, "label": "x"});
     let (status, answer) = call(&there, "POST", "/v1/tokens", Some(&leaked), Some(body)).await;
     assert!(
         status == StatusCode::UNAUTHORIZED || status == StatusCode::CONFLICT,
@@ -446,5 +447,124 @@ async fn lists_are_paged_with_cursors() {
         .await
         .0,
         StatusCode::BAD_REQUEST
+    );
+}
+
+/// The cross-tenant case. It used to go: provider A holds an agent token for machine id M before
+/// anyone registers M; provider B gets its own token for M and registers it; A's token then read
+/// B's machine and telemetry. Now the platform mints machine ids, no provider can bind a token
+/// to an id another holds, and even a token bound that way (by an operator's mistake) reads only
+/// a machine of its own provider.
+async fn an_agent_token_never_reads_another_providers_machine(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let app = common::serve(state.clone()).await;
+    let (provider_a, token_a) =
+        common::approved_provider(&app, &admin, "a@example.com", common::one_h100()).await;
+    let (provider_b, token_b) =
+        common::approved_provider(&app, &admin, "b@example.com", common::one_h100()).await;
+
+    // A chooses an id: refused, machine ids are the platform's.
+    let chosen = Uuid::now_v7();
+    let (status, problem) = call(
+        &app,
+        "POST",
+        "/v1/tokens",
+        Some(&token_a),
+        Some(json!({"role": {"kind": "agent", "machine_id": chosen}})),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("machine_id_unknown")),
+        "{problem}"
+    );
+    // A's token for a minted id M; B cannot bind a token to M, before or after it is registered.
+    let (machine, agent_a) = common::agent_token(&app, &token_a).await;
+    let (status, problem) = call(
+        &app,
+        "POST",
+        "/v1/tokens",
+        Some(&token_b),
+        Some(json!({"role": {"kind": "agent", "machine_id": machine}})),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (StatusCode::CONFLICT, Some("machine_registered_elsewhere")),
+        "{problem}"
+    );
+    // A may issue a second token for its own M.
+    let (status, second) = call(
+        &app,
+        "POST",
+        "/v1/tokens",
+        Some(&token_a),
+        Some(json!({"role": {"kind": "agent", "machine_id": machine}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{second}");
+    assert_eq!(
+        second["role"],
+        json!({"kind": "agent", "provider_id": provider_a, "machine_id": machine})
+    );
+
+    // Defence in depth: a token bound to M for B by going around the API registers M for B.
+    let (forged, _) = gpunex_api::tokens::issue_token(
+        &state.store,
+        Some(&state.credentials),
+        gpunex_api::tokens::TokenRequest::new(
+            Role::Agent {
+                provider_id: provider_b,
+                machine_id: machine,
+            },
+            "forged",
+            "cli",
+        ),
+    )
+    .await
+    .unwrap();
+    let (status, _) = call(
+        &app,
+        "POST",
+        "/v1/agent/events",
+        Some(&forged.token),
+        Some(json!({"events": [common::registration(machine, 1)]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(
+        &app,
+        "POST",
+        "/v1/agent/heartbeat",
+        Some(&forged.token),
+        Some(common::heartbeat(machine, 1)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    // A's agent token names M but M is B's: nothing of it is visible to A.
+    let gpu = common::gpu(machine, 0)["gpu_uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for path in [
+        format!("/v1/machines/{machine}"),
+        format!("/v1/machines/{machine}/gpus/{gpu}/telemetry"),
+    ] {
+        let (status, body) = call(&app, "GET", &path, Some(&agent_a), None).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_found")),
+            "{path}: {body}"
+        );
+        let (status, _) = call(&app, "GET", &path, Some(&token_a), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path} as provider A");
+        let (status, _) = call(&app, "GET", &path, Some(&token_b), None).await;
+        assert_eq!(status, StatusCode::OK, "{path} as provider B, its owner");
+    }
+    let (status, problem) = call(&app, "GET", "/v1/agent/machine", Some(&agent_a), None).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("machine_not_owned"))
     );
 }

@@ -20,6 +20,7 @@ conformance!(
 );
 
 mod common;
+use common::{gpu, heartbeat, registration};
 
 fn config() -> FleetConfig {
     FleetConfig {
@@ -60,60 +61,6 @@ fn h100_entry(quantity: u32) -> Value {
         "availability": {"kind": "always_on"},
         "location": {"city": "Frankfurt", "country": "DE", "region": "Hesse"}
     }])
-}
-
-fn gpu(machine: Uuid, index: u32) -> Value {
-    json!({
-        "gpu_uuid": format!("GPU-{}-{index:04x}", &machine.simple().to_string()[..20]),
-        "index": index,
-        "name": "NVIDIA H100 80GB HBM3",
-        "pci_device_id": 0x2330,
-        "pci_bus_id": format!("00000000:{:02X}:00.0", 0x18 + index),
-        "vram_mib": 81_559,
-        "driver_version": "550.54.15",
-        "cuda_driver_version": "12.4",
-        "pcie_current": {"generation": 1, "width": 16},
-        "pcie_max": {"generation": 5, "width": 16},
-        "power_limit_w": if index == 0 { 500 } else { 700 },
-        "default_power_limit_w": 700,
-        "ecc_enabled": true,
-        "mig_enabled": null
-    })
-}
-
-fn registration(machine: Uuid, gpus: u32) -> Value {
-    json!({
-        "event_id": Uuid::now_v7(),
-        "occurred_at": chrono::Utc::now().to_rfc3339(),
-        "kind": "registration",
-        "body": {
-            "machine_id": machine,
-            "agent_version": "test",
-            "simulated": true,
-            "host": {
-                "hostname": "node-7", "cpu_model": "AMD EPYC 9654", "cpu_cores": 192,
-                "ram_mib": 2_097_152, "disk_total_gib": 7_000, "disk_free_gib": 6_500,
-                "os": "Ubuntu 22.04.4 LTS", "kernel": "6.5.0-41-generic"
-            },
-            "gpus": (0..gpus).map(|i| gpu(machine, i)).collect::<Vec<_>>(),
-        }
-    })
-}
-
-fn sample(machine: Uuid, index: u32, temperature: i64) -> Value {
-    json!({
-        "gpu_uuid": gpu(machine, index)["gpu_uuid"],
-        "utilization_pct": 97, "memory_used_mib": 70_000, "temperature_c": temperature,
-        "power_draw_mw": 640_000, "sm_clock_mhz": 1_980, "clock_event_reasons": 4,
-        "ecc_corrected": 0, "ecc_uncorrected": 0
-    })
-}
-
-fn heartbeat(machine: Uuid, gpus: u32) -> Value {
-    json!({
-        "machine_id": machine,
-        "gpus": (0..gpus).map(|i| sample(machine, i, 60 + i64::from(i))).collect::<Vec<_>>(),
-    })
 }
 
 async fn call(
@@ -168,8 +115,7 @@ async fn register_heartbeat_offline_and_back(db: &TestDb) {
     let p = platform(db).await;
     let (provider, provider_token) =
         common::approved_provider(&p.base, &p.admin, "grace@example.com", h100_entry(8)).await;
-    let machine = Uuid::now_v7();
-    let agent = common::agent_token(&p.base, &provider_token, provider, machine).await;
+    let (machine, agent) = common::agent_token(&p.base, &provider_token).await;
 
     let (status, identity) = call(&p.base, "GET", "/v1/agent/identity", &agent, None).await;
     assert_eq!(status, StatusCode::OK);
@@ -431,10 +377,8 @@ async fn agents_cannot_act_for_other_machines_or_send_nonsense(db: &TestDb) {
         common::approved_provider(&p.base, &p.admin, "a@example.com", h100_entry(4)).await;
     let (provider_b, token_b) =
         common::approved_provider(&p.base, &p.admin, "b@example.com", h100_entry(4)).await;
-    let machine_a = Uuid::now_v7();
-    let machine_b = Uuid::now_v7();
-    let agent_a = common::agent_token(&p.base, &token_a, provider_a, machine_a).await;
-    let agent_b = common::agent_token(&p.base, &token_b, provider_b, machine_b).await;
+    let (machine_a, agent_a) = common::agent_token(&p.base, &token_a).await;
+    let (machine_b, agent_b) = common::agent_token(&p.base, &token_b).await;
     let (status, _) = deliver(&p.base, &agent_a, vec![registration(machine_a, 2)]).await;
     assert_eq!(status, StatusCode::OK);
     let head = |p: &Platform| {
@@ -703,10 +647,9 @@ async fn agents_cannot_act_for_other_machines_or_send_nonsense(db: &TestDb) {
 
 async fn platform_outages_are_not_provider_downtime(db: &TestDb) {
     let p = platform(db).await;
-    let (provider, token) =
+    let (_, token) =
         common::approved_provider(&p.base, &p.admin, "o@example.com", h100_entry(1)).await;
-    let machine = Uuid::now_v7();
-    let agent = common::agent_token(&p.base, &token, provider, machine).await;
+    let (machine, agent) = common::agent_token(&p.base, &token).await;
     deliver(&p.base, &agent, vec![registration(machine, 1)]).await;
     let first = start_watchdog(&p.state);
     let (_, ack) = call(

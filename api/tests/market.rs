@@ -81,8 +81,7 @@ async fn host(base: &str, admin: &str, spec: Spec<'_>) -> Host {
         tier,
     )
     .await;
-    let machine = Uuid::now_v7();
-    let agent = common::agent_token(base, &token, provider, machine).await;
+    let (machine, agent) = common::agent_token(base, &token).await;
     let gpus: Vec<Value> = (0..count)
         .map(|i| {
             json!({
@@ -711,13 +710,16 @@ fn rent_body(gpus: Value) -> Value {
     })
 }
 
-async fn renter(base: &str, admin: &str) -> String {
+/// A renter token, as a new customer gets one without an admin: sign up, then issue a renter
+/// token for yourself.
+async fn renter(base: &str) -> String {
+    let person = common::person(base, &format!("renter-{}@example.com", Uuid::now_v7())).await;
     let (status, issued) = call(
         base,
         "POST",
         "/v1/tokens",
-        Some(admin),
-        Some(json!({"role": {"kind": "renter", "user_id": Uuid::now_v7()}, "label": "renter"})),
+        Some(&person),
+        Some(json!({"role": {"kind": "renter"}, "label": "renter"})),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{issued}");
@@ -760,7 +762,7 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
     .await;
     set_price(&base, &h, "h100-80gb", "2.00").await;
     set_price(&base, &other, "h100-80gb", "2.00").await;
-    let (r1, r2) = (renter(&base, &admin).await, renter(&base, &admin).await);
+    let (r1, r2) = (renter(&base).await, renter(&base).await);
 
     // Rent two GPUs: the price in force is locked in; they leave the listings.
     let (status, rental) = call(
@@ -861,7 +863,7 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
     // Eight renters race for one GPU: exactly one gets it.
     let mut racers = Vec::new();
     for _ in 0..8 {
-        let token = renter(&base, &admin).await;
+        let token = renter(&base).await;
         let (base, gpu) = (base.clone(), h.gpus[3].clone());
         racers.push(tokio::spawn(async move {
             call(
@@ -1085,7 +1087,7 @@ async fn agents_run_jobs_and_report_how_they_end(db: &TestDb) {
     let small = host(&base, &admin, spec("small@example.com", 1)).await;
     set_price(&base, &h, "h100-80gb", "2.00").await;
     set_price(&base, &small, "h100-80gb", "1.00").await;
-    let r = renter(&base, &admin).await;
+    let r = renter(&base).await;
     let workload = json!({"image": "nvidia/cuda:12.4.1-base-ubuntu22.04", "command": ["python", "train.py"],
                           "env": {"EPOCHS": "1"}});
 
@@ -1115,7 +1117,7 @@ async fn agents_run_jobs_and_report_how_they_end(db: &TestDb) {
         (
             json!({"gpu_uuids": [h.gpus[0]]}),
             StatusCode::BAD_REQUEST,
-            "invalid_body",
+            "missing_field",
         ),
     ] {
         let (got, problem) = call(&base, "POST", "/v1/rentals", Some(&r), Some(body)).await;
@@ -1281,7 +1283,7 @@ async fn agents_run_jobs_and_report_how_they_end(db: &TestDb) {
             StatusCode::BAD_REQUEST,
             "invalid_date",
         ),
-        ("", &small.token, StatusCode::FORBIDDEN, "forbidden"),
+        ("", &small.token, StatusCode::FORBIDDEN, "other_provider"),
         ("", &r, StatusCode::FORBIDDEN, "forbidden"),
     ] {
         let (got, problem) = call(
@@ -1480,7 +1482,7 @@ async fn a_rental_on_a_silent_machine_ends_at_its_last_heartbeat(db: &TestDb) {
     )
     .await;
     set_price(&base, &h, "h100-80gb", "2.00").await;
-    let r = renter(&base, &admin).await;
+    let r = renter(&base).await;
     let (_, rental) = call(
         &base,
         "POST",
@@ -1626,7 +1628,7 @@ async fn price_recommendations_follow_the_market_and_say_when_they_fall_back(db:
     );
 
     // Three rentals in Hesse: the rented prices decide, the pick within them follows demand.
-    let r = renter(&base, &admin).await;
+    let r = renter(&base).await;
     for h in &hosts[..3] {
         let (status, _) = call(
             &base,

@@ -79,8 +79,8 @@ async fn payout_settings_are_checked_and_recorded(db: &TestDb) {
         ),
         (
             json!({"schedule": "daily", "method": {"kind": "solana", "wallet": WALLET}}),
-            "body",
-            "invalid_body",
+            "/schedule",
+            "unknown_value",
         ),
     ] {
         let (status, _, problem) =

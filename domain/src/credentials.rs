@@ -15,8 +15,11 @@ use crate::time::Timestamp;
 pub enum Role {
     /// Operators and reviewers: everything.
     Admin,
-    /// Read-only across all providers.
+    /// Audits: reads every provider's earnings, payouts and the ledger; writes nothing.
     Finance,
+    /// Operates payouts: runs batches, files bank transfers, records the bank's confirmations,
+    /// returns and status reports. A duty apart from auditing them (`docs/access.md`).
+    Treasury,
     /// One provider's own data.
     Provider { provider_id: Uuid },
     /// One machine of one provider: may report only for that provider's machines.
@@ -33,6 +36,7 @@ impl Role {
         match self {
             Role::Admin => "admin",
             Role::Finance => "finance",
+            Role::Treasury => "treasury",
             Role::Provider { .. } => "provider",
             Role::Agent { .. } => "agent",
             Role::Renter { .. } => "renter",
@@ -44,7 +48,11 @@ impl Role {
     pub fn provider_id(&self) -> Option<Uuid> {
         match self {
             Role::Provider { provider_id } | Role::Agent { provider_id, .. } => Some(*provider_id),
-            Role::Admin | Role::Finance | Role::Renter { .. } | Role::User { .. } => None,
+            Role::Admin
+            | Role::Finance
+            | Role::Treasury
+            | Role::Renter { .. }
+            | Role::User { .. } => None,
         }
     }
 }

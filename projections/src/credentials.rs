@@ -27,6 +27,9 @@ pub struct CredentialRecord {
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
     tokens: HashMap<Uuid, CredentialRecord>,
+    /// Each machine id an agent token was ever bound to, and the provider of the first such
+    /// token: the id's holder, whatever later tokens say.
+    machine_holders: HashMap<Uuid, Uuid>,
 }
 
 impl Credentials {
@@ -36,6 +39,15 @@ impl Credentials {
         };
         match event {
             CredentialEvent::Issued(issued) => {
+                if let Role::Agent {
+                    provider_id,
+                    machine_id,
+                } = issued.role
+                {
+                    self.machine_holders
+                        .entry(machine_id)
+                        .or_insert(provider_id);
+                }
                 self.tokens
                     .entry(issued.token_id)
                     .or_insert_with(|| CredentialRecord {
@@ -61,6 +73,22 @@ impl Credentials {
 
     pub fn get(&self, token_id: &Uuid) -> Option<&CredentialRecord> {
         self.tokens.get(token_id)
+    }
+
+    /// The provider that holds `machine_id`: the one its first agent token was bound to.
+    pub fn machine_holder(&self, machine_id: &Uuid) -> Option<Uuid> {
+        self.machine_holders.get(machine_id).copied()
+    }
+
+    /// The renter tokens of one person, oldest first.
+    pub fn list_of_user(&self, user_id: Uuid) -> Vec<&CredentialRecord> {
+        let mut tokens: Vec<&CredentialRecord> = self
+            .tokens
+            .values()
+            .filter(|record| record.role == Role::Renter { user_id })
+            .collect();
+        tokens.sort_by_key(|record| (record.issued_at, record.token_id));
+        tokens
     }
 
     /// Every token, oldest first; `provider` limits the list to tokens bound to that provider.

@@ -112,26 +112,69 @@ pub struct Problem {
 /// One invalid field of a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldError {
-    /// JSON pointer or query parameter name.
+    /// A JSON Pointer (RFC 6901) into the request body, or the name of a query or path
+    /// parameter or a header.
     pub field: String,
+    /// `body`, `query`, `path` or `header`.
+    #[serde(rename = "in", default)]
+    pub location: String,
     pub code: String,
     pub message: String,
 }
 
-/// `POST /v1/tokens`: issue a token. `role` is `{"kind": "admin"}`, `{"kind": "finance"}`,
-/// `{"kind": "provider", "provider_id": ...}`, `{"kind": "agent", "provider_id": ...,
-/// "machine_id": ...}` or `{"kind": "renter", "user_id": ...}`.
+/// Who a token acts as, as listed and as issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TokenRole {
+    Admin,
+    Finance,
+    Treasury,
+    Provider { provider_id: Uuid },
+    Agent { provider_id: Uuid, machine_id: Uuid },
+    Renter { user_id: Uuid },
+    User { user_id: Uuid },
+}
+
+/// The role a `POST /v1/tokens` asks for. What may be omitted is filled from the caller: a
+/// provider's agent token is for the provider itself, a person's renter token for themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RequestedRole {
+    Admin,
+    Finance,
+    Treasury,
+    Provider {
+        provider_id: Uuid,
+    },
+    /// Machine ids are minted by the platform: omit `machine_id` for a new machine; name one
+    /// only to issue another token for a machine already bound to the same provider.
+    Agent {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_id: Option<Uuid>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        machine_id: Option<Uuid>,
+    },
+    Renter {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user_id: Option<Uuid>,
+    },
+}
+
+/// `POST /v1/tokens`: issue a token. Without a `label`, the token is named after its role
+/// (and machine).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct IssueToken {
-    pub role: serde_json::Value,
-    pub label: String,
+    pub role: RequestedRole,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 /// A token as listed: never its secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenInfo {
     pub token_id: Uuid,
-    pub role: serde_json::Value,
+    pub role: TokenRole,
     pub label: String,
     pub issued_at: String,
     pub issued_by: String,

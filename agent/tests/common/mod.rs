@@ -212,6 +212,26 @@ pub async fn token(base: &str, issuer: &str, role: Value) -> String {
     issued["token"].as_str().unwrap().to_owned()
 }
 
+/// An agent token the provider issues for a new machine: `(machine_id, token)`, the machine id
+/// minted by the platform.
+pub async fn agent_token(base: &str, provider_token: &str) -> (Uuid, String) {
+    let (status, issued) = call(
+        base,
+        "POST",
+        "/v1/tokens",
+        provider_token,
+        Some(json!({"role": {"kind": "agent"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{issued}");
+    let machine_id = issued["role"]["machine_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (machine_id, issued["token"].as_str().unwrap().to_owned())
+}
+
 pub async fn machine(base: &str, admin: &str, machine_id: Uuid) -> Value {
     call(
         base,

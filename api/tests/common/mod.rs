@@ -4,7 +4,7 @@
 
 use axum::http::{HeaderMap, StatusCode};
 use gpunex_api::{AppState, router};
-use serde_json::Value;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
 /// Serves `state` on 127.0.0.1 with an OS-chosen port for the rest of the test; returns the
@@ -164,26 +164,24 @@ pub async fn approved_provider_as(
     (provider_id, token["token"].as_str().unwrap().to_owned())
 }
 
-/// An agent token the provider issues for one of its machines.
-pub async fn agent_token(
-    base: &str,
-    provider_token: &str,
-    provider_id: uuid::Uuid,
-    machine_id: uuid::Uuid,
-) -> String {
+/// An agent token the provider issues for a new machine: `(machine_id, token)`, the machine id
+/// minted by the platform.
+pub async fn agent_token(base: &str, provider_token: &str) -> (Uuid, String) {
     let (status, _, issued) = request(
         base,
         "POST",
         "/v1/tokens",
         Some(provider_token),
-        Some(serde_json::json!({
-            "role": {"kind": "agent", "provider_id": provider_id, "machine_id": machine_id},
-            "label": format!("machine {machine_id}"),
-        })),
+        Some(json!({"role": {"kind": "agent"}})),
     )
     .await;
-    assert!(status.is_success(), "{issued}");
-    issued["token"].as_str().unwrap().to_owned()
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    let machine_id = issued["role"]["machine_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (machine_id, issued["token"].as_str().unwrap().to_owned())
 }
 
 /// An RFC 3339 instant.
@@ -304,4 +302,60 @@ pub async fn set_payout_settings(
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// What an agent sends: a GPU of `machine` as detected, its registration event, a telemetry
+/// sample and a heartbeat (the GPU UUIDs derive from the machine id).
+pub fn gpu(machine: Uuid, index: u32) -> Value {
+    json!({
+        "gpu_uuid": format!("GPU-{}-{index:04x}", &machine.simple().to_string()[..20]),
+        "index": index,
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_device_id": 0x2330,
+        "pci_bus_id": format!("00000000:{:02X}:00.0", 0x18 + index),
+        "vram_mib": 81_559,
+        "driver_version": "550.54.15",
+        "cuda_driver_version": "12.4",
+        "pcie_current": {"generation": 1, "width": 16},
+        "pcie_max": {"generation": 5, "width": 16},
+        "power_limit_w": if index == 0 { 500 } else { 700 },
+        "default_power_limit_w": 700,
+        "ecc_enabled": true,
+        "mig_enabled": null
+    })
+}
+
+pub fn registration(machine: Uuid, gpus: u32) -> Value {
+    json!({
+        "event_id": Uuid::now_v7(),
+        "occurred_at": chrono::Utc::now().to_rfc3339(),
+        "kind": "registration",
+        "body": {
+            "machine_id": machine,
+            "agent_version": "test",
+            "simulated": true,
+            "host": {
+                "hostname": "node-7", "cpu_model": "AMD EPYC 9654", "cpu_cores": 192,
+                "ram_mib": 2_097_152, "disk_total_gib": 7_000, "disk_free_gib": 6_500,
+                "os": "Ubuntu 22.04.4 LTS", "kernel": "6.5.0-41-generic"
+            },
+            "gpus": (0..gpus).map(|i| gpu(machine, i)).collect::<Vec<_>>(),
+        }
+    })
+}
+
+pub fn sample(machine: Uuid, index: u32, temperature: i64) -> Value {
+    json!({
+        "gpu_uuid": gpu(machine, index)["gpu_uuid"],
+        "utilization_pct": 97, "memory_used_mib": 70_000, "temperature_c": temperature,
+        "power_draw_mw": 640_000, "sm_clock_mhz": 1_980, "clock_event_reasons": 4,
+        "ecc_corrected": 0, "ecc_uncorrected": 0
+    })
+}
+
+pub fn heartbeat(machine: Uuid, gpus: u32) -> Value {
+    json!({
+        "machine_id": machine,
+        "gpus": (0..gpus).map(|i| sample(machine, i, 60 + i64::from(i))).collect::<Vec<_>>(),
+    })
 }
