@@ -2,6 +2,7 @@
 //! default parameters: 19 MiB, 2 passes) on a blocking thread; a session is a bearer token of
 //! role `user` that expires after [`SESSION_HOURS`]. Failed sign-ins are rate-limited per address.
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -148,8 +149,8 @@ async fn verify_password(password: String, hash: Option<String>) -> bool {
     known && verified
 }
 
-fn invalid(field: &str, code: &str, message: impl Into<String>) -> ApiError {
-    ApiError::invalid(field, code, message)
+fn invalid(field: &str, code: ErrorCode, message: impl Into<String>) -> ApiError {
+    ApiError::body(field, code, message)
 }
 
 /// `POST /v1/accounts`: sign up. Public.
@@ -158,11 +159,11 @@ pub async fn sign_up(
     JsonBody(request): JsonBody<wire::Credentials>,
 ) -> Result<(StatusCode, Json<wire::Account>), ApiError> {
     let email = accounts::normalize_email(&request.email)
-        .map_err(|m| invalid("email", "invalid_email", m))?;
+        .map_err(|m| invalid("/email", ErrorCode::InvalidEmail, m))?;
     accounts::check_password(&request.password)
-        .map_err(|m| invalid("password", "weak_password", m))?;
-    let taken = || ApiError::Conflict {
-        code: "email_taken",
+        .map_err(|m| invalid("/password", ErrorCode::WeakPassword, m))?;
+    let taken = || ApiError::Refused {
+        code: ErrorCode::EmailTaken,
         detail: "an account with this email already exists".to_owned(),
     };
     if state.credentials.user_by_email(&email).is_some() {
@@ -207,10 +208,7 @@ pub async fn sign_up(
         Err(AppendError::WrongExpectedVersion { .. }) => return Err(taken()),
         Err(AppendError::Store(error)) => return Err(error.into()),
         Err(other) => {
-            return Err(ApiError::Conflict {
-                code: other.code(),
-                detail: other.to_string(),
-            });
+            return Err(crate::error::append_failure(other));
         }
     }
     state.credentials.apply(&registered);
@@ -296,7 +294,7 @@ pub async fn sign_out(
         "signed out",
         now(),
     )
-    .map_err(|e| ApiError::Conflict {
+    .map_err(|e| ApiError::Refused {
         code: e.code(),
         detail: e.to_string(),
     })?;
@@ -315,8 +313,8 @@ pub async fn sign_out(
         .await
         .map_err(|error| match error {
             AppendError::Store(error) => error.into(),
-            other => ApiError::Conflict {
-                code: "already_signed_out",
+            other => ApiError::Refused {
+                code: ErrorCode::AlreadySignedOut,
                 detail: other.to_string(),
             },
         })?;

@@ -8,6 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::DomainEvent;
+use gpunex_domain::codes::ErrorCode;
 use gpunex_domain::credentials::Role;
 use gpunex_domain::onboarding::{
     self, Application, ApplicationCommand, ApplicationInput, ApplicationRejection,
@@ -63,9 +64,9 @@ fn rejection(error: ApplicationRejection) -> ApiError {
         ApplicationRejection::NotFound => ApiError::NotFound("application"),
         ApplicationRejection::NotTheApplicant => ApiError::Forbidden,
         ApplicationRejection::InvalidText { field } => {
-            ApiError::invalid(field, code, error.to_string())
+            ApiError::body(&format!("/{field}"), code, error.to_string())
         }
-        _ => ApiError::Conflict {
+        _ => ApiError::Refused {
             code,
             detail: error.to_string(),
         },
@@ -113,14 +114,11 @@ async fn execute(
         .await
         .map_err(|error| match error {
             AppendError::Store(error) => error.into(),
-            AppendError::WrongExpectedVersion { .. } => ApiError::Conflict {
-                code: "concurrent_change",
+            AppendError::WrongExpectedVersion { .. } => ApiError::Refused {
+                code: ErrorCode::ConcurrentChange,
                 detail: "the application changed while this request ran; read it again".to_owned(),
             },
-            other => ApiError::Conflict {
-                code: other.code(),
-                detail: other.to_string(),
-            },
+            other => crate::error::append_failure(other),
         })?;
     // Read-your-writes for this process's registry (lists, reads); the answer itself comes
     // from the fold below, so a slow registry delays but never fails a committed step.
@@ -234,9 +232,9 @@ pub async fn list(
     let status: Option<ApplicationStatus> = match query.get("status") {
         Some(text) => Some(
             serde_json::from_value(serde_json::Value::String(text.clone())).map_err(|_| {
-                ApiError::invalid(
+                ApiError::query(
                     "status",
-                    "invalid_status",
+                    ErrorCode::InvalidStatus,
                     "under_review, information_requested, approved, rejected or withdrawn",
                 )
             })?,
@@ -250,9 +248,9 @@ pub async fn list(
             .ok()
             .filter(|n| (1..=APPLICATIONS_PAGE_MAX).contains(n))
             .ok_or_else(|| {
-                ApiError::invalid(
+                ApiError::query(
                     "limit",
-                    "out_of_range",
+                    ErrorCode::OutOfRange,
                     format!("1 to {APPLICATIONS_PAGE_MAX}"),
                 )
             })?,
@@ -261,7 +259,11 @@ pub async fn list(
     // The cursor is the log position of the last application of the previous page.
     let after = match query.get("after") {
         Some(cursor) => Some(cursor.parse::<u64>().map_err(|_| {
-            ApiError::invalid("after", "invalid_cursor", "a cursor from next_after")
+            ApiError::query(
+                "after",
+                ErrorCode::InvalidCursor,
+                "a cursor from next_after",
+            )
         })?),
         None => None,
     };
@@ -378,7 +380,7 @@ pub async fn approve(
     JsonBody(approval): JsonBody<wire::Approval>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
     let tier: Tier = serde_json::from_value(serde_json::Value::String(approval.tier))
-        .map_err(|_| ApiError::invalid("tier", "invalid_tier", "enterprise or community"))?;
+        .map_err(|_| ApiError::body("/tier", ErrorCode::InvalidTier, "enterprise or community"))?;
     step(state, caller, id, &[Allow::Admin], |caller| {
         Ok(ApplicationCommand::Approve {
             reviewer_user_id: caller.token_id,
@@ -414,14 +416,14 @@ pub async fn claim_provider_token(
         .provider_id
         .filter(|_| application.status == ApplicationStatus::Approved)
     else {
-        return Err(ApiError::Conflict {
-            code: "not_approved",
+        return Err(ApiError::Refused {
+            code: ErrorCode::NotApproved,
             detail: "the application is not approved".to_owned(),
         });
     };
     if !state.credentials.list(Some(provider_id)).is_empty() {
-        return Err(ApiError::Conflict {
-            code: "already_issued",
+        return Err(ApiError::Refused {
+            code: ErrorCode::AlreadyIssued,
             detail: "the provider's first token was already issued; manage tokens with it"
                 .to_owned(),
         });

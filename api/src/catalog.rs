@@ -5,6 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::DomainEvent;
+use gpunex_domain::codes::ErrorCode;
 use gpunex_domain::gpu::{CatalogRejection, GPU_CATALOG};
 use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
 use serde::{Deserialize, Serialize};
@@ -60,7 +61,7 @@ pub async fn add(
     caller.require(&[Allow::Admin])?;
     let models = state.credentials.added_models();
     let catalog = gpunex_domain::gpu::Catalog { added: &models };
-    let taken = |e: CatalogRejection| ApiError::Conflict {
+    let taken = |e: CatalogRejection| ApiError::Refused {
         code: e.code(),
         detail: e.to_string(),
     };
@@ -74,13 +75,13 @@ pub async fn add(
         )
         .map_err(|e| match e {
             CatalogRejection::AlreadyListed => taken(e),
-            CatalogRejection::InvalidId => ApiError::invalid("model_id", e.code(), e.to_string()),
-            CatalogRejection::InvalidName => ApiError::invalid("name", e.code(), e.to_string()),
-            CatalogRejection::InvalidVram => ApiError::invalid("vram_gb", e.code(), e.to_string()),
+            CatalogRejection::InvalidId => ApiError::body("/model_id", e.code(), e.to_string()),
+            CatalogRejection::InvalidName => ApiError::body("/name", e.code(), e.to_string()),
+            CatalogRejection::InvalidVram => ApiError::body("/vram_gb", e.code(), e.to_string()),
         })?;
     let event = DomainEvent::ModelAdded(added.clone());
     let stream = gpunex_domain::StreamId::parse(format!("catalog_model-{}", added.model_id))
-        .map_err(|e| ApiError::invalid("model_id", "invalid_model_id", e.to_string()))?;
+        .map_err(|e| ApiError::body("/model_id", ErrorCode::InvalidModelId, e.to_string()))?;
     // One stream per id, expected empty: two admins adding one id cannot both succeed.
     state
         .store

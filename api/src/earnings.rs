@@ -4,6 +4,7 @@
 //! Periods are local calendar days in the provider's time zone (the one of its weekly
 //! availability, else UTC; `tz` overrides): this week starts on Monday, this month on the 1st.
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 
 use crate::params::{Path, Query};
@@ -45,11 +46,11 @@ pub fn totals(sums: Sums) -> we::Totals {
 
 fn calendar_error(field: &str, error: CalendarError) -> ApiError {
     let code = match error {
-        CalendarError::UnknownZone(_) => "unknown_time_zone",
-        CalendarError::BadDate(_) => "invalid_date",
-        CalendarError::BadRange => "invalid_range",
+        CalendarError::UnknownZone(_) => ErrorCode::UnknownTimeZone,
+        CalendarError::BadDate(_) => ErrorCode::InvalidDate,
+        CalendarError::BadRange => ErrorCode::InvalidRange,
     };
-    ApiError::invalid(field, code, error.to_string())
+    ApiError::query(field, code, error.to_string())
 }
 
 /// The query of an earnings request: the zone and an optional day range.
@@ -64,9 +65,9 @@ fn parse_range(query: &HashMap<String, String>, default_zone: String) -> Result<
         .keys()
         .find(|k| !["tz", "from", "to"].contains(&k.as_str()))
     {
-        return Err(ApiError::invalid(
+        return Err(ApiError::query(
             key,
-            "unknown_parameter",
+            ErrorCode::UnknownParameter,
             "known: tz, from, to",
         ));
     }
@@ -85,9 +86,9 @@ fn parse_range(query: &HashMap<String, String>, default_zone: String) -> Result<
         }
         (None, None) => None,
         _ => {
-            return Err(ApiError::invalid(
+            return Err(ApiError::query(
                 "from",
-                "invalid_range",
+                ErrorCode::InvalidRange,
                 "give both from and to (YYYY-MM-DD), or neither",
             ));
         }
@@ -223,7 +224,11 @@ pub async fn daily(
 ) -> Result<Json<we::DailyEarnings>, ApiError> {
     let range = dashboard_request(&state, &caller, provider_id, &query)?;
     let (first, last) = range.days.ok_or_else(|| {
-        ApiError::invalid("from", "required", "from and to (YYYY-MM-DD) are required")
+        ApiError::query(
+            "from",
+            ErrorCode::Required,
+            "from and to (YYYY-MM-DD) are required",
+        )
     })?;
     let days = calendar::days(first, last).map_err(|e| calendar_error("to", e))?;
     let zone = range.zone;
@@ -289,7 +294,11 @@ pub async fn statement(
 ) -> Result<Response, ApiError> {
     let range = dashboard_request(&state, &caller, provider_id, &query)?;
     let (first, last) = range.days.ok_or_else(|| {
-        ApiError::invalid("from", "required", "from and to (YYYY-MM-DD) are required")
+        ApiError::query(
+            "from",
+            ErrorCode::Required,
+            "from and to (YYYY-MM-DD) are required",
+        )
     })?;
     let (from, until) = span(range.zone, first, last);
     let body = state.credentials.with_earnings(|earnings| {

@@ -1,8 +1,11 @@
-//! One API error type, one table from error to HTTP status and stable code. Internal errors are
+//! One API error type, one table from code to HTTP status ([`status_of`]). Every non-2xx answer
+//! is an RFC 9457 problem document with a code from the closed list
+//! ([`gpunex_domain::codes::ErrorCode`], explained in `docs/errors.md`). Internal errors are
 //! logged once here and never leaked to clients.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+pub use gpunex_domain::codes::ErrorCode;
 use gpunex_store::StoreError;
 use gpunex_wire::{FieldError, Problem};
 
@@ -31,13 +34,13 @@ impl Location {
 pub fn field_error(
     location: Location,
     field: &str,
-    code: &str,
+    code: ErrorCode,
     message: impl Into<String>,
 ) -> FieldError {
     FieldError {
         field: field.to_owned(),
         location: location.name().to_owned(),
-        code: code.to_owned(),
+        code: code.as_str().to_owned(),
         message: message.into(),
     }
 }
@@ -67,75 +70,143 @@ pub enum ApiError {
     },
     #[error("this token acts for another provider")]
     OtherProvider,
-    #[error("{detail}")]
-    Denied { code: &'static str, detail: String },
     #[error("no such {0}")]
     NotFound(&'static str),
+    /// A refusal with its own code: the code decides the status ([`status_of`]).
     #[error("{detail}")]
-    Conflict { code: &'static str, detail: String },
-    #[error("{detail}")]
-    Unprocessable { code: &'static str, detail: String },
+    Refused { code: ErrorCode, detail: String },
     #[error("credentials cannot be checked right now; retry shortly")]
     CredentialsUnavailable,
     #[error("too many failed attempts; retry in {retry_after_seconds} seconds")]
     TooManyRequests { retry_after_seconds: u64 },
-    #[error("the database is unavailable")]
+    #[error("the database is unavailable; retry shortly")]
     Unavailable(#[source] StoreError),
     #[error("internal error")]
     Internal(#[source] StoreError),
 }
 
 impl ApiError {
-    pub fn invalid(field: &str, code: &str, message: impl Into<String>) -> ApiError {
-        let location = if field.is_empty() || field.starts_with('/') {
-            Location::Body
-        } else {
-            Location::Query
-        };
-        ApiError::invalid_in(location, field, code, message)
+    /// A field of the request body, named by its JSON Pointer (`/gpus/0/model`; `""` is the
+    /// whole body).
+    pub fn body(pointer: &str, code: ErrorCode, message: impl Into<String>) -> ApiError {
+        debug_assert!(pointer.is_empty() || pointer.starts_with('/'), "{pointer}");
+        ApiError::invalid_in(Location::Body, pointer, code, message)
+    }
+
+    /// A query parameter, by name.
+    pub fn query(name: &str, code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError::invalid_in(Location::Query, name, code, message)
+    }
+
+    /// A path parameter, by name.
+    pub fn path(name: &str, code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError::invalid_in(Location::Path, name, code, message)
     }
 
     pub fn invalid_in(
         location: Location,
         field: &str,
-        code: &str,
+        code: ErrorCode,
         message: impl Into<String>,
     ) -> ApiError {
         ApiError::InvalidRequest(vec![field_error(location, field, code, message)])
     }
 
-    /// The stable code clients and operators match on.
-    pub fn code(&self) -> &'static str {
-        self.status_and_code().1
+    /// A refusal with `code` (its status is the code's).
+    pub fn refused(code: ErrorCode, detail: impl Into<String>) -> ApiError {
+        ApiError::Refused {
+            code,
+            detail: detail.into(),
+        }
     }
 
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
+    /// The stable code clients and operators match on.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
-            ApiError::MalformedJson(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
-            ApiError::UnsupportedMediaType => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-            }
-            ApiError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
-            ApiError::BodyUnreadable => (StatusCode::BAD_REQUEST, "body_unreadable"),
-            ApiError::NoRoute | ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            ApiError::Forbidden | ApiError::RoleNotAdmitted { .. } => {
-                (StatusCode::FORBIDDEN, "forbidden")
-            }
-            ApiError::OtherProvider => (StatusCode::FORBIDDEN, "other_provider"),
-            ApiError::Denied { code, .. } => (StatusCode::FORBIDDEN, code),
-            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
-            ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
-            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
-            ApiError::CredentialsUnavailable => {
-                (StatusCode::SERVICE_UNAVAILABLE, "credentials_unavailable")
-            }
-            ApiError::TooManyRequests { .. } => {
-                (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts")
-            }
-            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            ApiError::MalformedJson(_) => ErrorCode::MalformedJson,
+            ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
+            ApiError::BodyTooLarge { .. } => ErrorCode::BodyTooLarge,
+            ApiError::BodyUnreadable => ErrorCode::BodyUnreadable,
+            ApiError::NoRoute | ApiError::NotFound(_) => ErrorCode::NotFound,
+            ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::Forbidden | ApiError::RoleNotAdmitted { .. } => ErrorCode::Forbidden,
+            ApiError::OtherProvider => ErrorCode::OtherProvider,
+            ApiError::Refused { code, .. } => *code,
+            ApiError::CredentialsUnavailable => ErrorCode::CredentialsUnavailable,
+            ApiError::TooManyRequests { .. } => ErrorCode::TooManyAttempts,
+            ApiError::Unavailable(_) => ErrorCode::DatabaseUnavailable,
+            ApiError::Internal(_) => ErrorCode::Internal,
         }
+    }
+}
+
+/// The HTTP status of each code: one table, so a code always answers with the same status.
+/// Codes that only name a field (inside `invalid_request`) are `400`.
+pub const fn status_of(code: ErrorCode) -> StatusCode {
+    use ErrorCode as C;
+    match code {
+        C::Unauthorized => StatusCode::UNAUTHORIZED,
+        C::Forbidden
+        | C::OtherProvider
+        | C::MachineNotOwned
+        | C::RoleNotIssuable
+        | C::NotTheApplicant => StatusCode::FORBIDDEN,
+        C::NotFound => StatusCode::NOT_FOUND,
+        C::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        C::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+        C::AlreadyDelisted
+        | C::AlreadyEnded
+        | C::AlreadyIssued
+        | C::AlreadyListed
+        | C::AlreadyRevoked
+        | C::AlreadySignedOut
+        | C::AlreadySubmitted
+        | C::BankFileChanged
+        | C::BatchInProgress
+        | C::ConcurrentChange
+        | C::DatedBeforeSubmission
+        | C::EmailTaken
+        | C::GpuNotAvailable
+        | C::GpuRegisteredElsewhere
+        | C::IdempotencyConflict
+        | C::InvalidTransition
+        | C::MachineNotRegistered
+        | C::MachineRegisteredElsewhere
+        | C::NoMatch
+        | C::NoSuchMaintenance
+        | C::NotABankPayout
+        | C::NotApproved
+        | C::NotDelisted
+        | C::NothingToFile
+        | C::PayoutNotSubmitted
+        | C::ReportContradictsPayout
+        | C::RequestInProgress
+        | C::ResponseTooLarge
+        | C::SelfReview
+        | C::TierRulesBroken
+        | C::TooManyTokens
+        | C::WrongExpectedVersion => StatusCode::CONFLICT,
+        C::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        C::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        C::AmountOutOfRange
+        | C::BankFileInvalid
+        | C::BankRailNotConfigured
+        | C::DateInFuture
+        | C::IdempotencyKeyReused
+        | C::InvalidAppend
+        | C::MachineIdUnknown
+        | C::NotAPayoutDate
+        | C::ReportAmountMismatch
+        | C::ReportTransactionUnknown
+        | C::UndecodableEvent
+        | C::UsageOutOfRange => StatusCode::UNPROCESSABLE_ENTITY,
+        C::TooManyAttempts => StatusCode::TOO_MANY_REQUESTS,
+        C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        C::DatabaseUnavailable | C::CredentialsUnavailable | C::StoreUnavailable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        _ => StatusCode::BAD_REQUEST,
     }
 }
 
@@ -151,7 +222,8 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
+        let code = self.code();
+        let status = status_of(code);
         let retry_after = match &self {
             ApiError::TooManyRequests {
                 retry_after_seconds,
@@ -160,7 +232,7 @@ impl IntoResponse for ApiError {
         };
         let detail = match &self {
             ApiError::Unavailable(source) | ApiError::Internal(source) => {
-                tracing::error!(error = %source, code, "request failed");
+                tracing::error!(error = %source, code = code.as_str(), "request failed");
                 self.to_string()
             }
             ApiError::InvalidRequest(errors) => errors
@@ -174,7 +246,7 @@ impl IntoResponse for ApiError {
             ApiError::InvalidRequest(errors) => errors,
             _ => Vec::new(),
         };
-        let mut response = problem(status, code, detail, errors);
+        let mut response = problem(code, detail, errors);
         if let Some(seconds) = retry_after
             && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
         {
@@ -189,19 +261,15 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The problem document (`application/problem+json`) of a status and code.
-pub fn problem(
-    status: StatusCode,
-    code: &str,
-    detail: String,
-    errors: Vec<FieldError>,
-) -> Response {
+/// The problem document (`application/problem+json`) of a code, with the code's status.
+pub fn problem(code: ErrorCode, detail: String, errors: Vec<FieldError>) -> Response {
+    let status = status_of(code);
     let problem = Problem {
         type_uri: format!("{ERROR_TYPE_BASE}{code}"),
         title: status.canonical_reason().unwrap_or("error").to_lowercase(),
         status: status.as_u16(),
         detail,
-        code: code.to_owned(),
+        code: code.as_str().to_owned(),
         errors,
     };
     let body = serde_json::to_vec(&problem).unwrap_or_default();
@@ -241,18 +309,20 @@ pub async fn problem_bodies(
                 .unwrap_or("")
                 .to_owned();
             (
-                "method_not_allowed",
+                ErrorCode::MethodNotAllowed,
                 format!("this path does not accept {method}; it accepts {allowed}"),
             )
         }
-        StatusCode::PAYLOAD_TOO_LARGE => ("body_too_large", "the body is too large".to_owned()),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            (ErrorCode::BodyTooLarge, "the body is too large".to_owned())
+        }
         StatusCode::UNSUPPORTED_MEDIA_TYPE => (
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             "the body must be JSON: send Content-Type: application/json".to_owned(),
         ),
-        StatusCode::NOT_FOUND => ("not_found", "no route for this path".to_owned()),
+        StatusCode::NOT_FOUND => (ErrorCode::NotFound, "no route for this path".to_owned()),
         StatusCode::REQUEST_TIMEOUT => (
-            "request_timeout",
+            ErrorCode::RequestTimeout,
             "the request was not received in time".to_owned(),
         ),
         status if status.is_server_error() => {
@@ -260,17 +330,20 @@ pub async fn problem_bodies(
                 status = status.as_u16(),
                 "an error answer without a problem document"
             );
-            ("internal", "internal error".to_owned())
+            (ErrorCode::Internal, "internal error".to_owned())
         }
         _ => {
             tracing::warn!(
                 status = status.as_u16(),
                 "an error answer without a problem document"
             );
-            ("invalid_request", "the request is not valid".to_owned())
+            (
+                ErrorCode::InvalidRequest,
+                "the request is not valid".to_owned(),
+            )
         }
     };
-    let mut fixed = problem(status, code, detail, Vec::new());
+    let mut fixed = problem(code, detail, Vec::new());
     for (name, value) in parts.headers.iter() {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             fixed.headers_mut().insert(name.clone(), value.clone());
@@ -279,13 +352,49 @@ pub async fn problem_bodies(
     fixed
 }
 
-/// An append the store refused: its own failure, or a conflict with its stable code.
+/// An append the store refused: its own failure, or a refusal in words for the caller (no
+/// internal event id, stream name or limit constant in the message).
 pub(crate) fn append_failure(error: gpunex_store::AppendError) -> ApiError {
+    use gpunex_store::{AppendError, ConflictReason, InvalidAppend};
     match error {
-        gpunex_store::AppendError::Store(error) => error.into(),
-        other => ApiError::Conflict {
-            code: other.code(),
-            detail: other.to_string(),
-        },
+        AppendError::Store(error) => error.into(),
+        AppendError::WrongExpectedVersion { .. } => ApiError::refused(
+            ErrorCode::ConcurrentChange,
+            "the resource changed while this request ran; read it again and retry",
+        ),
+        AppendError::IdempotencyConflict { event_id, reason } => ApiError::refused(
+            ErrorCode::IdempotencyConflict,
+            match reason {
+                ConflictReason::DifferentContent => format!(
+                    "event {event_id} was already recorded with other content; a retry must resend exactly the same event, a new event needs a new id"
+                ),
+                ConflictReason::PartiallyStored => format!(
+                    "event {event_id} was already recorded as part of another request; send new events with new ids"
+                ),
+            },
+        ),
+        AppendError::Invalid(invalid) => {
+            // Requests are checked before they reach the store: this is a check missing here.
+            tracing::error!(error = %invalid, "an accepted request could not be recorded");
+            let what = match invalid {
+                InvalidAppend::PayloadTooLarge { .. } => {
+                    "the request holds more than one record can"
+                }
+                InvalidAppend::TooManyEvents { .. } | InvalidAppend::TooManyStreams { .. } => {
+                    "the request changes more at once than can be recorded together"
+                }
+                _ => "the request could not be recorded as it is",
+            };
+            ApiError::refused(
+                ErrorCode::InvalidAppend,
+                format!("{what}; nothing was recorded: make it smaller"),
+            )
+        }
+    }
+}
+
+impl From<gpunex_store::AppendError> for ApiError {
+    fn from(error: gpunex_store::AppendError) -> ApiError {
+        append_failure(error)
     }
 }

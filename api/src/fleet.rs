@@ -5,6 +5,7 @@
 //! An agent's token is bound to one provider and one machine; every report names the machine
 //! and is refused unless it is the token's own.
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ use gpunex_projections::fleet::MachineState;
 use gpunex_store::fleet::{Presence, TelemetryRow};
 use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
 use gpunex_wire::fleet as wf;
+use sha2::Digest;
 use uuid::Uuid;
 
 use crate::auth::{Allow, Caller, CredentialCache};
@@ -109,8 +111,8 @@ pub(crate) fn agent_of(state: &AppState, caller: &Caller) -> Result<(Uuid, Uuid)
         .credentials
         .with_fleet(|f| f.machine(&machine_id).map(|m| m.provider_id));
     if owner.is_some_and(|owner| owner != provider_id) {
-        return Err(ApiError::Denied {
-            code: "machine_not_owned",
+        return Err(ApiError::Refused {
+            code: ErrorCode::MachineNotOwned,
             detail: format!("machine {machine_id} is registered to another provider"),
         });
     }
@@ -118,8 +120,8 @@ pub(crate) fn agent_of(state: &AppState, caller: &Caller) -> Result<(Uuid, Uuid)
 }
 
 pub(crate) fn not_owned(named: Uuid) -> ApiError {
-    ApiError::Denied {
-        code: "machine_not_owned",
+    ApiError::Refused {
+        code: ErrorCode::MachineNotOwned,
         detail: format!(
             "this agent token belongs to another machine than {named}; use the token issued for this machine"
         ),
@@ -127,31 +129,73 @@ pub(crate) fn not_owned(named: Uuid) -> ApiError {
 }
 
 fn report_invalid(prefix: &str, error: ReportError) -> ApiError {
-    ApiError::invalid(
+    ApiError::body(
         &format!("{prefix}{}", error.field),
         error.code,
         error.message,
     )
 }
 
-/// An RFC 3339 instant from a request field, or a `400 invalid_timestamp` naming it.
+/// An RFC 3339 instant from a body field (a JSON Pointer), or a `400 invalid_timestamp` naming it.
 pub(crate) fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    parse_time_in(crate::error::Location::Body, field, text)
+}
+
+/// An RFC 3339 instant from a request field, or a `400 invalid_timestamp` naming it.
+pub(crate) fn parse_time_in(
+    location: crate::error::Location,
+    field: &str,
+    text: &str,
+) -> Result<Timestamp, ApiError> {
     chrono::DateTime::parse_from_rfc3339(text)
         .map(|t| Timestamp::from_unix_micros(t.timestamp_micros()))
         .map_err(|e| {
-            ApiError::invalid(
+            ApiError::invalid_in(
+                location,
                 field,
-                "invalid_timestamp",
+                ErrorCode::InvalidTimestamp,
                 format!("RFC 3339 expected: {e}"),
             )
         })
 }
 
-fn agent_metadata(machine_id: Uuid, delivered: Uuid) -> Metadata {
+/// The metadata of what an agent's delivery causes: the agent, the delivery, and the
+/// fingerprint of its content.
+fn agent_metadata(machine_id: Uuid, delivery: &Delivery) -> Metadata {
     Metadata {
         actor: format!("agent:{machine_id}"),
-        correlation_id: Some(delivered),
+        correlation_id: Some(delivery.event_id),
         causation_id: None,
+        content_sha256: Some(delivery.content_sha256.clone()),
+    }
+}
+
+/// One event an agent delivered: the id it chose (its idempotency key) and the SHA-256 of its
+/// content (the canonical JSON of `occurred_at`, `kind` and `body`).
+pub struct Delivery {
+    pub event_id: Uuid,
+    pub content_sha256: String,
+}
+
+impl Delivery {
+    fn of(event: &wf::AgentEvent) -> Delivery {
+        let content = serde_json::to_value(event).map(|mut value| {
+            if let Some(object) = value.as_object_mut() {
+                object.remove("event_id");
+            }
+            gpunex_store::envelope::canonical_json(&value)
+        });
+        Delivery {
+            event_id: event.event_id,
+            content_sha256: hex::encode(sha2::Sha256::digest(
+                content.unwrap_or_default().as_bytes(),
+            )),
+        }
+    }
+
+    /// The metadata of an event this delivery causes on `machine_id`.
+    pub fn metadata(&self, machine_id: Uuid) -> Metadata {
+        agent_metadata(machine_id, self)
     }
 }
 
@@ -166,9 +210,9 @@ pub async fn agent_events(
 ) -> Result<Json<wf::AgentEventsResponse>, ApiError> {
     let (provider_id, machine_id) = agent_of(&state, &caller)?;
     if request.events.is_empty() || request.events.len() > wf::AGENT_EVENTS_PER_REQUEST_MAX {
-        return Err(ApiError::invalid(
+        return Err(ApiError::body(
             "/events",
-            "out_of_range",
+            ErrorCode::OutOfRange,
             format!(
                 "1 to {} events per request",
                 wf::AGENT_EVENTS_PER_REQUEST_MAX
@@ -182,9 +226,9 @@ pub async fn agent_events(
     for (i, event) in request.events.iter().enumerate() {
         let at = |name: &str| format!("/events/{i}/{name}");
         if event.event_id.get_version_num() != 7 {
-            return Err(ApiError::invalid(
+            return Err(ApiError::body(
                 &at("event_id"),
-                "invalid_event_id",
+                ErrorCode::InvalidEventId,
                 "a UUIDv7 is required",
             ));
         }
@@ -192,17 +236,17 @@ pub async fn agent_events(
             .iter()
             .any(|e| e.event_id == event.event_id)
         {
-            return Err(ApiError::invalid(
+            return Err(ApiError::body(
                 &at("event_id"),
-                "duplicate_event_id",
+                ErrorCode::DuplicateEventId,
                 "sent twice in one request",
             ));
         }
         let occurred = parse_time(&at("occurred_at"), &event.occurred_at)?;
         if occurred.unix_micros() > received.unix_micros() + fleet::AGENT_CLOCK_SKEW_MAX_MICROS {
-            return Err(ApiError::invalid(
+            return Err(ApiError::body(
                 &at("occurred_at"),
-                "clock_skew",
+                ErrorCode::ClockSkew,
                 "more than 5 minutes ahead of the platform's clock; fix the host's time (NTP)",
             ));
         }
@@ -219,8 +263,8 @@ pub async fn agent_events(
                         .credentials
                         .with_fleet(|f| f.machine_of_gpu(&gpu.gpu_uuid).map(|m| m.provider_id));
                     if owner.is_some_and(|owner| owner != provider_id) {
-                        return Err(ApiError::Conflict {
-                            code: "gpu_registered_elsewhere",
+                        return Err(ApiError::Refused {
+                            code: ErrorCode::GpuRegisteredElsewhere,
                             detail: format!(
                                 "GPU {} (/events/{i}/body/gpus/{g}) is registered to another provider's machine",
                                 gpu.gpu_uuid
@@ -243,9 +287,9 @@ pub async fn agent_events(
                 }
                 rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))?;
                 if !matches!(report.runtime.as_str(), "docker" | "process") {
-                    return Err(ApiError::invalid(
+                    return Err(ApiError::body(
                         &at("body/runtime"),
-                        "invalid_runtime",
+                        ErrorCode::InvalidRuntime,
                         "docker or process",
                     ));
                 }
@@ -265,9 +309,8 @@ pub async fn agent_events(
                     gpu_seconds: report.gpu_seconds,
                     ended_at: occurred,
                 };
-                gpunex_domain::rental::check_job_end(&job).map_err(|e| {
-                    ApiError::invalid(&at("body/evidence"), e.code(), e.to_string())
-                })?;
+                gpunex_domain::rental::check_job_end(&job)
+                    .map_err(|e| ApiError::body(&at("body/evidence"), e.code(), e.to_string()))?;
             }
             wf::AgentEventBody::GpuCondition(report) => {
                 if report.machine_id != machine_id {
@@ -279,15 +322,15 @@ pub async fn agent_events(
                 });
                 let known = registered == Some(true) || batch_gpus.contains(&report.gpu_uuid);
                 if registered.is_none() && !batch_gpus.contains(&report.gpu_uuid) {
-                    return Err(ApiError::Conflict {
-                        code: "machine_not_registered",
+                    return Err(ApiError::Refused {
+                        code: ErrorCode::MachineNotRegistered,
                         detail: "register the machine before reporting on its GPUs".to_owned(),
                     });
                 }
                 if !known {
-                    return Err(ApiError::invalid(
+                    return Err(ApiError::body(
                         &at("body/gpu_uuid"),
-                        "unknown_gpu",
+                        ErrorCode::UnknownGpu,
                         "not a GPU registered on this machine",
                     ));
                 }
@@ -304,34 +347,49 @@ pub async fn agent_events(
                 }
             }
         }
-        checked.push((event, occurred));
+        // A re-send is answered `duplicate` only if it carries what was delivered the first
+        // time: other content under a stored id is refused before anything is written.
+        let delivery = Delivery::of(event);
+        let stored = state.store.event_delivery(event.event_id).await?;
+        if let Some((_, Some(fingerprint))) = &stored
+            && *fingerprint != delivery.content_sha256
+        {
+            return Err(ApiError::refused(
+                ErrorCode::IdempotencyConflict,
+                format!(
+                    "/events/{i}: event {} was already recorded with other content; a re-send must carry exactly what was sent, a new event needs a new id",
+                    event.event_id
+                ),
+            ));
+        }
+        checked.push((
+            event,
+            occurred,
+            delivery,
+            stored.map(|(position, _)| position),
+        ));
     }
     let mut results = Vec::with_capacity(checked.len());
-    for (event, occurred) in checked {
-        let position = state
-            .store
-            .event_position(event.event_id)
-            .await?
-            .map(|position| (Some(position), "duplicate"));
+    for (event, occurred, delivery, stored) in checked {
+        let position = stored.map(|position| (Some(position), "duplicate"));
         let (position, status) = match position {
             Some(found) => found,
             None => match &event.body {
                 wf::AgentEventBody::Registration(registration) => {
                     let (p, s) =
-                        register(&state, provider_id, event.event_id, occurred, registration)
-                            .await?;
+                        register(&state, provider_id, &delivery, occurred, registration).await?;
                     (Some(p), s)
                 }
                 wf::AgentEventBody::GpuCondition(report) => {
                     let (p, s) =
-                        condition(&state, provider_id, event.event_id, occurred, report).await?;
+                        condition(&state, provider_id, &delivery, occurred, report).await?;
                     (Some(p), s)
                 }
                 wf::AgentEventBody::Usage(report) => {
                     crate::rentals::meter(
                         &state,
                         event.event_id,
-                        machine_id,
+                        delivery.metadata(machine_id),
                         report.rental_id,
                         report.gpu_seconds,
                     )
@@ -339,13 +397,12 @@ pub async fn agent_events(
                 }
                 wf::AgentEventBody::JobStarted(report) => {
                     let (p, s) =
-                        crate::rentals::job_started(&state, event.event_id, occurred, report)
-                            .await?;
+                        crate::rentals::job_started(&state, &delivery, occurred, report).await?;
                     (Some(p), s)
                 }
                 wf::AgentEventBody::JobEnded(report) => {
                     let (p, s) =
-                        crate::rentals::job_ended(&state, event.event_id, occurred, report).await?;
+                        crate::rentals::job_ended(&state, &delivery, occurred, report).await?;
                     (Some(p), s)
                 }
             },
@@ -375,9 +432,9 @@ fn rental_on_machine(
             .map(|r| r.started.machine_id == machine_id)
     });
     if on_machine != Some(true) {
-        return Err(ApiError::invalid(
+        return Err(ApiError::body(
             field,
-            "unknown_rental",
+            ErrorCode::UnknownRental,
             "not a rental on this machine",
         ));
     }
@@ -387,9 +444,9 @@ fn rental_on_machine(
 /// Counters are stored as signed 64-bit integers and summed: at most about 290,000 GPU-years.
 fn check_range_u64(field: &str, value: u64) -> Result<(), ApiError> {
     if value > (i64::MAX as u64) / 1_000_000 {
-        return Err(ApiError::invalid(
+        return Err(ApiError::body(
             field,
-            "out_of_range",
+            ErrorCode::OutOfRange,
             "an implausibly large counter",
         ));
     }
@@ -401,9 +458,9 @@ fn check_text(field: &str, text: &str) -> Result<(), ApiError> {
         || text.chars().count() > fleet::AGENT_TEXT_CHARS_MAX
         || text.chars().any(char::is_control)
     {
-        return Err(ApiError::invalid(
+        return Err(ApiError::body(
             field,
-            "invalid_text",
+            ErrorCode::InvalidText,
             format!(
                 "1 to {} characters on one line",
                 fleet::AGENT_TEXT_CHARS_MAX
@@ -417,9 +474,10 @@ fn check_text(field: &str, text: &str) -> Result<(), ApiError> {
 /// answers `duplicate` with its position.
 async fn append_delivered(
     store: &Store,
-    delivered: Uuid,
+    delivery: &Delivery,
     streams: Vec<StreamAppend>,
 ) -> Result<Result<(u64, &'static str), AppendError>, ApiError> {
+    let delivered = delivery.event_id;
     match store.append_streams(streams).await {
         Ok(committed) => {
             let position = committed
@@ -437,10 +495,22 @@ async fn append_delivered(
             )))
         }
         Err(AppendError::IdempotencyConflict { .. }) => {
-            match store.event_position(delivered).await? {
-                Some(position) => Ok(Ok((position, "duplicate"))),
-                None => Err(ApiError::Conflict {
-                    code: "idempotency_conflict",
+            match store.event_delivery(delivered).await? {
+                Some((position, fingerprint))
+                    if fingerprint
+                        .as_ref()
+                        .is_none_or(|f| *f == delivery.content_sha256) =>
+                {
+                    Ok(Ok((position, "duplicate")))
+                }
+                Some(_) => Err(ApiError::refused(
+                    ErrorCode::IdempotencyConflict,
+                    format!(
+                        "event {delivered} was already recorded with other content; a new event needs a new id"
+                    ),
+                )),
+                None => Err(ApiError::Refused {
+                    code: ErrorCode::IdempotencyConflict,
                     detail: "part of this delivery is stored with other content".to_owned(),
                 }),
             }
@@ -457,10 +527,11 @@ async fn append_delivered(
 async fn register(
     state: &AppState,
     provider_id: Uuid,
-    delivered: Uuid,
+    delivery: &Delivery,
     occurred: Timestamp,
     registration: &wf::Registration,
 ) -> Result<(u64, &'static str), ApiError> {
+    let delivered = delivery.event_id;
     let machine_id = registration.machine_id;
     let added = state.credentials.added_models();
     let gpus: Vec<GpuDetected> = registration
@@ -488,7 +559,7 @@ async fn register(
         gpu_count: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
         detected_at: occurred,
     }));
-    let metadata = agent_metadata(machine_id, delivered);
+    let metadata = agent_metadata(machine_id, delivery);
     let mut machine_events = vec![NewEvent::from_domain(
         delivered,
         &registered,
@@ -524,22 +595,19 @@ async fn register(
                 )],
             });
         }
-        match append_delivered(&state.store, delivered, streams).await? {
+        match append_delivered(&state.store, delivery, streams).await? {
             Ok((position, status)) => {
                 state.credentials.wait_for(position).await?;
                 return Ok((position, status));
             }
             Err(AppendError::WrongExpectedVersion { .. }) => continue,
             Err(other) => {
-                return Err(ApiError::Conflict {
-                    code: other.code(),
-                    detail: other.to_string(),
-                });
+                return Err(crate::error::append_failure(other));
             }
         }
     }
-    Err(ApiError::Conflict {
-        code: "concurrent_change",
+    Err(ApiError::Refused {
+        code: ErrorCode::ConcurrentChange,
         detail: "the provider's machines kept changing; retry".to_owned(),
     })
 }
@@ -588,10 +656,11 @@ fn compare_with_application(
 async fn condition(
     state: &AppState,
     provider_id: Uuid,
-    delivered: Uuid,
+    delivery: &Delivery,
     occurred: Timestamp,
     report: &wf::GpuConditionReport,
 ) -> Result<(u64, &'static str), ApiError> {
+    let delivered = delivery.event_id;
     let event = DomainEvent::Fleet(FleetEvent::GpuConditionChanged(GpuConditionChanged {
         machine_id: report.machine_id,
         provider_id,
@@ -607,15 +676,12 @@ async fn condition(
         events: vec![NewEvent::from_domain(
             delivered,
             &event,
-            agent_metadata(report.machine_id, delivered),
+            agent_metadata(report.machine_id, delivery),
         )],
     }];
-    match append_delivered(&state.store, delivered, streams).await? {
+    match append_delivered(&state.store, delivery, streams).await? {
         Ok(done) => Ok(done),
-        Err(other) => Err(ApiError::Conflict {
-            code: other.code(),
-            detail: other.to_string(),
-        }),
+        Err(other) => Err(crate::error::append_failure(other)),
     }
 }
 
@@ -633,8 +699,8 @@ pub async fn heartbeat(
     let machine = state
         .credentials
         .with_fleet(|f| f.machine(&machine_id).cloned())
-        .ok_or_else(|| ApiError::Conflict {
-            code: "machine_not_registered",
+        .ok_or_else(|| ApiError::Refused {
+            code: ErrorCode::MachineNotRegistered,
             detail: "register the machine (gpunex-agent register) before sending heartbeats"
                 .to_owned(),
         })?;
@@ -678,10 +744,7 @@ pub async fn heartbeat(
             Err(AppendError::WrongExpectedVersion { .. }) => {}
             Err(AppendError::Store(error)) => return Err(error.into()),
             Err(other) => {
-                return Err(ApiError::Conflict {
-                    code: other.code(),
-                    detail: other.to_string(),
-                });
+                return Err(crate::error::append_failure(other));
             }
         }
     }
@@ -1036,17 +1099,17 @@ pub async fn telemetry(
     }
     let at = now();
     let from = match query.get("from") {
-        Some(text) => parse_time("from", text)?,
+        Some(text) => parse_time_in(crate::error::Location::Query, "from", text)?,
         None => Timestamp::from_unix_micros(at.unix_micros() - 3_600 * MICROS_PER_SECOND),
     };
     let until = match query.get("until") {
-        Some(text) => parse_time("until", text)?,
+        Some(text) => parse_time_in(crate::error::Location::Query, "until", text)?,
         None => Timestamp::from_unix_micros(at.unix_micros() + MICROS_PER_SECOND),
     };
     if until <= from {
-        return Err(ApiError::invalid(
+        return Err(ApiError::query(
             "until",
-            "invalid_range",
+            ErrorCode::InvalidRange,
             "must be after `from`",
         ));
     }
@@ -1056,9 +1119,9 @@ pub async fn telemetry(
             .ok()
             .filter(|n| (1..=TELEMETRY_PAGE_MAX).contains(n))
             .ok_or_else(|| {
-                ApiError::invalid(
+                ApiError::query(
                     "limit",
-                    "out_of_range",
+                    ErrorCode::OutOfRange,
                     format!("1 to {TELEMETRY_PAGE_MAX}"),
                 )
             })?,
@@ -1091,7 +1154,7 @@ pub async fn fleet_view(
         errors.push(crate::error::field_error(
             crate::error::Location::Query,
             field,
-            "invalid_filter",
+            ErrorCode::InvalidFilter,
             message,
         ));
     };

@@ -13,6 +13,7 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use gpunex_domain::codes::ErrorCode;
 use gpunex_store::idempotency::KeyState;
 use sha2::{Digest, Sha256};
 
@@ -41,9 +42,10 @@ pub async fn idempotency(state: AppState, request: Request, next: Next) -> Respo
             key.to_owned()
         }
         _ => {
-            return ApiError::invalid(
+            return ApiError::invalid_in(
+                crate::error::Location::Header,
                 "Idempotency-Key",
-                "invalid_idempotency_key",
+                ErrorCode::InvalidIdempotencyKey,
                 "1 to 255 visible ASCII characters",
             )
             .into_response();
@@ -74,14 +76,14 @@ pub async fn idempotency(state: AppState, request: Request, next: Next) -> Respo
         Ok(KeyState::InProgress { request_sha256 }) | Ok(KeyState::Done { request_sha256, .. })
             if request_sha256 != fingerprint =>
         {
-            ApiError::Unprocessable {
-                code: "idempotency_key_reused",
+            ApiError::Refused {
+                code: ErrorCode::IdempotencyKeyReused,
                 detail: "this Idempotency-Key was used for a different request".to_owned(),
             }
             .into_response()
         }
-        Ok(KeyState::InProgress { .. }) => ApiError::Conflict {
-            code: "request_in_progress",
+        Ok(KeyState::InProgress { .. }) => ApiError::Refused {
+            code: ErrorCode::RequestInProgress,
             detail: "a request with this Idempotency-Key is still being handled; retry shortly"
                 .to_owned(),
         }
@@ -153,8 +155,8 @@ async fn settle(
     let (parts, body) = response.into_parts();
     let Ok(bytes) = to_bytes(body, BODY_BYTES_MAX).await else {
         let _ = state.store.release_idempotency_key(caller, key).await;
-        return ApiError::Conflict {
-            code: "response_too_large",
+        return ApiError::Refused {
+            code: ErrorCode::ResponseTooLarge,
             detail: "the response could not be kept for retries".to_owned(),
         }
         .into_response();

@@ -12,6 +12,7 @@
 //! - Field errors name the field with a JSON Pointer (RFC 6901) into the body, and their messages
 //!   say what was expected in words, never a Rust type.
 
+use gpunex_domain::codes::ErrorCode;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fmt;
@@ -179,7 +180,7 @@ fn check_text(path: &[String], text: &str) -> Option<ApiError> {
     Some(ApiError::invalid_in(
         Location::Body,
         &pointer(path.iter().map(String::as_str)),
-        "forbidden_character",
+        ErrorCode::ForbiddenCharacter,
         format!(
             "must not contain the control or bidirectional-override character U+{:04X}",
             u32::from(bad)
@@ -285,7 +286,7 @@ impl<'de> Visitor<'de> for Strict<'_> {
                 return Err(self.refuse(ApiError::invalid_in(
                     Location::Body,
                     &at,
-                    "duplicate_key",
+                    ErrorCode::DuplicateKey,
                     "appears more than once in its object",
                 )));
             }
@@ -315,7 +316,7 @@ pub fn typed<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
                     crate::error::field_error(
                         Location::Body,
                         &at,
-                        "unknown_field",
+                        ErrorCode::UnknownField,
                         "is not a field of this request",
                     )
                 })
@@ -365,7 +366,7 @@ fn type_error(mut segments: Vec<String>, message: &str) -> ApiError {
         if let Some(field) = quoted(rest) {
             segments.push(field);
         }
-        ("missing_field", "is required".to_owned())
+        (ErrorCode::MissingField, "is required".to_owned())
     } else if let Some(rest) = message.strip_prefix("unknown field ") {
         if let Some(field) = quoted(rest) {
             segments.push(field);
@@ -374,13 +375,16 @@ fn type_error(mut segments: Vec<String>, message: &str) -> ApiError {
             .split_once(", expected ")
             .map(|(_, expected)| format!("; expected {}", expected.trim_end_matches('.')))
             .unwrap_or_default();
-        ("unknown_field", format!("is not a field here{expected}"))
+        (
+            ErrorCode::UnknownField,
+            format!("is not a field here{expected}"),
+        )
     } else if let Some(rest) = message.strip_prefix("unknown variant ") {
         let (given, expected) = rest
             .split_once(", expected ")
             .unwrap_or((rest, "another value"));
         (
-            "unknown_value",
+            ErrorCode::UnknownValue,
             format!("{given} is not allowed; expected {expected}"),
         )
     } else if let Some(rest) = message.strip_prefix("invalid type: ") {
@@ -388,7 +392,7 @@ fn type_error(mut segments: Vec<String>, message: &str) -> ApiError {
             .split_once(", expected ")
             .unwrap_or((rest, "another type"));
         (
-            "invalid_type",
+            ErrorCode::InvalidType,
             format!("expected {}, got {given}", in_words(expected)),
         )
     } else if let Some(rest) = message.strip_prefix("invalid value: ") {
@@ -396,7 +400,7 @@ fn type_error(mut segments: Vec<String>, message: &str) -> ApiError {
             .split_once(", expected ")
             .unwrap_or((rest, "another value"));
         (
-            "invalid_value",
+            ErrorCode::InvalidValue,
             format!("expected {}, got {given}", in_words(expected)),
         )
     } else if let Some(rest) = message.strip_prefix("invalid length ") {
@@ -404,11 +408,11 @@ fn type_error(mut segments: Vec<String>, message: &str) -> ApiError {
             .split_once(", expected ")
             .unwrap_or((rest, "another length"));
         (
-            "invalid_length",
+            ErrorCode::InvalidLength,
             format!("expected {}, got {given} items", in_words(expected)),
         )
     } else {
-        ("invalid_value", in_words(message))
+        (ErrorCode::InvalidValue, in_words(message))
     };
     ApiError::invalid_in(
         Location::Body,
@@ -504,7 +508,7 @@ mod tests {
             Err(ApiError::InvalidRequest(errors)) => {
                 (errors[0].field.clone(), errors[0].code.clone())
             }
-            Err(other) => (String::new(), other.code().to_owned()),
+            Err(other) => (String::new(), other.code().as_str().to_owned()),
         }
     }
 

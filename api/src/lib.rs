@@ -17,6 +17,7 @@ pub mod bench_payouts;
 pub mod bench_search;
 pub mod catalog;
 pub mod cli;
+pub mod docs;
 pub mod earnings;
 pub mod error;
 pub mod fleet;

@@ -3,6 +3,7 @@
 //! the log moves and at least every second (`run_listing_index`), so a price change or a GPU
 //! going offline shows in search well within a second.
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -142,21 +143,21 @@ fn rejection(error: MarketRejection) -> ApiError {
     let field = match error {
         MarketRejection::PriceNotANumber(_)
         | MarketRejection::PriceNotPositive
-        | MarketRejection::PriceOutOfRange => "price_usdc",
-        MarketRejection::EffectiveOutOfRange => "effective_at",
-        MarketRejection::ModelNotOffered(_) => "model_id",
-        MarketRejection::UnknownTimeZone(_) => "availability/time_zone",
-        MarketRejection::InvalidSchedule(_) => "availability/windows",
-        MarketRejection::InvalidMaintenance => "until",
-        MarketRejection::InvalidReason => "reason",
+        | MarketRejection::PriceOutOfRange => "/price_usdc",
+        MarketRejection::EffectiveOutOfRange => "/effective_at",
+        MarketRejection::ModelNotOffered(_) => "/model_id",
+        MarketRejection::UnknownTimeZone(_) => "/availability/time_zone",
+        MarketRejection::InvalidSchedule(_) => "/availability/windows",
+        MarketRejection::InvalidMaintenance => "/until",
+        MarketRejection::InvalidReason => "/reason",
         MarketRejection::NoSuchMaintenance => {
-            return ApiError::Conflict {
+            return ApiError::Refused {
                 code: error.code(),
                 detail: error.to_string(),
             };
         }
     };
-    ApiError::invalid(field, error.code(), error.to_string())
+    ApiError::body(field, error.code(), error.to_string())
 }
 
 /// Admins act for any provider; a provider for itself.
@@ -190,10 +191,7 @@ async fn append(
         .await
         .map_err(|error| match error {
             AppendError::Store(error) => error.into(),
-            other => ApiError::Conflict {
-                code: other.code(),
-                detail: other.to_string(),
-            },
+            other => crate::error::append_failure(other),
         })?;
     let position = committed.last_position();
     state.credentials.wait_for(position).await?;
@@ -274,7 +272,7 @@ pub async fn set_price(
     let effective_at = request
         .effective_at
         .as_deref()
-        .map(|text| parse_time("effective_at", text))
+        .map(|text| parse_time("/effective_at", text))
         .transpose()?;
     let model_id = gpunex_domain::gpu::Catalog {
         added: &state.credentials.added_models(),
@@ -375,17 +373,17 @@ pub async fn announce_maintenance(
     JsonBody(request): JsonBody<wm::AnnounceMaintenance>,
 ) -> Result<(StatusCode, Json<wm::MaintenanceView>), ApiError> {
     for_provider(&caller, provider_id)?;
-    let from = parse_time("from", &request.from)?;
-    let until = parse_time("until", &request.until)?;
+    let from = parse_time("/from", &request.from)?;
+    let until = parse_time("/until", &request.until)?;
     if let Some(machine_id) = request.machine_id
         && state
             .credentials
             .with_fleet(|f| f.machine(&machine_id).map(|m| m.provider_id))
             != Some(provider_id)
     {
-        return Err(ApiError::invalid(
-            "machine_id",
-            "unknown_machine",
+        return Err(ApiError::body(
+            "/machine_id",
+            ErrorCode::UnknownMachine,
             "not a machine of this provider",
         ));
     }
@@ -467,11 +465,11 @@ async fn change_listing(
         .credentials
         .with_market(|m| m.delisting(&gpu_uuid).is_some());
     if delisted == delist {
-        return Err(ApiError::Conflict {
+        return Err(ApiError::Refused {
             code: if delist {
-                "already_delisted"
+                ErrorCode::AlreadyDelisted
             } else {
-                "not_delisted"
+                ErrorCode::NotDelisted
             },
             detail: format!(
                 "GPU {gpu_uuid} is {} delisted",
@@ -612,7 +610,7 @@ pub(crate) fn parse_search(
     query: &HashMap<String, String>,
 ) -> Result<SearchRequest, ApiError> {
     let mut errors = Vec::new();
-    let mut bad = |field: &str, code: &str, message: String| {
+    let mut bad = |field: &str, code: ErrorCode, message: String| {
         errors.push(crate::error::field_error(
             crate::error::Location::Query,
             field,
@@ -636,7 +634,7 @@ pub(crate) fn parse_search(
     for key in query.keys().filter(|k| !KNOWN.contains(&k.as_str())) {
         bad(
             key,
-            "unknown_parameter",
+            ErrorCode::UnknownParameter,
             format!("known: {}", KNOWN.join(", ")),
         );
     }
@@ -647,7 +645,7 @@ pub(crate) fn parse_search(
             _ => {
                 bad(
                     name,
-                    "out_of_range",
+                    ErrorCode::OutOfRange,
                     format!("a whole number from 0 to {max}"),
                 );
                 None
@@ -667,7 +665,7 @@ pub(crate) fn parse_search(
             _ => {
                 bad(
                     "min_reliability",
-                    "out_of_range",
+                    ErrorCode::OutOfRange,
                     "a score from 0 to 1".to_owned(),
                 );
                 None
@@ -681,7 +679,7 @@ pub(crate) fn parse_search(
             _ => {
                 bad(
                     "max_price_usdc",
-                    "invalid_price",
+                    ErrorCode::InvalidPrice,
                     "a positive USDC amount, at most 6 decimals".to_owned(),
                 );
                 None
@@ -693,7 +691,11 @@ pub(crate) fn parse_search(
         Some("enterprise") => Some(Tier::Enterprise),
         Some("community") => Some(Tier::Community),
         Some(_) => {
-            bad("tier", "invalid_tier", "enterprise or community".to_owned());
+            bad(
+                "tier",
+                ErrorCode::InvalidTier,
+                "enterprise or community".to_owned(),
+            );
             None
         }
         None => None,
@@ -706,7 +708,7 @@ pub(crate) fn parse_search(
                 None => {
                     bad(
                         "model",
-                        "unknown_model",
+                        ErrorCode::UnknownModel,
                         "a catalog model id or name (GET /v1/catalog/models)".to_owned(),
                     );
                     None
@@ -722,7 +724,7 @@ pub(crate) fn parse_search(
         Some(_) => {
             bad(
                 "sort",
-                "invalid_sort",
+                ErrorCode::InvalidSort,
                 "rank, price or perf_per_dollar".to_owned(),
             );
             SortBy::Rank
@@ -734,7 +736,7 @@ pub(crate) fn parse_search(
             None => {
                 bad(
                     "after",
-                    "invalid_cursor",
+                    ErrorCode::InvalidCursor,
                     "a next_after value from a search with the same sort".to_owned(),
                 );
                 None

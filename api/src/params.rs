@@ -1,6 +1,7 @@
 //! Path and query parameters, parsed at the edge into field errors named by the parameter
 //! (`"in": "path"` or `"query"`), never the framework's plain-text rejections.
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 
 use axum::extract::FromRequestParts;
@@ -55,7 +56,7 @@ fn path_error(kind: ErrorKind) -> ApiError {
             return ApiError::invalid_in(
                 Location::Path,
                 &key,
-                "invalid_path_parameter",
+                ErrorCode::InvalidPathParameter,
                 "must be valid UTF-8",
             );
         }
@@ -64,7 +65,7 @@ fn path_error(kind: ErrorKind) -> ApiError {
     ApiError::invalid_in(
         Location::Path,
         &key,
-        "invalid_path_parameter",
+        ErrorCode::InvalidPathParameter,
         format!("`{}` is not {}", echo(&value), type_in_words(expected)),
     )
 }
@@ -101,7 +102,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Query {
             ApiError::invalid_in(
                 Location::Query,
                 "",
-                "invalid_query",
+                ErrorCode::InvalidQuery,
                 "the query string is not valid percent-encoded UTF-8",
             )
         })?;
@@ -111,7 +112,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Query {
                 return Err(ApiError::invalid_in(
                     Location::Query,
                     &echo(&name),
-                    "duplicate_parameter",
+                    ErrorCode::DuplicateParameter,
                     "is given more than once",
                 ));
             }

@@ -10,6 +10,7 @@
 //! nothing; a rerun after a crash part-way keeps the payouts already written and finishes the
 //! batch, and until then no other date may start.
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::BTreeSet;
 
 use chrono::NaiveDate;
@@ -127,8 +128,8 @@ pub struct Planned {
 }
 
 fn money(error: impl std::fmt::Display) -> ApiError {
-    ApiError::Unprocessable {
-        code: "amount_out_of_range",
+    ApiError::Refused {
+        code: ErrorCode::AmountOutOfRange,
         detail: error.to_string(),
     }
 }
@@ -232,16 +233,16 @@ pub async fn run_batch(
     actor: &str,
 ) -> Result<wp::BatchView, ApiError> {
     if date > today_utc() {
-        return Err(ApiError::Unprocessable {
-            code: "date_in_future",
+        return Err(ApiError::Refused {
+            code: ErrorCode::DateInFuture,
             detail: format!("{date} is in the future: a batch pays what was earned up to its date"),
         });
     }
     if !policy.is_payout_date(rules::Schedule::Weekly, date)
         && !policy.is_payout_date(rules::Schedule::Monthly, date)
     {
-        return Err(ApiError::Unprocessable {
-            code: "not_a_payout_date",
+        return Err(ApiError::Refused {
+            code: ErrorCode::NotAPayoutDate,
             detail: format!(
                 "{date} is neither a Monday (weekly payouts) nor the first business day of its month (monthly payouts, first {})",
                 policy.first_business_day(date)
@@ -294,8 +295,8 @@ pub async fn run_batch(
         return Ok(view);
     }
     if let Some(other) = unfinished.filter(|d| *d != date) {
-        return Err(ApiError::Conflict {
-            code: "batch_in_progress",
+        return Err(ApiError::Refused {
+            code: ErrorCode::BatchInProgress,
             detail: format!(
                 "the batch of {other} was started and not finished: finish it first (gpunex payouts run --date {other})"
             ),
@@ -368,8 +369,8 @@ pub async fn run_batch(
             .await
             .map_err(|e| match e {
                 // Another run claimed the runs' stream, or wrote these payouts, first.
-                gpunex_store::AppendError::WrongExpectedVersion { .. } => ApiError::Conflict {
-                    code: "batch_in_progress",
+                gpunex_store::AppendError::WrongExpectedVersion { .. } => ApiError::Refused {
+                    code: ErrorCode::BatchInProgress,
                     detail: format!(
                         "another payout run wrote meanwhile; run the batch of {date} again"
                     ),
@@ -495,9 +496,9 @@ pub fn batch_view(
                 .iter()
                 .position(|id| *id == after)
                 .ok_or_else(|| {
-                    ApiError::invalid(
+                    ApiError::query(
                         "after",
-                        "invalid_cursor",
+                        ErrorCode::InvalidCursor,
                         "after: a payout of this batch (the next_after of the previous page)",
                     )
                 })?

@@ -7,6 +7,7 @@
 //!   returns, every payout with the lines it settled.
 //! - Providers: pending payouts and history with transaction details.
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 
 use crate::params::{Path, Query};
@@ -126,9 +127,19 @@ pub async fn set(
     Ok(Json(view(&state.payouts.policy, &changed)))
 }
 
-fn parse_date(field: &str, text: &str) -> Result<NaiveDate, ApiError> {
-    text.parse::<NaiveDate>()
-        .map_err(|_| ApiError::invalid(field, "invalid_date", "a date: YYYY-MM-DD"))
+fn parse_date(
+    location: crate::error::Location,
+    field: &str,
+    text: &str,
+) -> Result<NaiveDate, ApiError> {
+    text.parse::<NaiveDate>().map_err(|_| {
+        ApiError::invalid_in(
+            location,
+            field,
+            ErrorCode::InvalidDate,
+            "a date: YYYY-MM-DD",
+        )
+    })
 }
 
 /// `POST /v1/payout-batches`: build (or, with `dry_run`, show) a date's batch.
@@ -138,7 +149,7 @@ pub async fn create_batch(
     JsonBody(request): JsonBody<wp::BatchRequest>,
 ) -> Result<Json<wp::BatchView>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
-    let date = parse_date("/date", &request.date)?;
+    let date = parse_date(crate::error::Location::Body, "/date", &request.date)?;
     let mut view = crate::payout_run::run_batch(
         &state.store,
         &state.credentials,
@@ -175,18 +186,17 @@ pub async fn list_batches(
 /// `?after=<payout id>&limit=<1..1000>`; any other parameter is refused.
 fn page(query: &HashMap<String, String>) -> Result<crate::payout_run::Page, ApiError> {
     if let Some(unknown) = query.keys().find(|k| *k != "after" && *k != "limit") {
-        return Err(ApiError::invalid(
+        return Err(ApiError::query(
             unknown,
-            "unknown_parameter",
+            ErrorCode::UnknownParameter,
             "the parameters are after and limit",
         ));
     }
     let after = match query.get("after") {
         None => None,
-        Some(text) => Some(
-            Uuid::parse_str(text.trim())
-                .map_err(|_| ApiError::invalid("after", "invalid_cursor", "after: a payout id"))?,
-        ),
+        Some(text) => Some(Uuid::parse_str(text.trim()).map_err(|_| {
+            ApiError::query("after", ErrorCode::InvalidCursor, "after: a payout id")
+        })?),
     };
     let limit = match query.get("limit") {
         None => crate::payout_run::PAGE_DEFAULT,
@@ -196,9 +206,9 @@ fn page(query: &HashMap<String, String>) -> Result<crate::payout_run::Page, ApiE
             .ok()
             .filter(|l| (1..=crate::payout_run::PAGE_MAX).contains(l))
             .ok_or_else(|| {
-                ApiError::invalid(
+                ApiError::query(
                     "limit",
-                    "invalid_limit",
+                    ErrorCode::InvalidLimit,
                     format!("limit: 1 to {}", crate::payout_run::PAGE_MAX),
                 )
             })?,
@@ -214,7 +224,7 @@ pub async fn read_batch(
     Query(query): Query,
 ) -> Result<Json<wp::BatchView>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
-    let date = parse_date("date", &date)?;
+    let date = parse_date(crate::error::Location::Path, "date", &date)?;
     let page = page(&query)?;
     state
         .credentials
@@ -381,14 +391,14 @@ async fn settle(
 fn submitted_bank_payout(state: &AppState, payout_id: Uuid) -> Result<PayoutRecord, ApiError> {
     let record = payout_record(state, payout_id)?;
     if record.scheduled.method.rail() != Rail::Bank {
-        return Err(ApiError::Conflict {
-            code: "not_a_bank_payout",
+        return Err(ApiError::Refused {
+            code: ErrorCode::NotABankPayout,
             detail: "Solana payouts are confirmed on chain by the sender, not by hand".to_owned(),
         });
     }
     if record.status() != PayoutStatus::Submitted {
-        return Err(ApiError::Conflict {
-            code: "payout_not_submitted",
+        return Err(ApiError::Refused {
+            code: ErrorCode::PayoutNotSubmitted,
             detail: format!(
                 "the payout is {:?}: only a payout in a bank file (submitted) can be confirmed or returned",
                 record.status()
@@ -400,8 +410,8 @@ fn submitted_bank_payout(state: &AppState, payout_id: Uuid) -> Result<PayoutReco
 }
 
 fn money(error: impl std::fmt::Display) -> ApiError {
-    ApiError::Unprocessable {
-        code: "amount_out_of_range",
+    ApiError::Refused {
+        code: ErrorCode::AmountOutOfRange,
         detail: error.to_string(),
     }
 }
@@ -416,9 +426,9 @@ pub async fn confirm(
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let reference = request.bank_reference.trim();
     if reference.is_empty() || reference.chars().count() > 140 {
-        return Err(ApiError::invalid(
+        return Err(ApiError::body(
             "/bank_reference",
-            "invalid_bank_reference",
+            ErrorCode::InvalidBankReference,
             "the bank's reference for the transfer: 1 to 140 characters",
         ));
     }
@@ -455,17 +465,17 @@ pub async fn return_payout(
             .chars()
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
     {
-        return Err(ApiError::invalid(
+        return Err(ApiError::body(
             "/reason_code",
-            "invalid_reason_code",
+            ErrorCode::InvalidReasonCode,
             "an ISO 20022 return reason code: four letters or digits (AC01, AC04, MD07, ...)",
         ));
     }
     let reason = request.reason.trim();
     if reason.is_empty() || reason.chars().count() > 500 {
-        return Err(ApiError::invalid(
+        return Err(ApiError::body(
             "/reason",
-            "invalid_reason",
+            ErrorCode::InvalidReason,
             "1 to 500 characters",
         ));
     }
@@ -510,8 +520,8 @@ fn render(e: &Earnings, file: &BankFileCreated) -> Result<String, ApiError> {
             .payout(transfer.payout_id)
             .ok_or(ApiError::NotFound("payout"))?;
         let PayoutMethod::Bank(details) = &record.scheduled.method else {
-            return Err(ApiError::Conflict {
-                code: "not_a_bank_payout",
+            return Err(ApiError::Refused {
+                code: ErrorCode::NotABankPayout,
                 detail: format!("payout {} is not a bank transfer", transfer.payout_id),
             });
         };
@@ -536,8 +546,8 @@ fn render(e: &Earnings, file: &BankFileCreated) -> Result<String, ApiError> {
         &file.currency,
         &transfers,
     )
-    .map_err(|e| ApiError::Unprocessable {
-        code: "bank_file_invalid",
+    .map_err(|e| ApiError::Refused {
+        code: ErrorCode::BankFileInvalid,
         detail: e.to_string(),
     })
 }
@@ -557,7 +567,7 @@ pub async fn create_bank_files(
     JsonBody(request): JsonBody<wp::BankFileRequest>,
 ) -> Result<Json<Vec<wp::BankFileView>>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
-    let date = parse_date("date", &date)?;
+    let date = parse_date(crate::error::Location::Path, "date", &date)?;
     let rate: Decimal = request
         .eur_per_usdc
         .trim()
@@ -565,22 +575,22 @@ pub async fn create_bank_files(
         .ok()
         .filter(|r: &Decimal| *r > Decimal::ZERO && r.scale() <= 6)
         .ok_or_else(|| {
-            ApiError::invalid(
+            ApiError::body(
                 "/eur_per_usdc",
-                "invalid_rate",
+                ErrorCode::InvalidRate,
                 "euros per USDC: a positive decimal with at most 6 places, as text",
             )
         })?;
     let today = chrono::DateTime::from_timestamp_micros(now().unix_micros())
         .map_or(date, |t| t.date_naive());
     let execution_date = match &request.execution_date {
-        Some(text) => parse_date("/execution_date", text)?,
+        Some(text) => parse_date(crate::error::Location::Body, "/execution_date", text)?,
         None => date.max(today),
     };
     if execution_date < today {
-        return Err(ApiError::invalid(
+        return Err(ApiError::body(
             "/execution_date",
-            "execution_date_past",
+            ErrorCode::ExecutionDatePast,
             "a bank cannot execute a transfer in the past",
         ));
     }
@@ -599,8 +609,8 @@ pub async fn make_bank_files(
     actor: &str,
 ) -> Result<Vec<wp::BankFileView>, ApiError> {
     let Some(debtor) = state.payouts.debtor.clone() else {
-        return Err(ApiError::Unprocessable {
-            code: "bank_rail_not_configured",
+        return Err(ApiError::Refused {
+            code: ErrorCode::BankRailNotConfigured,
             detail: "the server has no platform bank account (--sepa-debtor)".to_owned(),
         });
     };
@@ -628,8 +638,8 @@ pub async fn make_bank_files(
                 let usdc_cents = record.scheduled.amount.micros() / MICROS_PER_CENT;
                 let amount_cents = payouts::convert_cents(usdc_cents, rate)
                     .filter(|c| *c > 0)
-                    .ok_or_else(|| ApiError::Unprocessable {
-                        code: "amount_out_of_range",
+                    .ok_or_else(|| ApiError::Refused {
+                        code: ErrorCode::AmountOutOfRange,
                         detail: format!(
                             "payout {}: {usdc_cents} cents at {rate} is not a positive amount",
                             record.scheduled.payout_id
@@ -675,8 +685,8 @@ pub async fn make_bank_files(
         views.push(file_view(date, &file));
     }
     if views.is_empty() {
-        return Err(ApiError::Conflict {
-            code: "nothing_to_file",
+        return Err(ApiError::Refused {
+            code: ErrorCode::NothingToFile,
             detail: format!("the batch of {date} has no bank payouts waiting for a file"),
         });
     }
@@ -690,7 +700,7 @@ pub async fn bank_file(
     Path((date, message_id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
-    let date = parse_date("date", &date)?;
+    let date = parse_date(crate::error::Location::Path, "date", &date)?;
     let xml = state.credentials.with_earnings(|e| {
         let file = e
             .payouts()
@@ -699,8 +709,8 @@ pub async fn bank_file(
             .ok_or(ApiError::NotFound("bank_file"))?;
         let xml = render(e, file)?;
         if sha256_hex(&xml) != file.sha256 {
-            return Err(ApiError::Conflict {
-                code: "bank_file_changed",
+            return Err(ApiError::Refused {
+                code: ErrorCode::BankFileChanged,
                 detail: "the file no longer renders to the recorded bytes".to_owned(),
             });
         }
@@ -725,8 +735,8 @@ pub async fn bank_file(
 /// under the server's 2 MB body limit, so this error, not a bare 413, answers).
 const STATUS_REPORT_BYTES_MAX: usize = 1024 * 1024;
 
-fn report_error(code: &'static str, detail: impl Into<String>) -> ApiError {
-    ApiError::Unprocessable {
+fn report_error(code: ErrorCode, detail: impl Into<String>) -> ApiError {
+    ApiError::Refused {
         code,
         detail: detail.into(),
     }
@@ -774,7 +784,7 @@ fn report_changes(
                     .is_some_and(|c| c != file.currency);
                 if amount_differs || currency_differs {
                     return Err(report_error(
-                        "report_amount_mismatch",
+                        ErrorCode::ReportAmountMismatch,
                         format!(
                             "transfer {end_to_end}: the report says {} {}, the file ordered {} cents {}",
                             status
@@ -803,8 +813,8 @@ fn report_changes(
                 Change::Fail { code, text }
             }
             (Some(outcome), status) => {
-                return Err(ApiError::Conflict {
-                    code: "report_contradicts_payout",
+                return Err(ApiError::Refused {
+                    code: ErrorCode::ReportContradictsPayout,
                     detail: format!(
                         "payout {} is {status:?} but the report says {outcome:?}: settle it by hand",
                         transfer.payout_id
@@ -817,7 +827,7 @@ fn report_changes(
     }
     if let Some(unknown) = listed.keys().next() {
         return Err(report_error(
-            "report_transaction_unknown",
+            ErrorCode::ReportTransactionUnknown,
             format!(
                 "the report names the transfer {unknown}, which is not in {}",
                 file.message_id
@@ -839,26 +849,26 @@ pub async fn import_status_report(
 ) -> Result<Json<wp::StatusReportView>, ApiError> {
     caller.require(&[Allow::Admin, Allow::Finance])?;
     if body.len() > STATUS_REPORT_BYTES_MAX {
-        return Err(ApiError::invalid(
-            "body",
-            "status_report_too_large",
+        return Err(ApiError::body(
+            "",
+            ErrorCode::StatusReportTooLarge,
             format!("a status report is at most {STATUS_REPORT_BYTES_MAX} bytes"),
         ));
     }
     let xml = std::str::from_utf8(&body).map_err(|_| {
-        ApiError::invalid(
-            "body",
-            "invalid_status_report",
+        ApiError::body(
+            "",
+            ErrorCode::InvalidStatusReport,
             "the body must be the pain.002 XML, in UTF-8",
         )
     })?;
     let report = gpunex_payouts::bank_report::read_status_report(xml)
-        .map_err(|e| ApiError::invalid("body", e.code(), e.to_string()))?;
+        .map_err(|e| ApiError::body("", e.code(), e.to_string()))?;
     let reference = report.message_id.clone();
     if reference.is_empty() || reference.chars().count() > 140 {
-        return Err(ApiError::invalid(
-            "body",
-            "invalid_status_report",
+        return Err(ApiError::body(
+            "",
+            ErrorCode::InvalidStatusReport,
             "the report's MsgId must be 1 to 140 characters",
         ));
     }

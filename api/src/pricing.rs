@@ -1,6 +1,7 @@
 //! `GET /v1/market/recommendations`: a recommended hourly price per model and region, with the
 //! market figures it came from (`domain::pricing` has the rule).
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 
 use crate::params::Query;
@@ -91,22 +92,22 @@ pub async fn recommendations(
         .keys()
         .find(|k| !matches!(k.as_str(), "model" | "region"))
     {
-        return Err(ApiError::invalid(
+        return Err(ApiError::query(
             key,
-            "unknown_parameter",
+            ErrorCode::UnknownParameter,
             "known: model, region",
         ));
     }
     let added = state.credentials.added_models();
     let model = query
         .get("model")
-        .ok_or_else(|| ApiError::invalid("model", "required", "a catalog model id"))?;
+        .ok_or_else(|| ApiError::query("model", ErrorCode::Required, "a catalog model id"))?;
     let model_id = (gpunex_domain::gpu::Catalog { added: &added })
         .find_id(model)
         .ok_or_else(|| {
-            ApiError::invalid(
+            ApiError::query(
                 "model",
-                "unknown_model",
+                ErrorCode::UnknownModel,
                 "a catalog model id or name (GET /v1/catalog/models)",
             )
         })?
@@ -116,9 +117,9 @@ pub async fn recommendations(
         .as_deref()
         .is_some_and(|r| r.is_empty() || r.chars().count() > 100)
     {
-        return Err(ApiError::invalid(
+        return Err(ApiError::query(
             "region",
-            "invalid_region",
+            ErrorCode::InvalidRegion,
             "a region name, 1 to 100 characters",
         ));
     }

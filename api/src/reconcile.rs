@@ -3,6 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use gpunex_domain::codes::ErrorCode;
 use gpunex_projections::reconcile::{ReconcileReport, Reconciler};
 use gpunex_store::Store;
 
@@ -62,13 +63,12 @@ pub async fn endpoint(
     caller.require(&[Allow::Admin, Allow::Finance])?;
     let head = state.store.head_position().await?;
     state.credentials.wait_for(head).await?;
-    let reconciler =
-        replay(&state.store, head, &|_| {})
-            .await
-            .map_err(|e| ApiError::Unprocessable {
-                code: "undecodable_event",
-                detail: e.to_string(),
-            })?;
+    let reconciler = replay(&state.store, head, &|_| {})
+        .await
+        .map_err(|e| ApiError::Refused {
+            code: ErrorCode::UndecodableEvent,
+            detail: e.to_string(),
+        })?;
     let at = now();
     let report = state
         .credentials

@@ -2,6 +2,7 @@
 //! the rental. Two renters racing for a GPU cannot both get it: the lease streams' expected
 //! versions decide (see `domain::rental`).
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 
 use crate::params::{Path, Query};
@@ -32,18 +33,18 @@ fn stream(name: String) -> StreamId {
 fn rejection(error: RentalRejection) -> ApiError {
     match error {
         RentalRejection::InvalidGpus => {
-            ApiError::invalid("gpu_uuids", error.code(), error.to_string())
+            ApiError::body("/gpu_uuids", error.code(), error.to_string())
         }
         RentalRejection::MixedMachines => {
-            ApiError::invalid("gpu_uuids", error.code(), error.to_string())
+            ApiError::body("/gpu_uuids", error.code(), error.to_string())
         }
         RentalRejection::InvalidEvidence => {
-            ApiError::invalid("evidence", error.code(), error.to_string())
+            ApiError::body("/evidence", error.code(), error.to_string())
         }
         RentalRejection::InvalidWorkload(_) => {
-            ApiError::invalid("workload", error.code(), error.to_string())
+            ApiError::body("/workload", error.code(), error.to_string())
         }
-        RentalRejection::NotAvailable(_) | RentalRejection::AlreadyEnded => ApiError::Conflict {
+        RentalRejection::NotAvailable(_) | RentalRejection::AlreadyEnded => ApiError::Refused {
             code: error.code(),
             detail: error.to_string(),
         },
@@ -116,9 +117,9 @@ pub async fn rent(
             pick(&state, &snapshot, filter, count)?
         }
         _ => {
-            return Err(ApiError::invalid(
-                "body",
-                "invalid_body",
+            return Err(ApiError::body(
+                "",
+                ErrorCode::InvalidBody,
                 "name either gpu_uuids, or gpus and a filter",
             ));
         }
@@ -204,8 +205,8 @@ pub async fn rent(
         .append_streams(streams)
         .await
         .map_err(|error| match error {
-            AppendError::WrongExpectedVersion { stream_id, .. } => ApiError::Conflict {
-                code: "gpu_not_available",
+            AppendError::WrongExpectedVersion { stream_id, .. } => ApiError::Refused {
+                code: ErrorCode::GpuNotAvailable,
                 detail: format!(
                     "{} was just taken by another rental",
                     stream_id.strip_prefix("gpu_lease-").unwrap_or(&stream_id)
@@ -256,7 +257,9 @@ pub async fn list(
         None => query
             .get("renter_id")
             .and_then(|t| Uuid::try_parse(t).ok())
-            .ok_or_else(|| ApiError::invalid("renter_id", "required", "a renter id (UUID)"))?,
+            .ok_or_else(|| {
+                ApiError::query("renter_id", ErrorCode::Required, "a renter id (UUID)")
+            })?,
     };
     let rentals = state
         .credentials
@@ -273,9 +276,9 @@ fn pick(
     count: u32,
 ) -> Result<Vec<String>, ApiError> {
     if count == 0 || count as usize > rental::RENTAL_GPUS_MAX {
-        return Err(ApiError::invalid(
-            "gpus",
-            "invalid_gpus",
+        return Err(ApiError::body(
+            "/gpus",
+            ErrorCode::InvalidGpus,
             format!("1 to {}", rental::RENTAL_GPUS_MAX),
         ));
     }
@@ -310,8 +313,8 @@ fn pick(
             return Ok(std::mem::take(gpus));
         }
     }
-    Err(ApiError::Conflict {
-        code: "no_match",
+    Err(ApiError::Refused {
+        code: ErrorCode::NoMatch,
         detail: format!("no machine has {count} listed GPUs matching the filter"),
     })
 }
@@ -417,8 +420,8 @@ async fn finish(
             AppendError::WrongExpectedVersion { .. } if ended_meanwhile() => {
                 rejection(RentalRejection::AlreadyEnded)
             }
-            AppendError::WrongExpectedVersion { .. } => ApiError::Conflict {
-                code: "concurrent_change",
+            AppendError::WrongExpectedVersion { .. } => ApiError::Refused {
+                code: ErrorCode::ConcurrentChange,
                 detail: "the rental changed while it was being ended (usage was metered); retry"
                     .to_owned(),
             },
@@ -471,7 +474,7 @@ pub fn online_gpu_seconds(
 pub async fn meter(
     state: &AppState,
     report_id: Uuid,
-    machine_id: Uuid,
+    meta: Metadata,
     rental_id: Uuid,
     gpu_seconds: u64,
 ) -> Result<(Option<u64>, &'static str), ApiError> {
@@ -494,22 +497,21 @@ pub async fn meter(
             report_id,
             at,
         };
-        let metered = rental::meter_usage(&input).map_err(|e| ApiError::Unprocessable {
-            code: "usage_out_of_range",
+        let metered = rental::meter_usage(&input).map_err(|e| ApiError::Refused {
+            code: ErrorCode::UsageOutOfRange,
             detail: e.to_string(),
         })?;
         let Some(metered) = metered else {
             return Ok((None, "absorbed"));
         };
         let event = DomainEvent::Rental(RentalEvent::UsageMetered(metered));
-        let meta = Metadata::actor(format!("agent:{machine_id}"));
         match append_at(
             state,
             rental_id,
             rental.stream_version,
             report_id,
             &event,
-            meta,
+            meta.clone(),
         )
         .await?
         {
@@ -517,8 +519,8 @@ pub async fn meter(
             None => continue,
         }
     }
-    Err(ApiError::Conflict {
-        code: "concurrent_change",
+    Err(ApiError::Refused {
+        code: ErrorCode::ConcurrentChange,
         detail: "the rental kept changing; retry".to_owned(),
     })
 }
@@ -584,8 +586,8 @@ async fn append_to_rental(
             }
         }
     }
-    Err(ApiError::Conflict {
-        code: "concurrent_change",
+    Err(ApiError::Refused {
+        code: ErrorCode::ConcurrentChange,
         detail: "the rental kept changing; retry".to_owned(),
     })
 }
@@ -593,7 +595,7 @@ async fn append_to_rental(
 /// An agent started a rental's workload (`rental.job_started`, under the agent's event id).
 pub async fn job_started(
     state: &AppState,
-    event_id: Uuid,
+    delivery: &crate::fleet::Delivery,
     occurred: gpunex_domain::time::Timestamp,
     report: &gpunex_wire::fleet::JobStartedReport,
 ) -> Result<(u64, &'static str), ApiError> {
@@ -607,9 +609,9 @@ pub async fn job_started(
     append_to_rental(
         state,
         report.rental_id,
-        event_id,
+        delivery.event_id,
         RentalEvent::JobStarted(started),
-        Metadata::actor(format!("agent:{}", report.machine_id)),
+        delivery.metadata(report.machine_id),
     )
     .await
 }
@@ -619,20 +621,21 @@ pub async fn job_started(
 /// ends with the job's cause and evidence and its GPUs are released.
 pub async fn job_ended(
     state: &AppState,
-    event_id: Uuid,
+    delivery: &crate::fleet::Delivery,
     occurred: gpunex_domain::time::Timestamp,
     report: &gpunex_wire::fleet::JobEndedReport,
 ) -> Result<(u64, &'static str), ApiError> {
+    let event_id = delivery.event_id;
+    let meta = delivery.metadata(report.machine_id);
     let usage_id = gpunex_domain::fleet::derived_event_id(event_id, 1);
     meter(
         state,
         usage_id,
-        report.machine_id,
+        meta.clone(),
         report.rental_id,
         report.gpu_seconds,
     )
     .await?;
-    let meta = Metadata::actor(format!("agent:{}", report.machine_id));
     for _attempt in 0..5 {
         let rental = state
             .credentials
@@ -679,7 +682,7 @@ pub async fn job_ended(
                 return Ok((position, "recorded"));
             }
             // Ended meanwhile (the renter cancelled) or metered: look again.
-            Err(ApiError::Conflict { .. }) => {
+            Err(ApiError::Refused { .. }) => {
                 if let Some(position) = state.store.event_position(event_id).await? {
                     return Ok((position, "duplicate"));
                 }
@@ -689,8 +692,8 @@ pub async fn job_ended(
             Err(other) => return Err(other),
         }
     }
-    Err(ApiError::Conflict {
-        code: "concurrent_change",
+    Err(ApiError::Refused {
+        code: ErrorCode::ConcurrentChange,
         detail: "the rental kept changing; retry".to_owned(),
     })
 }
@@ -740,9 +743,9 @@ pub async fn assignments(
             .ok()
             .filter(|n| *n <= ASSIGNMENTS_WAIT_MAX_SECONDS)
             .ok_or_else(|| {
-                ApiError::invalid(
+                ApiError::query(
                     "wait_seconds",
-                    "out_of_range",
+                    ErrorCode::OutOfRange,
                     format!("a whole number up to {ASSIGNMENTS_WAIT_MAX_SECONDS}"),
                 )
             })?,
@@ -753,9 +756,9 @@ pub async fn assignments(
         .keys()
         .find(|k| !matches!(k.as_str(), "wait_seconds" | "since"))
     {
-        return Err(ApiError::invalid(
+        return Err(ApiError::query(
             key,
-            "unknown_parameter",
+            ErrorCode::UnknownParameter,
             "known: since, wait_seconds",
         ));
     }
@@ -838,7 +841,7 @@ pub async fn end_abandoned(
                 ended += 1;
             }
             // Ended or metered meanwhile: the next pass looks again.
-            Err(ApiError::Conflict { .. }) => {}
+            Err(ApiError::Refused { .. }) => {}
             Err(other) => return Err(other),
         }
     }

@@ -1,5 +1,6 @@
 //! Routes, handlers and the conversions from store values to wire types.
 
+use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 
 use crate::params::{Path, Query};
@@ -81,6 +82,12 @@ pub fn endpoints() -> crate::routes::Routes {
             "the database answers; projection lag",
             PUBLIC,
             readyz,
+        )
+        .get(
+            "/docs/errors",
+            "the error codes: every code a problem document can carry, its status and meaning",
+            PUBLIC,
+            crate::docs::errors,
         )
         .get(
             "/v1/openapi.json",
@@ -563,7 +570,7 @@ impl Page {
                     errors.push(crate::error::field_error(
                         crate::error::Location::Query,
                         name,
-                        "out_of_range",
+                        ErrorCode::OutOfRange,
                         format!(
                             "must be a whole number from {min} to {max}, got `{}`",
                             truncate(text)
@@ -643,14 +650,18 @@ async fn balances(
             .ok()
             .filter(|n| (1..=PAGE_ITEMS_MAX).contains(n))
             .ok_or_else(|| {
-                ApiError::invalid("limit", "out_of_range", format!("1 to {PAGE_ITEMS_MAX}"))
+                ApiError::query(
+                    "limit",
+                    ErrorCode::OutOfRange,
+                    format!("1 to {PAGE_ITEMS_MAX}"),
+                )
             })?,
         None => PAGE_ITEMS_DEFAULT,
     } as usize;
     let after: Option<Account> = match query.get("after") {
         Some(text) => Some(text.parse().map_err(
             |e: gpunex_domain::ledger::AccountParseError| {
-                ApiError::invalid("after", "invalid_cursor", e.to_string())
+                ApiError::query("after", ErrorCode::InvalidCursor, e.to_string())
             },
         )?),
         None => None,
@@ -697,7 +708,7 @@ async fn account_lines(
         account
             .parse()
             .map_err(|e: gpunex_domain::ledger::AccountParseError| {
-                ApiError::invalid("account", "invalid_account", e.to_string())
+                ApiError::path("account", ErrorCode::InvalidAccount, e.to_string())
             })?;
     let page = Page::parse(&query)?;
     let lines = state

@@ -6,6 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderName, StatusCode, header};
 use gpunex_domain::DomainEvent;
+use gpunex_domain::codes::ErrorCode;
 use gpunex_domain::credentials::{self, CredentialEvent, CredentialRejection, Role, TokenIssued};
 use gpunex_domain::time::Timestamp;
 use gpunex_projections::credentials::CredentialRecord;
@@ -31,12 +32,12 @@ fn stream_of(token_id: Uuid) -> gpunex_domain::StreamId {
 fn rejection(error: CredentialRejection) -> ApiError {
     match error {
         CredentialRejection::InvalidLabel => {
-            ApiError::invalid("label", error.code(), error.to_string())
+            ApiError::body("/label", error.code(), error.to_string())
         }
         CredentialRejection::InvalidSecretHash => {
-            ApiError::invalid("token", error.code(), error.to_string())
+            ApiError::body("/token", error.code(), error.to_string())
         }
-        CredentialRejection::AlreadyRevoked => ApiError::Conflict {
+        CredentialRejection::AlreadyRevoked => ApiError::Refused {
             code: error.code(),
             detail: error.to_string(),
         },
@@ -49,20 +50,17 @@ fn append_error(error: AppendError) -> ApiError {
         AppendError::WrongExpectedVersion { stream_id, .. }
             if stream_id.starts_with("provider_token_claim-") =>
         {
-            ApiError::Conflict {
-                code: "already_issued",
+            ApiError::Refused {
+                code: ErrorCode::AlreadyIssued,
                 detail: "the provider's first token was already issued; manage tokens with it"
                     .to_owned(),
             }
         }
-        AppendError::WrongExpectedVersion { .. } => ApiError::Conflict {
-            code: "concurrent_change",
+        AppendError::WrongExpectedVersion { .. } => ApiError::Refused {
+            code: ErrorCode::ConcurrentChange,
             detail: "the token changed while this request ran; read it again".to_owned(),
         },
-        other => ApiError::Conflict {
-            code: other.code(),
-            detail: other.to_string(),
-        },
+        other => crate::error::append_failure(other),
     }
 }
 
@@ -308,12 +306,12 @@ pub fn agent_machine(
     };
     match cache.machine_holder(&machine_id) {
         Some(holder) if holder == provider_id => Ok(machine_id),
-        Some(_) => Err(ApiError::Conflict {
-            code: "machine_registered_elsewhere",
+        Some(_) => Err(ApiError::Refused {
+            code: ErrorCode::MachineRegisteredElsewhere,
             detail: format!("machine {machine_id} belongs to another provider"),
         }),
-        None => Err(ApiError::Unprocessable {
-            code: "machine_id_unknown",
+        None => Err(ApiError::Refused {
+            code: ErrorCode::MachineIdUnknown,
             detail: format!(
                 "no machine {machine_id} is bound to this provider; machine ids are minted by the platform: omit machine_id to get a new one"
             ),
@@ -345,20 +343,20 @@ fn resolve_role(
             provider_id,
             machine_id: agent_machine(cache, provider_id, machine_id)?,
         }),
-        (Role::Admin, R::Agent { provider_id: None, .. }) => Err(ApiError::invalid(
+        (Role::Admin, R::Agent { provider_id: None, .. }) => Err(ApiError::body(
             "/role/provider_id",
-            "missing_field",
+            ErrorCode::MissingField,
             "an agent token is bound to a provider: name it",
         )),
         (Role::Admin, R::Renter { user_id: Some(user_id) }) => cache
             .user(&user_id)
             .map(|_| Role::Renter { user_id })
             .ok_or_else(|| {
-                ApiError::invalid("/role/user_id", "unknown_user", "no such person")
+                ApiError::body("/role/user_id", ErrorCode::UnknownUser, "no such person")
             }),
-        (Role::Admin, R::Renter { user_id: None }) => Err(ApiError::invalid(
+        (Role::Admin, R::Renter { user_id: None }) => Err(ApiError::body(
             "/role/user_id",
-            "missing_field",
+            ErrorCode::MissingField,
             "a renter token is bound to a person: name them",
         )),
         (
@@ -376,8 +374,8 @@ fn resolve_role(
         (Role::User { user_id }, R::Renter { user_id: given }) if own(given, user_id) => {
             Ok(Role::Renter { user_id })
         }
-        _ => Err(ApiError::Denied {
-            code: "role_not_issuable",
+        _ => Err(ApiError::Refused {
+            code: ErrorCode::RoleNotIssuable,
             detail: "you may not issue a token with this role: an admin issues any, a provider agent tokens for itself, a person renter tokens for themselves".to_owned(),
         }),
     }
@@ -413,8 +411,8 @@ pub async fn issue(
             .filter(|record| record.revoked_at.is_none())
             .count();
         if active >= PROVIDER_TOKENS_ACTIVE_MAX {
-            return Err(ApiError::Conflict {
-                code: "too_many_tokens",
+            return Err(ApiError::Refused {
+                code: ErrorCode::TooManyTokens,
                 detail: format!(
                     "a provider may hold at most {PROVIDER_TOKENS_ACTIVE_MAX} active tokens; revoke some first"
                 ),
@@ -429,8 +427,8 @@ pub async fn issue(
             .filter(|record| record.revoked_at.is_none())
             .count();
         if active >= PERSON_TOKENS_ACTIVE_MAX {
-            return Err(ApiError::Conflict {
-                code: "too_many_tokens",
+            return Err(ApiError::Refused {
+                code: ErrorCode::TooManyTokens,
                 detail: format!(
                     "a person may hold at most {PERSON_TOKENS_ACTIVE_MAX} active renter tokens; revoke some first"
                 ),
@@ -474,7 +472,11 @@ pub async fn list(
             .ok()
             .filter(|n| (1..=TOKENS_PAGE_MAX).contains(n))
             .ok_or_else(|| {
-                ApiError::invalid("limit", "out_of_range", format!("1 to {TOKENS_PAGE_MAX}"))
+                ApiError::query(
+                    "limit",
+                    ErrorCode::OutOfRange,
+                    format!("1 to {TOKENS_PAGE_MAX}"),
+                )
             })?,
         None => TOKENS_PAGE_MAX,
     };
@@ -486,13 +488,21 @@ pub async fn list(
     let start = match query.get("after") {
         Some(cursor) => {
             let after = Uuid::try_parse(cursor).map_err(|_| {
-                ApiError::invalid("after", "invalid_cursor", "a cursor from next_after")
+                ApiError::query(
+                    "after",
+                    ErrorCode::InvalidCursor,
+                    "a cursor from next_after",
+                )
             })?;
             all.iter()
                 .position(|record| record.token_id == after)
                 .map(|index| index + 1)
                 .ok_or_else(|| {
-                    ApiError::invalid("after", "invalid_cursor", "a cursor from next_after")
+                    ApiError::query(
+                        "after",
+                        ErrorCode::InvalidCursor,
+                        "a cursor from next_after",
+                    )
                 })?
         }
         None => 0,

@@ -36,11 +36,11 @@ async fn sign_up_sign_in_and_out(db: &TestDb) {
     for (body, field) in [
         (
             json!({"email": "not-an-email", "password": PASSWORD}),
-            "email",
+            "/email",
         ),
         (
             json!({"email": "bob@example.com", "password": "short"}),
-            "password",
+            "/password",
         ),
     ] {
         let (status, _, problem) = call(&app, "POST", "/v1/accounts", None, Some(body)).await;

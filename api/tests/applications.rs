@@ -93,7 +93,10 @@ async fn apply_review_and_approve(db: &TestDb) {
         (StatusCode::CONFLICT, Some("tier_rules_broken"))
     );
     assert!(
-        problem["detail"].as_str().unwrap().contains("UpsRequired"),
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("must be UPS-protected"),
         "{problem}"
     );
 

@@ -52,7 +52,7 @@ async fn an_added_model_is_a_catalog_model_for_applications(db: &TestDb) {
         common::request(&base, "POST", "/v1/catalog/models", Some(&admin), Some(bad)).await;
     assert_eq!(
         (status, problem["errors"][0]["field"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("model_id"))
+        (StatusCode::BAD_REQUEST, Some("/model_id"))
     );
     let (_, _, models) = common::request(&base, "GET", "/v1/catalog/models", None, None).await;
     let ids: Vec<&str> = models

@@ -141,9 +141,29 @@ async fn register_heartbeat_offline_and_back(db: &TestDb) {
     assert_eq!(status, StatusCode::OK, "{answer}");
     assert_eq!(answer["results"][0]["status"], "recorded");
     let position = answer["results"][0]["position"].clone();
-    let (_, again) = deliver(&p.base, &agent, vec![event]).await;
+    let (_, again) = deliver(&p.base, &agent, vec![event.clone()]).await;
     assert_eq!(again["results"][0]["status"], "duplicate");
     assert_eq!(again["results"][0]["position"], position);
+    // The same id with other content is refused, not answered `duplicate`: a faulty agent
+    // cannot lose what it sent the second time without hearing of it.
+    let head = p.state.store.head_position().await.unwrap();
+    let mut changed = event.clone();
+    changed["body"]["host"]["hostname"] = json!("node-8");
+    let (status, problem) = deliver(&p.base, &agent, vec![changed]).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (StatusCode::CONFLICT, Some("idempotency_conflict")),
+        "{problem}"
+    );
+    let mut later = event.clone();
+    later["occurred_at"] = json!(chrono::Utc::now().to_rfc3339());
+    let (status, _) = deliver(&p.base, &agent, vec![later]).await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "another time is other content too"
+    );
+    assert_eq!(p.state.store.head_position().await.unwrap(), head);
     assert_eq!(fleet_events(&p, "fleet.machine_registered").await.len(), 1);
     assert_eq!(fleet_events(&p, "fleet.gpu_detected").await.len(), 4);
 

@@ -212,7 +212,7 @@ async fn prices_schedules_and_maintenance_decide_what_is_listed(db: &TestDb) {
         let (status, problem) = set_price(&base, &h, "h100-80gb", price).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{price}: {problem}");
         assert_eq!(problem["errors"][0]["code"], code, "{price}: {problem}");
-        assert_eq!(problem["errors"][0]["field"], "price_usdc");
+        assert_eq!(problem["errors"][0]["field"], "/price_usdc");
     }
     let (status, problem) = set_price(&base, &h, "l40s", "1.00").await;
     assert_eq!(

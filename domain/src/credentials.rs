@@ -4,6 +4,7 @@
 //! is 244 random bits, so a fast hash is enough: there is nothing to brute-force). Which role may
 //! call which endpoint is declared with each route in the API crate.
 
+use crate::codes::ErrorCode;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -121,11 +122,11 @@ pub enum CredentialRejection {
 }
 
 impl CredentialRejection {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            CredentialRejection::InvalidLabel => "invalid_label",
-            CredentialRejection::InvalidSecretHash => "invalid_secret_hash",
-            CredentialRejection::AlreadyRevoked => "already_revoked",
+            CredentialRejection::InvalidLabel => ErrorCode::InvalidLabel,
+            CredentialRejection::InvalidSecretHash => ErrorCode::InvalidSecretHash,
+            CredentialRejection::AlreadyRevoked => ErrorCode::AlreadyRevoked,
         }
     }
 }

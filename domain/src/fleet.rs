@@ -5,6 +5,7 @@
 //! offline transition, a GPU condition starting or ending, a platform outage. Per-heartbeat
 //! telemetry is bounded time series outside the log (see `docs/agent.md`).
 
+use crate::codes::ErrorCode;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -182,13 +183,13 @@ pub fn identify(gpu: &DetectedGpu, added: &[ModelAdded]) -> Identified {
 #[error("{field}: {message}")]
 pub struct ReportError {
     pub field: String,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 fn report_error(
     field: impl Into<String>,
-    code: &'static str,
+    code: ErrorCode,
     message: impl Into<String>,
 ) -> ReportError {
     ReportError {
@@ -200,19 +201,23 @@ fn report_error(
 
 fn check_text(field: &str, text: &str, required: bool) -> Result<(), ReportError> {
     if required && text.trim().is_empty() {
-        return Err(report_error(field, "required", "must not be blank"));
+        return Err(report_error(
+            field,
+            ErrorCode::Required,
+            "must not be blank",
+        ));
     }
     if text.chars().count() > AGENT_TEXT_CHARS_MAX {
         return Err(report_error(
             field,
-            "too_long",
+            ErrorCode::TooLong,
             format!("at most {AGENT_TEXT_CHARS_MAX} characters"),
         ));
     }
     if text.chars().any(char::is_control) {
         return Err(report_error(
             field,
-            "invalid_characters",
+            ErrorCode::InvalidCharacters,
             "control characters",
         ));
     }
@@ -242,7 +247,7 @@ fn check_range<T: PartialOrd + Copy + std::fmt::Display>(
     match value {
         Some(value) if value < min || value > max => Err(report_error(
             field,
-            "out_of_range",
+            ErrorCode::OutOfRange,
             format!("must be from {min} to {max}, got {value}"),
         )),
         _ => Ok(()),
@@ -264,21 +269,21 @@ pub fn validate_inventory(host: &HostInfo, gpus: &[DetectedGpu]) -> Result<(), R
     {
         return Err(report_error(
             "/host/disk_free_gib",
-            "out_of_range",
+            ErrorCode::OutOfRange,
             "more free disk than disk",
         ));
     }
     if gpus.is_empty() {
         return Err(report_error(
             "/gpus",
-            "no_gpus",
+            ErrorCode::NoGpus,
             "a machine reports at least one GPU",
         ));
     }
     if gpus.len() > MACHINE_GPUS_MAX {
         return Err(report_error(
             "/gpus",
-            "too_many_gpus",
+            ErrorCode::TooManyGpus,
             format!("at most {MACHINE_GPUS_MAX} GPUs per machine"),
         ));
     }
@@ -287,21 +292,21 @@ pub fn validate_inventory(host: &HostInfo, gpus: &[DetectedGpu]) -> Result<(), R
         if !valid_gpu_uuid(&gpu.gpu_uuid) {
             return Err(report_error(
                 at("gpu_uuid"),
-                "invalid_gpu_uuid",
+                ErrorCode::InvalidGpuUuid,
                 "must read GPU-<hex and dashes>, at most 96 characters",
             ));
         }
         if gpus[..i].iter().any(|other| other.gpu_uuid == gpu.gpu_uuid) {
             return Err(report_error(
                 at("gpu_uuid"),
-                "duplicate_gpu",
+                ErrorCode::DuplicateGpu,
                 "reported twice",
             ));
         }
         if gpus[..i].iter().any(|other| other.index == gpu.index) {
             return Err(report_error(
                 at("index"),
-                "duplicate_index",
+                ErrorCode::DuplicateIndex,
                 "reported twice",
             ));
         }
@@ -404,7 +409,7 @@ pub fn validate_samples(
     if samples.len() > MACHINE_GPUS_MAX {
         return Err(report_error(
             "/gpus",
-            "too_many_gpus",
+            ErrorCode::TooManyGpus,
             format!("at most {MACHINE_GPUS_MAX} GPUs per machine"),
         ));
     }
@@ -413,14 +418,14 @@ pub fn validate_samples(
         if samples[..i].iter().any(|s| s.gpu_uuid == sample.gpu_uuid) {
             return Err(report_error(
                 at("gpu_uuid"),
-                "duplicate_gpu",
+                ErrorCode::DuplicateGpu,
                 "reported twice",
             ));
         }
         let Some(gpu) = registered.iter().find(|g| g.gpu_uuid == sample.gpu_uuid) else {
             return Err(report_error(
                 at("gpu_uuid"),
-                "unknown_gpu",
+                ErrorCode::UnknownGpu,
                 "not a GPU registered on this machine; register again after a hardware change",
             ));
         };

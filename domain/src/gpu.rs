@@ -3,6 +3,7 @@
 //! Figures are dense (no sparsity) datasheet peaks from `shared/reference/gpu-benchmarking.md`,
 //! stored as integers: TFLOPS in tenths (`989` TFLOPS is `9_890`), bandwidth in GB/s. A model not
 //! in this catalog may still be offered by name; it is then evaluated case by case.
+use crate::codes::ErrorCode;
 
 /// One form factor of a model: the same name can ship as SXM and PCIe with different limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,12 +279,12 @@ pub enum CatalogRejection {
 }
 
 impl CatalogRejection {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            CatalogRejection::InvalidId => "invalid_model_id",
-            CatalogRejection::InvalidName => "invalid_model_name",
-            CatalogRejection::InvalidVram => "invalid_vram",
-            CatalogRejection::AlreadyListed => "already_listed",
+            CatalogRejection::InvalidId => ErrorCode::InvalidModelId,
+            CatalogRejection::InvalidName => ErrorCode::InvalidModelName,
+            CatalogRejection::InvalidVram => ErrorCode::InvalidVram,
+            CatalogRejection::AlreadyListed => ErrorCode::AlreadyListed,
         }
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod accounts;
 pub mod calendar;
+pub mod codes;
 pub mod credentials;
 pub mod events;
 pub mod fleet;

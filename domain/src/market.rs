@@ -3,6 +3,7 @@
 //!
 //! Visibility is a function of the events and an instant: nothing runs at window boundaries.
 
+use crate::codes::ErrorCode;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -52,18 +53,18 @@ pub enum MarketRejection {
 }
 
 impl MarketRejection {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            MarketRejection::PriceNotANumber(_) => "invalid_price",
-            MarketRejection::PriceNotPositive => "price_not_positive",
-            MarketRejection::PriceOutOfRange => "price_out_of_range",
-            MarketRejection::EffectiveOutOfRange => "invalid_effective_at",
-            MarketRejection::ModelNotOffered(_) => "model_not_offered",
-            MarketRejection::UnknownTimeZone(_) => "unknown_time_zone",
-            MarketRejection::InvalidSchedule(_) => "invalid_schedule",
-            MarketRejection::InvalidMaintenance => "invalid_maintenance",
-            MarketRejection::InvalidReason => "invalid_reason",
-            MarketRejection::NoSuchMaintenance => "no_such_maintenance",
+            MarketRejection::PriceNotANumber(_) => ErrorCode::InvalidPrice,
+            MarketRejection::PriceNotPositive => ErrorCode::PriceNotPositive,
+            MarketRejection::PriceOutOfRange => ErrorCode::PriceOutOfRange,
+            MarketRejection::EffectiveOutOfRange => ErrorCode::InvalidEffectiveAt,
+            MarketRejection::ModelNotOffered(_) => ErrorCode::ModelNotOffered,
+            MarketRejection::UnknownTimeZone(_) => ErrorCode::UnknownTimeZone,
+            MarketRejection::InvalidSchedule(_) => ErrorCode::InvalidSchedule,
+            MarketRejection::InvalidMaintenance => ErrorCode::InvalidMaintenance,
+            MarketRejection::InvalidReason => ErrorCode::InvalidReason,
+            MarketRejection::NoSuchMaintenance => ErrorCode::NoSuchMaintenance,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! it produces, [`evolve`] folds an event into the state. Both are pure. The rules are documented
 //! in `docs/onboarding.md`.
 
+use crate::codes::ErrorCode;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -40,7 +41,7 @@ pub const REVIEW_BUSINESS_DAYS_TARGET: u32 = 3;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
     pub field: String,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
@@ -171,7 +172,7 @@ pub fn validate_application(
     let mut errors = Vec::new();
     let full_legal_name = name(&mut errors, "/full_legal_name", &input.full_legal_name);
     let email = validate_email(&input.email).unwrap_or_else(|message| {
-        errors.push(error("/email", "invalid_email", message));
+        errors.push(error("/email", ErrorCode::InvalidEmail, message));
         String::new()
     });
     let company_name = input
@@ -183,7 +184,7 @@ pub fn validate_application(
     if input.gpus.is_empty() || input.gpus.len() > GPU_ENTRIES_MAX {
         errors.push(error(
             "/gpus",
-            "out_of_range",
+            ErrorCode::OutOfRange,
             format!(
                 "list 1 to {GPU_ENTRIES_MAX} GPU entries, got {}",
                 input.gpus.len()
@@ -200,7 +201,7 @@ pub fn validate_application(
     if !(1..=COMMITMENT_MONTHS_MAX).contains(&input.commitment_months) {
         errors.push(error(
             "/commitment_months",
-            "out_of_range",
+            ErrorCode::OutOfRange,
             format!("a whole number of months from 1 to {COMMITMENT_MONTHS_MAX}"),
         ));
     }
@@ -224,7 +225,7 @@ pub fn validate_application(
     })
 }
 
-fn error(field: &str, code: &'static str, message: impl Into<String>) -> FieldError {
+fn error(field: &str, code: ErrorCode, message: impl Into<String>) -> FieldError {
     FieldError {
         field: field.to_owned(),
         code,
@@ -264,17 +265,17 @@ fn bounded(
 ) -> String {
     let trimmed = value.trim();
     if trimmed.is_empty() && !may_be_empty {
-        errors.push(error(field, "required", "must not be blank"));
+        errors.push(error(field, ErrorCode::Required, "must not be blank"));
     } else if trimmed.chars().count() > max {
         errors.push(error(
             field,
-            "too_long",
+            ErrorCode::TooLong,
             format!("at most {max} characters"),
         ));
     } else if has_forbidden_characters(trimmed, multiline) {
         errors.push(error(
             field,
-            "invalid_characters",
+            ErrorCode::InvalidCharacters,
             "contains control or text-direction characters",
         ));
     }
@@ -297,7 +298,7 @@ fn validate_entry(
             {
                 errors.push(error(
                     &format!("{at}/model"),
-                    "invalid_model",
+                    ErrorCode::InvalidModel,
                     format!(
                         "a catalog id or a model name of 1 to {MODEL_NAME_CHARS_MAX} characters"
                     ),
@@ -309,14 +310,14 @@ fn validate_entry(
     if !(1..=GPU_QUANTITY_MAX).contains(&entry.quantity) {
         errors.push(error(
             &format!("{at}/quantity"),
-            "out_of_range",
+            ErrorCode::OutOfRange,
             format!("from 1 to {GPU_QUANTITY_MAX}"),
         ));
     }
     if !(1..=SYSTEM_RAM_GB_MAX).contains(&entry.system_ram_gb) {
         errors.push(error(
             &format!("{at}/system_ram_gb"),
-            "out_of_range",
+            ErrorCode::OutOfRange,
             format!("from 1 to {SYSTEM_RAM_GB_MAX} GB"),
         ));
     }
@@ -338,7 +339,7 @@ fn validate_entry(
     {
         errors.push(error(
             &format!("{at}/location/country"),
-            "invalid_country",
+            ErrorCode::InvalidCountry,
             "an ISO 3166-1 alpha-2 country code such as `DE` or `US`",
         ));
     }
@@ -365,7 +366,7 @@ fn speed(errors: &mut Vec<FieldError>, field: &str, gbps: Decimal) -> u32 {
     }
     errors.push(error(
         field,
-        "out_of_range",
+        ErrorCode::OutOfRange,
         format!(
             "a speed in Gbps above 0 and at most {}, with at most 3 decimals",
             NETWORK_MBPS_MAX / 1_000
@@ -387,14 +388,14 @@ fn validate_availability(errors: &mut Vec<FieldError>, at: &str, availability: &
     if !zone_ok && time_zone != "UTC" {
         errors.push(error(
             &format!("{at}/time_zone"),
-            "invalid_time_zone",
+            ErrorCode::InvalidTimeZone,
             "an IANA time zone such as `Europe/Madrid`",
         ));
     }
     if windows.is_empty() || windows.len() > WEEKLY_WINDOWS_MAX {
         errors.push(error(
             &format!("{at}/windows"),
-            "out_of_range",
+            ErrorCode::OutOfRange,
             format!("1 to {WEEKLY_WINDOWS_MAX} weekly windows"),
         ));
         // Checking an oversized list pair by pair would cost quadratic time: stop here.
@@ -404,7 +405,7 @@ fn validate_availability(errors: &mut Vec<FieldError>, at: &str, availability: &
         if window.start_minute >= window.end_minute || window.end_minute > 1_440 {
             errors.push(error(
                 &format!("{at}/windows/{i}"),
-                "invalid_window",
+                ErrorCode::InvalidWindow,
                 "start before end, within one day (minutes 0 to 1440)",
             ));
         } else if windows[..i].iter().any(|other| {
@@ -414,7 +415,7 @@ fn validate_availability(errors: &mut Vec<FieldError>, at: &str, availability: &
         }) {
             errors.push(error(
                 &format!("{at}/windows/{i}"),
-                "overlapping_window",
+                ErrorCode::OverlappingWindow,
                 "overlaps an earlier window",
             ));
         }
@@ -514,6 +515,61 @@ pub enum TierViolation {
     },
 }
 
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Tier::Enterprise => "enterprise",
+            Tier::Community => "community",
+        })
+    }
+}
+
+impl std::fmt::Display for TierViolation {
+    /// The rule in words, GPU entries counted from 1 as on the form.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TierViolation::UpsRequired => f.write_str("the hardware must be UPS-protected"),
+            TierViolation::AlwaysOnRequired { entry } => write!(
+                f,
+                "GPU entry {} must be available around the clock",
+                entry + 1
+            ),
+            TierViolation::CommitmentTooShort { months, minimum } => write!(
+                f,
+                "the commitment must be at least {minimum} months (it is {months})"
+            ),
+            TierViolation::NetworkTooSlow {
+                entry,
+                minimum_mbps,
+            } => write!(
+                f,
+                "GPU entry {} needs at least {minimum_mbps} Mbps each way",
+                entry + 1
+            ),
+            TierViolation::UnlistedModel { entry } => write!(
+                f,
+                "GPU entry {} is not a catalog model (unlisted models start as Community)",
+                entry + 1
+            ),
+        }
+    }
+}
+
+/// The violations in words, separated by semicolons.
+pub struct Violations<'a>(pub &'a [TierViolation]);
+
+impl std::fmt::Display for Violations<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (index, violation) in self.0.iter().enumerate() {
+            if index > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{violation}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Every rule of `tier` that `form` breaks; empty when the tier may be granted.
 pub fn tier_violations(form: &ApplicationForm, tier: Tier) -> Vec<TierViolation> {
     if tier == Tier::Community {
@@ -558,6 +614,17 @@ pub enum ApplicationStatus {
 }
 
 impl ApplicationStatus {
+    /// The status as the API names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ApplicationStatus::UnderReview => "under review",
+            ApplicationStatus::InformationRequested => "waiting for information",
+            ApplicationStatus::Approved => "approved",
+            ApplicationStatus::Rejected => "rejected",
+            ApplicationStatus::Withdrawn => "withdrawn",
+        }
+    }
+
     pub fn is_decided(self) -> bool {
         matches!(
             self,
@@ -650,14 +717,17 @@ pub enum ApplicationRejection {
     AlreadySubmitted,
     #[error("there is no such application")]
     NotFound,
-    #[error("cannot {command} an application that is {status:?}")]
+    #[error("cannot {command} an application that is {}", status.name())]
     InvalidTransition {
         command: &'static str,
         status: ApplicationStatus,
     },
     #[error("only the applicant can do this")]
     NotTheApplicant,
-    #[error("the application does not meet the {tier:?} tier rules: {violations:?}")]
+    #[error(
+        "the application does not meet the {tier} tier rules: {}",
+        Violations(violations)
+    )]
     TierRulesBroken {
         tier: Tier,
         violations: Vec<TierViolation>,
@@ -674,16 +744,16 @@ pub enum ApplicationRejection {
 
 impl ApplicationRejection {
     /// A stable machine code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ApplicationRejection::AlreadySubmitted => "already_submitted",
-            ApplicationRejection::NotFound => "not_found",
-            ApplicationRejection::InvalidTransition { .. } => "invalid_transition",
-            ApplicationRejection::NotTheApplicant => "not_the_applicant",
-            ApplicationRejection::TierRulesBroken { .. } => "tier_rules_broken",
-            ApplicationRejection::InvalidText { .. } => "invalid_text",
-            ApplicationRejection::DatedBeforeSubmission => "dated_before_submission",
-            ApplicationRejection::SelfReview => "self_review",
+            ApplicationRejection::AlreadySubmitted => ErrorCode::AlreadySubmitted,
+            ApplicationRejection::NotFound => ErrorCode::NotFound,
+            ApplicationRejection::InvalidTransition { .. } => ErrorCode::InvalidTransition,
+            ApplicationRejection::NotTheApplicant => ErrorCode::NotTheApplicant,
+            ApplicationRejection::TierRulesBroken { .. } => ErrorCode::TierRulesBroken,
+            ApplicationRejection::InvalidText { .. } => ErrorCode::InvalidText,
+            ApplicationRejection::DatedBeforeSubmission => ErrorCode::DatedBeforeSubmission,
+            ApplicationRejection::SelfReview => ErrorCode::SelfReview,
         }
     }
 }
@@ -1075,7 +1145,10 @@ mod tests {
             ],
         };
         let errors = validate_application(&bad, &Catalog::BUILT_IN).unwrap_err();
-        let fields: Vec<(&str, &str)> = errors.iter().map(|e| (e.field.as_str(), e.code)).collect();
+        let fields: Vec<(&str, &str)> = errors
+            .iter()
+            .map(|e| (e.field.as_str(), e.code.as_str()))
+            .collect();
         assert_eq!(
             fields,
             [
@@ -1107,7 +1180,7 @@ mod tests {
             input.full_legal_name = bad.to_owned();
             let errors = validate_application(&input, &Catalog::BUILT_IN).unwrap_err();
             assert_eq!(
-                (errors[0].field.as_str(), errors[0].code),
+                (errors[0].field.as_str(), errors[0].code.as_str()),
                 ("/full_legal_name", "invalid_characters")
             );
         }
@@ -1237,7 +1310,7 @@ mod tests {
         let outcome = decide(state.as_ref(), when);
         let summary = match &outcome {
             Ok(events) => Ok(DomainEvent::Application(events[0].clone()).event_type()),
-            Err(rejection) => Err(rejection.code()),
+            Err(rejection) => Err(rejection.code().as_str()),
         };
         assert_eq!(summary, then, "given {given:?}");
     }

@@ -6,6 +6,7 @@
 //! the same append as `rental.started`: of two renters racing for a GPU, one append fails on the
 //! expected version, so both can never get it. Ending appends `rental.gpu_released` the same way.
 
+use crate::codes::ErrorCode;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -371,14 +372,14 @@ pub enum RentalRejection {
 }
 
 impl RentalRejection {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            RentalRejection::InvalidGpus => "invalid_gpus",
-            RentalRejection::NotAvailable(_) => "gpu_not_available",
-            RentalRejection::MixedMachines => "mixed_machines",
-            RentalRejection::AlreadyEnded => "already_ended",
-            RentalRejection::InvalidEvidence => "invalid_evidence",
-            RentalRejection::InvalidWorkload(_) => "invalid_workload",
+            RentalRejection::InvalidGpus => ErrorCode::InvalidGpus,
+            RentalRejection::NotAvailable(_) => ErrorCode::GpuNotAvailable,
+            RentalRejection::MixedMachines => ErrorCode::MixedMachines,
+            RentalRejection::AlreadyEnded => ErrorCode::AlreadyEnded,
+            RentalRejection::InvalidEvidence => ErrorCode::InvalidEvidence,
+            RentalRejection::InvalidWorkload(_) => ErrorCode::InvalidWorkload,
         }
     }
 }
@@ -459,7 +460,7 @@ mod tests {
         let with = |f: &dyn Fn(&mut Workload)| {
             let mut w = ok.clone();
             f(&mut w);
-            validate_workload(&w).map_err(|e| e.code())
+            validate_workload(&w).map_err(|e| e.code().as_str())
         };
         assert_eq!(
             with(&|w| w.image = "Bad Image".to_owned()),

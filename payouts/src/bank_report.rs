@@ -13,6 +13,7 @@
 //! - A status at the group or payment-information level that is final (settled or rejected)
 //!   applies to the file's transfers the report does not list one by one.
 
+use gpunex_domain::codes::ErrorCode;
 use sepa::pain002::{OriginalMessageType, PaymentStatus, ReasonCode, parse_pain002};
 
 /// What the bank says of a transfer.
@@ -63,12 +64,12 @@ pub enum ReportError {
 
 impl ReportError {
     /// The stable code of the error.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ReportError::Unreadable(_) => "invalid_status_report",
-            ReportError::NotCreditTransfer(_) => "not_a_credit_transfer_report",
-            ReportError::Unmatched => "report_transaction_unmatched",
-            ReportError::Duplicate(_) => "report_transaction_twice",
+            ReportError::Unreadable(_) => ErrorCode::InvalidStatusReport,
+            ReportError::NotCreditTransfer(_) => ErrorCode::NotACreditTransferReport,
+            ReportError::Unmatched => ErrorCode::ReportTransactionUnmatched,
+            ReportError::Duplicate(_) => ErrorCode::ReportTransactionTwice,
         }
     }
 }

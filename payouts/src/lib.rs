@@ -14,17 +14,18 @@ pub mod solana;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+use gpunex_domain::codes::ErrorCode;
 use gpunex_domain::payouts::{BankAddress, BankDetails, PayoutMethod};
 
 /// One problem with a payout method, for the field it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MethodError {
     pub field: &'static str,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
-fn error(field: &'static str, code: &'static str, message: impl Into<String>) -> MethodError {
+fn error(field: &'static str, code: ErrorCode, message: impl Into<String>) -> MethodError {
     MethodError {
         field,
         code,
@@ -40,14 +41,14 @@ pub fn check_wallet(text: &str) -> Result<String, MethodError> {
     let bytes = bs58::decode(text).into_vec().map_err(|_| {
         error(
             "/method/wallet",
-            "invalid_wallet",
+            ErrorCode::InvalidWallet,
             "a Solana address: base58 (no 0, O, I or l)",
         )
     })?;
     let bytes: [u8; 32] = bytes.try_into().map_err(|_| {
         error(
             "/method/wallet",
-            "invalid_wallet",
+            ErrorCode::InvalidWallet,
             "a Solana address is 32 bytes",
         )
     })?;
@@ -57,7 +58,7 @@ pub fn check_wallet(text: &str) -> Result<String, MethodError> {
     {
         return Err(error(
             "/method/wallet",
-            "wallet_off_curve",
+            ErrorCode::WalletOffCurve,
             "this is a program-derived address, not a wallet: give the address of a wallet you hold the key of",
         ));
     }
@@ -69,13 +70,13 @@ fn text(errors: &mut Vec<MethodError>, field: &'static str, value: &str, max: us
     if value.is_empty() || value.chars().count() > max {
         errors.push(error(
             field,
-            "invalid_text",
+            ErrorCode::InvalidText,
             format!("1 to {max} characters"),
         ));
     } else if !sepa::is_sepa_text(value) {
         errors.push(error(
             field,
-            "invalid_characters",
+            ErrorCode::InvalidCharacters,
             "only the SEPA character set (Latin letters, digits, spaces and / - ? : ( ) . , ' +)",
         ));
     }
@@ -92,7 +93,7 @@ pub fn check_bank(details: &BankDetails) -> Result<BankDetails, Vec<MethodError>
         Ok(iban) => {
             errors.push(error(
                 "/method/iban",
-                "bank_region_unsupported",
+                ErrorCode::BankRegionUnsupported,
                 format!(
                     "bank transfers are offered in SEPA countries; {} is not one: choose USDC on Solana",
                     iban.country_code()
@@ -101,14 +102,14 @@ pub fn check_bank(details: &BankDetails) -> Result<BankDetails, Vec<MethodError>
             String::new()
         }
         Err(e) => {
-            errors.push(error("/method/iban", "invalid_iban", e.to_string()));
+            errors.push(error("/method/iban", ErrorCode::InvalidIban, e.to_string()));
             String::new()
         }
     };
     let bic = match sepa::validate_bic(&details.bic) {
         Ok(bic) => bic.as_str().to_owned(),
         Err(e) => {
-            errors.push(error("/method/bic", "invalid_bic", e.to_string()));
+            errors.push(error("/method/bic", ErrorCode::InvalidBic, e.to_string()));
             String::new()
         }
     };
@@ -130,7 +131,7 @@ pub fn check_bank(details: &BankDetails) -> Result<BankDetails, Vec<MethodError>
     if !sepa::is_country_code(&country) {
         errors.push(error(
             "/method/address/country",
-            "invalid_country",
+            ErrorCode::InvalidCountry,
             "an ISO 3166-1 alpha-2 country code",
         ));
     }
@@ -210,7 +211,7 @@ mod tests {
             check_bank(&details)
                 .unwrap_err()
                 .into_iter()
-                .map(|e| e.code)
+                .map(|e| e.code.as_str())
                 .collect()
         };
         assert_eq!(

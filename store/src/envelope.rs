@@ -26,6 +26,10 @@ pub struct Metadata {
     pub correlation_id: Option<Uuid>,
     /// The event or command that caused this one.
     pub causation_id: Option<Uuid>,
+    /// Where a sender chose the event id (an agent's delivery), the SHA-256 of what it
+    /// delivered: a re-send under the same id must carry the same content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_sha256: Option<String>,
 }
 
 impl Metadata {
@@ -35,6 +39,7 @@ impl Metadata {
             actor: actor.into(),
             correlation_id: None,
             causation_id: None,
+            content_sha256: None,
         }
     }
 
@@ -43,6 +48,7 @@ impl Metadata {
             actor: format!("system:{component}"),
             correlation_id: None,
             causation_id: None,
+            content_sha256: None,
         }
     }
 }

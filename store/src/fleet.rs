@@ -322,6 +322,25 @@ impl Store {
     }
 
     /// Whether an event with this id is stored, and at which position.
+    /// The position of the event `event_id` and the content fingerprint its sender recorded
+    /// (`Metadata::content_sha256`), if it is stored.
+    pub async fn event_delivery(
+        &self,
+        event_id: Uuid,
+    ) -> Result<Option<(u64, Option<String>)>, StoreError> {
+        let sql = "SELECT position, metadata FROM events WHERE event_id = $1";
+        let row: Option<(i64, String)> = on_reader!(self, |pool| sqlx::query_as(sql)
+            .bind(event_id)
+            .fetch_optional(pool)
+            .await?);
+        Ok(row.map(|(position, metadata)| {
+            let fingerprint = serde_json::from_str::<crate::Metadata>(&metadata)
+                .ok()
+                .and_then(|m| m.content_sha256);
+            (u64::try_from(position).unwrap_or(0), fingerprint)
+        }))
+    }
+
     pub async fn event_position(&self, event_id: Uuid) -> Result<Option<u64>, StoreError> {
         let sql = "SELECT position FROM events WHERE event_id = $1";
         let row: Option<(i64,)> = on_reader!(self, |pool| sqlx::query_as(sql)

@@ -30,6 +30,7 @@ mod store;
 mod subscription;
 mod writer;
 
+use gpunex_domain::codes::ErrorCode;
 use gpunex_domain::{DecodeError, DomainEvent, StreamId};
 use gpunex_projections::ProjectedEvent;
 use uuid::Uuid;
@@ -148,12 +149,12 @@ pub enum AppendError {
 
 impl AppendError {
     /// A stable machine code for clients and logs.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            AppendError::Invalid(_) => "invalid_append",
-            AppendError::WrongExpectedVersion { .. } => "wrong_expected_version",
-            AppendError::IdempotencyConflict { .. } => "idempotency_conflict",
-            AppendError::Store(_) => "store_unavailable",
+            AppendError::Invalid(_) => ErrorCode::InvalidAppend,
+            AppendError::WrongExpectedVersion { .. } => ErrorCode::WrongExpectedVersion,
+            AppendError::IdempotencyConflict { .. } => ErrorCode::IdempotencyConflict,
+            AppendError::Store(_) => ErrorCode::StoreUnavailable,
         }
     }
 }

@@ -123,6 +123,7 @@ pub fn stream(name: &str) -> StreamId {
 
 pub fn actor() -> Metadata {
     Metadata {
+        content_sha256: None,
         actor: "user:finance-test".to_owned(),
         correlation_id: None,
         causation_id: None,

@@ -147,3 +147,41 @@ fn ci_runs_the_readme_test_command() {
         ".ci/run runs `{command}`"
     );
 }
+
+/// Error codes are one closed list (`gpunex_domain::codes::ErrorCode`, explained in
+/// `docs/errors.md`): no crate names a code as a bare string, and every code is documented.
+#[test]
+fn error_codes_come_from_the_closed_list() {
+    for crate_dir in ["domain", "store", "payouts", "api"] {
+        assert_absent(
+            crate_dir,
+            &[" code: \"", "fn code(&self) -> &'static str"],
+            "an error code is an `ErrorCode`, not a string",
+        );
+    }
+    let table = std::fs::read_to_string(root().join("docs/errors.md")).unwrap();
+    for code in gpunex_domain::codes::ErrorCode::ALL {
+        assert!(
+            table.contains(&format!("| `{code}` |")),
+            "docs/errors.md has no row for `{code}`"
+        );
+    }
+}
+
+/// Handlers take path, query and body through the crate's own extractors, which answer with
+/// problem documents, never the framework's plain-text rejections.
+#[test]
+fn handlers_use_the_extractors_with_problem_rejections() {
+    assert_absent(
+        "api",
+        &[
+            "extract::Path<",
+            "extract::Query<",
+            "Json(request): Json<",
+            "Json(body): Json<",
+            "use axum::extract::{Path",
+            "use axum::extract::Query",
+        ],
+        "use crate::params::{Path, Query} and crate::json::JsonBody",
+    );
+}
