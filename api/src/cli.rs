@@ -62,7 +62,7 @@ pub enum Command {
         smtp_url: Option<String>,
         /// Do not deliver notifications from this process (another one does: the outbox has one
         /// checkpoint per deployment).
-        #[arg(long, env = "GPUNEX_NO_OUTBOX")]
+        #[arg(long, env = "GPUNEX_NO_OUTBOX", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
         no_outbox: bool,
         #[command(flatten)]
         fleet: FleetArgs,
@@ -74,7 +74,7 @@ pub enum Command {
         #[arg(long, env = "GPUNEX_SEPA_DEBTOR")]
         sepa_debtor: Option<std::path::PathBuf>,
         /// Do not run payout batches on payout dates from this process (another one does).
-        #[arg(long, env = "GPUNEX_NO_PAYOUT_SCHEDULER")]
+        #[arg(long, env = "GPUNEX_NO_PAYOUT_SCHEDULER", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
         no_payout_scheduler: bool,
         #[command(flatten)]
         solana: crate::payout_send::SolanaArgs,
@@ -216,7 +216,7 @@ pub struct FleetArgs {
     pub telemetry_retention: std::time::Duration,
     /// Development deployment: machines with simulated GPUs may be listed to renters. Never set
     /// this in production.
-    #[arg(long, env = "GPUNEX_DEV_MODE")]
+    #[arg(long, env = "GPUNEX_DEV_MODE", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     pub dev_mode: bool,
     /// A rental whose machine stays offline longer than this ends as interrupted by the provider.
     #[arg(long, env = "GPUNEX_RENTAL_GRACE", default_value = "10m", value_parser = parse_duration)]

@@ -48,6 +48,7 @@ fn calendar_error(field: &str, error: CalendarError) -> ApiError {
     let code = match error {
         CalendarError::UnknownZone(_) => ErrorCode::UnknownTimeZone,
         CalendarError::BadDate(_) => ErrorCode::InvalidDate,
+        CalendarError::BadInstant(_) => ErrorCode::InvalidTimestamp,
         CalendarError::BadRange => ErrorCode::InvalidRange,
     };
     ApiError::query(field, code, error.to_string())

@@ -147,16 +147,9 @@ pub(crate) fn parse_time_in(
     field: &str,
     text: &str,
 ) -> Result<Timestamp, ApiError> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(|t| Timestamp::from_unix_micros(t.timestamp_micros()))
-        .map_err(|e| {
-            ApiError::invalid_in(
-                location,
-                field,
-                ErrorCode::InvalidTimestamp,
-                format!("RFC 3339 expected: {e}"),
-            )
-        })
+    gpunex_domain::calendar::instant(text).map_err(|e| {
+        ApiError::invalid_in(location, field, ErrorCode::InvalidTimestamp, e.to_string())
+    })
 }
 
 /// The metadata of what an agent's delivery causes: the agent, the delivery, and the

@@ -132,14 +132,8 @@ fn parse_date(
     field: &str,
     text: &str,
 ) -> Result<NaiveDate, ApiError> {
-    text.parse::<NaiveDate>().map_err(|_| {
-        ApiError::invalid_in(
-            location,
-            field,
-            ErrorCode::InvalidDate,
-            "a date: YYYY-MM-DD",
-        )
-    })
+    gpunex_domain::calendar::date(text)
+        .map_err(|e| ApiError::invalid_in(location, field, ErrorCode::InvalidDate, e.to_string()))
 }
 
 /// `POST /v1/payout-batches`: build (or, with `dry_run`, show) a date's batch.
@@ -581,17 +575,30 @@ pub async fn create_bank_files(
                 "euros per USDC: a positive decimal with at most 6 places, as text",
             )
         })?;
-    let today = chrono::DateTime::from_timestamp_micros(now().unix_micros())
-        .map_or(date, |t| t.date_naive());
+    // A TARGET2 business day at or after the next cut-off (`docs/payouts.md`).
+    let earliest = gpunex_domain::sepa_calendar::earliest_execution(now());
     let execution_date = match &request.execution_date {
         Some(text) => parse_date(crate::error::Location::Body, "/execution_date", text)?,
-        None => date.max(today),
+        None => gpunex_domain::sepa_calendar::next_target2_business_day(date.max(earliest)),
     };
-    if execution_date < today {
+    if execution_date < earliest {
         return Err(ApiError::body(
             "/execution_date",
             ErrorCode::ExecutionDatePast,
-            "a bank cannot execute a transfer in the past",
+            format!(
+                "a file made now can be executed on {earliest} at the earliest (the next TARGET2 business day after the {}:00 UTC cut-off)",
+                gpunex_domain::sepa_calendar::CUTOFF_HOUR_UTC
+            ),
+        ));
+    }
+    if !gpunex_domain::sepa_calendar::is_target2_business_day(execution_date) {
+        return Err(ApiError::body(
+            "/execution_date",
+            ErrorCode::ExecutionDateClosed,
+            format!(
+                "TARGET2 is closed on {execution_date} (weekends, 1 January, Good Friday, Easter Monday, 1 May, 25 and 26 December): the next business day is {}",
+                gpunex_domain::sepa_calendar::next_target2_business_day(execution_date)
+            ),
         ));
     }
     make_bank_files(&state, date, rate, execution_date, &caller.actor())

@@ -100,6 +100,17 @@ fn may_see(caller: &Caller, rental: &RentalState) -> bool {
     }
 }
 
+// Renting appends the rental and one lease per GPU in one atomic append, and ending it the
+// release of each: the most GPUs a rental may name must fit the store's limit on one append.
+const _: () = assert!(
+    rental::RENTAL_GPUS_MAX < gpunex_store::APPEND_STREAMS_MAX,
+    "a rental of RENTAL_GPUS_MAX GPUs must fit one append"
+);
+const _: () = assert!(
+    gpunex_domain::fleet::MACHINE_GPUS_MAX <= rental::RENTAL_GPUS_MAX,
+    "every GPU of one machine can be rented at once"
+);
+
 /// `POST /v1/rentals`
 pub async fn rent(
     State(state): State<AppState>,

@@ -763,7 +763,15 @@ pub async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let local = listener.local_addr()?;
-    tracing::info!(address = %local, database = ?store.backend(), "gpunex listening");
+    tracing::info!(
+        address = %local,
+        database = ?store.backend(),
+        outbox = notifications.is_some(),
+        payout_scheduler = payouts.scheduler,
+        solana_sender = payouts.solana.is_some(),
+        dev_mode = fleet.dev_mode,
+        "gpunex listening"
+    );
     let state = AppState::load(store)
         .await?
         .with_fleet_config(fleet)

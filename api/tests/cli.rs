@@ -156,6 +156,61 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Boolean settings from the environment take the usual spellings; anything else is refused
+/// at start with the accepted ones named, never silently read as false.
+#[test]
+fn boolean_settings_accept_the_usual_spellings() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = |value: &str| {
+        let mut child = Command::new(GPUNEX)
+            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .current_dir(dir.path())
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "info")
+            .env("GPUNEX_NO_PAYOUT_SCHEDULER", value)
+            .env("GPUNEX_NO_OUTBOX", value)
+            .env("GPUNEX_DEV_MODE", value)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let mut listening = None;
+        while std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0 {
+            if line.contains("gpunex listening") {
+                listening = Some(serde_json::from_str::<serde_json::Value>(&line).unwrap());
+                break;
+            }
+            if line.contains("invalid value") {
+                break;
+            }
+            line.clear();
+        }
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        (listening, line, status)
+    };
+    for (value, on) in [
+        ("1", true),
+        ("yes", true),
+        ("true", true),
+        ("on", true),
+        ("0", false),
+        ("no", false),
+        ("false", false),
+        ("off", false),
+    ] {
+        let (listening, line, _) = serve(value);
+        let fields = &listening.unwrap_or_else(|| panic!("{value}: {line}"))["fields"];
+        assert_eq!(fields["payout_scheduler"], !on, "{value}");
+        assert_eq!(fields["outbox"], !on, "{value}");
+        assert_eq!(fields["dev_mode"], on, "{value}");
+    }
+    let (listening, line, status) = serve("maybe");
+    assert!(listening.is_none() && !status.success());
+    assert!(line.contains("invalid value 'maybe'"), "{line}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_over_http_folds_new_events_and_stops_gracefully() {
     let dir = tempfile::tempdir().unwrap();

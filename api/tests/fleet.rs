@@ -535,11 +535,38 @@ async fn agents_cannot_act_for_other_machines_or_send_nonsense(db: &TestDb) {
         (
             {
                 let mut e = registration(machine_a, 2);
-                e["occurred_at"] = json!("2999-01-01T00:00:00Z");
+                e["occurred_at"] = json!("2099-01-01T00:00:00Z");
                 e
             },
             "/events/0/occurred_at",
             "clock_skew",
+        ),
+        (
+            {
+                let mut e = registration(machine_a, 2);
+                e["occurred_at"] = json!("0001-01-01T00:00:00Z");
+                e
+            },
+            "/events/0/occurred_at",
+            "invalid_timestamp",
+        ),
+        (
+            {
+                let mut e = registration(machine_a, 2);
+                e["body"]["host"]["hostname"] = json!("node\u{202e}7");
+                e
+            },
+            "/events/0/body/host/hostname",
+            "forbidden_character",
+        ),
+        (
+            {
+                let mut e = registration(machine_a, 2);
+                e["body"]["gpus"][0]["name"] = json!("NVIDIA\nH100");
+                e
+            },
+            "/events/0/body/gpus/0/name",
+            "forbidden_character",
         ),
         (
             {

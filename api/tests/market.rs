@@ -16,7 +16,8 @@ conformance!(
     rentals_lock_the_price_and_never_double_book,
     agents_run_jobs_and_report_how_they_end,
     a_rental_on_a_silent_machine_ends_at_its_last_heartbeat,
-    price_recommendations_follow_the_market_and_say_when_they_fall_back
+    price_recommendations_follow_the_market_and_say_when_they_fall_back,
+    a_rental_of_the_documented_maximum_of_gpus_starts_and_ends
 );
 
 mod common;
@@ -1690,5 +1691,85 @@ async fn price_recommendations_follow_the_market_and_say_when_they_fall_back(db:
         .await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(problem["errors"][0]["code"], code, "{problem}");
+    }
+}
+
+/// `gpu_uuids` takes 1 to 64 GPUs: a rental of all 64 GPUs of a machine starts (its rental and 64
+/// leases in one append) and ends (64 releases), and 65 are refused before anything is written.
+async fn a_rental_of_the_documented_maximum_of_gpus_starts_and_ends(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let h = host(
+        &base,
+        &admin,
+        Spec {
+            email: "big@example.com",
+            tier: "community",
+            model: "h100-80gb",
+            device: 0x2330,
+            vram_mib: 81_559,
+            count: 64,
+            country: "DE",
+            region: "Hesse",
+        },
+    )
+    .await;
+    set_price(&base, &h, "h100-80gb", "2.00").await;
+    let renter = renter(&base).await;
+    let mut too_many = h.gpus.clone();
+    too_many.push("GPU-00000000-0000-0000-0000-000000000000".to_owned());
+    let head = state.store.head_position().await.unwrap();
+    let (status, problem) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        Some(&renter),
+        Some(rent_body(json!(too_many))),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["errors"][0]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_gpus")),
+        "{problem}"
+    );
+    assert_eq!(state.store.head_position().await.unwrap(), head);
+    let (status, rental) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        Some(&renter),
+        Some(rent_body(json!(h.gpus))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{rental}");
+    assert_eq!(rental["gpu_uuids"].as_array().unwrap().len(), 64);
+    assert!(
+        uuids(&search(&base, "").await).is_empty(),
+        "all 64 are rented"
+    );
+    let id = rental["rental_id"].as_str().unwrap();
+    let (status, ended) = call(
+        &base,
+        "POST",
+        &format!("/v1/rentals/{id}/end"),
+        Some(&renter),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, ended["status"].as_str()),
+        (StatusCode::OK, Some("ended")),
+        "{ended}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while search(&base, "?limit=100").await["listings"]
+        .as_array()
+        .unwrap()
+        .len()
+        < 64
+    {
+        assert!(Instant::now() < deadline, "the 64 GPUs are listed again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

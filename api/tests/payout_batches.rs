@@ -373,6 +373,30 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(refused["errors"][0]["code"], "invalid_rate", "{refused}");
+    // The execution date is a TARGET2 business day at or after the next cut-off: not a
+    // Saturday, not Christmas, not in the past.
+    for (date, code) in [
+        ("2030-12-07", "execution_date_closed"),
+        ("2030-12-25", "execution_date_closed"),
+        ("2031-04-11", "execution_date_closed"),
+        ("2026-01-05", "execution_date_past"),
+        ("0000-01-03", "invalid_date"),
+        ("-0001-01-04", "invalid_date"),
+    ] {
+        let (status, _, refused) = common::request(
+            &base,
+            "POST",
+            files_path,
+            Some(&admin),
+            Some(json!({"eur_per_usdc": "0.92", "execution_date": date})),
+        )
+        .await;
+        assert_eq!(
+            (status, refused["errors"][0]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(code)),
+            "{date}: {refused}"
+        );
+    }
     let (status, _, files) = common::request(
         &base,
         "POST",
@@ -384,6 +408,12 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     assert_eq!(status, StatusCode::OK, "{files}");
     let file = &files[0];
     assert_eq!(file["message_id"], "GPUNEX-20261102-01");
+    let execution: chrono::NaiveDate = file["execution_date"].as_str().unwrap().parse().unwrap();
+    assert!(
+        gpunex_domain::sepa_calendar::is_target2_business_day(execution)
+            && execution >= gpunex_domain::sepa_calendar::earliest_execution(common::now()),
+        "{file}"
+    );
     assert_eq!(file["transfers"], 1);
     // 3,141 USDC cents x 0.92 = 2,889.72: 2,889 euro cents.
     assert_eq!(file["control_sum_cents"], 2_889);

@@ -9,12 +9,21 @@ use crate::time::Timestamp;
 /// Longest range of days one request may ask for.
 pub const DAYS_MAX: i64 = 366;
 
+/// Dates and instants accepted from outside are in these years (inclusive): nothing the platform
+/// records is older, and no schedule reaches further.
+pub const YEAR_MIN: i32 = 2000;
+pub const YEAR_MAX: i32 = 2099;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CalendarError {
     #[error("unknown time zone `{0}` (an IANA name such as Europe/Madrid)")]
     UnknownZone(String),
-    #[error("`{0}` is not a date (YYYY-MM-DD)")]
+    #[error("`{0}` is not a date YYYY-MM-DD from {YEAR_MIN}-01-01 to {YEAR_MAX}-12-31")]
     BadDate(String),
+    #[error(
+        "`{0}` is not an RFC 3339 instant (2026-12-01T09:00:00Z) in the years {YEAR_MIN} to {YEAR_MAX}"
+    )]
+    BadInstant(String),
     #[error("the range must run forwards and span at most {DAYS_MAX} days")]
     BadRange,
 }
@@ -24,9 +33,31 @@ pub fn zone(name: &str) -> Result<Tz, CalendarError> {
         .map_err(|_| CalendarError::UnknownZone(name.chars().take(64).collect()))
 }
 
+/// A calendar date written `YYYY-MM-DD` (exactly: four-digit year, no sign), from
+/// [`YEAR_MIN`] to [`YEAR_MAX`].
 pub fn date(text: &str) -> Result<NaiveDate, CalendarError> {
+    let bad = || CalendarError::BadDate(text.chars().take(32).collect());
+    let shaped = text.len() == 10
+        && text.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    if !shaped {
+        return Err(bad());
+    }
     NaiveDate::parse_from_str(text, "%Y-%m-%d")
-        .map_err(|_| CalendarError::BadDate(text.chars().take(32).collect()))
+        .ok()
+        .filter(|d| (YEAR_MIN..=YEAR_MAX).contains(&d.year()))
+        .ok_or_else(bad)
+}
+
+/// An RFC 3339 instant (`2026-12-01T09:00:00Z`, any offset) from [`YEAR_MIN`] to [`YEAR_MAX`].
+pub fn instant(text: &str) -> Result<Timestamp, CalendarError> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .filter(|t| (YEAR_MIN..=YEAR_MAX).contains(&t.naive_utc().year()))
+        .map(|t| Timestamp::from_unix_micros(t.timestamp_micros()))
+        .ok_or_else(|| CalendarError::BadInstant(text.chars().take(40).collect()))
 }
 
 /// The first instant of `day` in `zone`. Where the day starts inside a daylight-saving gap (some

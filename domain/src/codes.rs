@@ -55,6 +55,7 @@ error_codes! {
     DuplicateKey = "duplicate_key",
     DuplicateParameter = "duplicate_parameter",
     EmailTaken = "email_taken",
+    ExecutionDateClosed = "execution_date_closed",
     ExecutionDatePast = "execution_date_past",
     Forbidden = "forbidden",
     ForbiddenCharacter = "forbidden_character",

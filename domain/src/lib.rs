@@ -23,6 +23,7 @@ pub mod onboarding;
 pub mod payouts;
 pub mod pricing;
 pub mod rental;
+pub mod sepa_calendar;
 pub mod stream;
 pub mod time;
 

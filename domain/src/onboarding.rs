@@ -25,8 +25,11 @@ pub const SYSTEM_RAM_GB_MAX: u32 = 16_384;
 pub const NETWORK_MBPS_MAX: u32 = 400_000;
 /// Longest commitment: five years.
 pub const COMMITMENT_MONTHS_MAX: u32 = 60;
-/// Longest names (legal name, company, city, region), in characters.
+/// Longest names (legal name, company), in characters.
 pub const NAME_CHARS_MAX: usize = 200;
+/// Longest city or region of a GPU entry, in characters. With every other limit, the largest form
+/// fits one event (`store`'s test `the_largest_application_fits_one_event`).
+pub const LOCATION_CHARS_MAX: usize = 100;
 /// Longest free text (maintenance notes, messages, reasons), in characters.
 pub const TEXT_CHARS_MAX: usize = 4_000;
 /// Most weekly availability windows per entry.
@@ -325,12 +328,22 @@ fn validate_entry(
     let download_mbps = speed(errors, &format!("{at}/download_gbps"), entry.download_gbps);
     validate_availability(errors, &format!("{at}/availability"), &entry.availability);
     let location = Location {
-        city: name(errors, &format!("{at}/location/city"), &entry.location.city),
+        city: bounded(
+            errors,
+            &format!("{at}/location/city"),
+            &entry.location.city,
+            LOCATION_CHARS_MAX,
+            false,
+            false,
+        ),
         country: entry.location.country.trim().to_ascii_uppercase(),
-        region: name(
+        region: bounded(
             errors,
             &format!("{at}/location/region"),
             &entry.location.region,
+            LOCATION_CHARS_MAX,
+            false,
+            false,
         ),
     };
     if COUNTRY_CODES

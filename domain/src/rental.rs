@@ -43,6 +43,107 @@ pub const WORKLOAD_TEXT_MAX: usize = 4_096;
 /// Most command arguments and environment variables.
 pub const WORKLOAD_ITEMS_MAX: usize = 64;
 
+/// Longest image reference (the Docker reference grammar's own limit on a name is 255).
+pub const IMAGE_REFERENCE_CHARS_MAX: usize = 512;
+
+/// Whether `text` is a container image reference in the grammar of the Docker distribution
+/// project (`[domain[:port]/]path[:tag][@algorithm:hex]`): path components of lowercase letters
+/// and digits joined by `.`, `_`, `__` or hyphens, a tag of at most 128 word characters, dots
+/// and hyphens, a `sha256` digest of 64 hex digits. A path (`../etc/passwd`), a URL
+/// (`file:///etc/passwd`) or anything with spaces is not one.
+pub fn is_image_reference(text: &str) -> bool {
+    if text.is_empty() || text.len() > IMAGE_REFERENCE_CHARS_MAX || !text.is_ascii() {
+        return false;
+    }
+    let (rest, digest) = match text.split_once('@') {
+        Some((rest, digest)) => (rest, Some(digest)),
+        None => (text, None),
+    };
+    if let Some(digest) = digest {
+        let Some(hex) = digest.strip_prefix("sha256:") else {
+            return false;
+        };
+        if hex.len() != 64
+            || !hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return false;
+        }
+    }
+    // A tag is after the last colon that follows the last slash.
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(tag) = tag {
+        let mut bytes = tag.bytes();
+        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        if tag.len() > 128
+            || !bytes.next().is_some_and(word)
+            || !bytes.all(|b| word(b) || b == b'.' || b == b'-')
+        {
+            return false;
+        }
+    }
+    let mut components: Vec<&str> = name.split('/').collect();
+    // A first component with a dot, a colon (port) or `localhost` is a registry domain.
+    if components.len() > 1
+        && (components[0].contains('.')
+            || components[0].contains(':')
+            || components[0] == "localhost")
+    {
+        let domain = components.remove(0);
+        let (host, port) = match domain.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (domain, None),
+        };
+        let label_ok = |label: &str| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        };
+        if !host.split('.').all(label_ok)
+            || port.is_some_and(|p| {
+                p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit())
+            })
+        {
+            return false;
+        }
+    }
+    !components.is_empty() && components.iter().all(|c| is_path_component(c))
+}
+
+/// `[a-z0-9]+` joined by `.`, `_`, `__` or one or more hyphens.
+fn is_path_component(component: &str) -> bool {
+    let bytes = component.as_bytes();
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if bytes.is_empty() || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        if alnum(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && !alnum(bytes[i]) {
+            i += 1;
+        }
+        let separator = &component[start..i];
+        let ok = matches!(separator, "." | "_" | "__") || separator.bytes().all(|b| b == b'-');
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
 /// What a rental runs. The Docker runtime runs `command` in `image` (or the image's own command
 /// when `command` is empty); the process runtime (tests, development) runs `command` directly.
 /// Either way only the rented GPUs are visible and no host directory is mounted.
@@ -69,16 +170,10 @@ pub const RESERVED_ENV: [&str; 4] = [
 /// `[A-Z_][A-Z0-9_]*` (not one the runtime sets), texts without NUL.
 pub fn validate_workload(workload: &Workload) -> Result<(), RentalRejection> {
     let bad = |detail: &str| Err(RentalRejection::InvalidWorkload(detail.to_owned()));
-    let image = &workload.image;
-    if image.is_empty()
-        || image.len() > WORKLOAD_TEXT_MAX
-        || !image.bytes().all(|b| {
-            b.is_ascii_lowercase()
-                || b.is_ascii_digit()
-                || matches!(b, b'.' | b'_' | b'/' | b':' | b'@' | b'-')
-        })
-    {
-        return bad("image must be a container image reference such as nvidia/cuda:12.4.1-base");
+    if !is_image_reference(&workload.image) {
+        return bad(
+            "image must be a container image reference such as nvidia/cuda:12.4.1-base-ubuntu22.04 or registry.example.com:5000/team/model@sha256:<64 hex>",
+        );
     }
     if workload.command.len() > WORKLOAD_ITEMS_MAX || workload.env.len() > WORKLOAD_ITEMS_MAX {
         return bad("at most 64 command arguments and 64 environment variables");
@@ -467,6 +562,38 @@ mod tests {
             Err("invalid_workload")
         );
         assert_eq!(with(&|w| w.image.clear()), Err("invalid_workload"));
+        for good in [
+            "nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "ubuntu",
+            "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+            "registry.example.com:5000/team/my_model__v2:Latest",
+            "localhost/train",
+            "ghcr.io/org/image@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "a--b/c.d:1",
+        ] {
+            assert!(is_image_reference(good), "{good}");
+        }
+        for bad in [
+            "../../../../etc/passwd",
+            "file:///etc/passwd",
+            "/etc/passwd",
+            "./image",
+            "image/",
+            "Image",
+            "nvidia//cuda",
+            "nvidia/cuda:",
+            "nvidia/cuda:.tag",
+            "nvidia/cuda@sha256:abc",
+            "nvidia/cuda@md5:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "-registry.io/x",
+            "registry.io:port/x",
+            "a..b",
+            "a_-b",
+            "image name",
+            "nvidia/cuda;rm -rf /",
+        ] {
+            assert!(!is_image_reference(bad), "{bad}");
+        }
         assert_eq!(
             with(&|w| {
                 w.env

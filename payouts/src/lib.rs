@@ -33,9 +33,25 @@ fn error(field: &'static str, code: ErrorCode, message: impl Into<String>) -> Me
     }
 }
 
-/// A Solana wallet address: base58 of 32 bytes that are a point on the ed25519 curve. A
-/// program-derived address (off the curve) has no private key: USDC sent to its token account
-/// could never be moved, so it is refused.
+/// Addresses no one holds a wallet key for, though some are on the curve: the System Program
+/// (all zero bytes), the token, associated-token-account and memo programs, the USDC mint and
+/// the sysvars a transfer touches. USDC sent to their token accounts could never be moved.
+pub const RESERVED_ADDRESSES: [&str; 10] = [
+    "11111111111111111111111111111111",
+    "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA",
+    "TokenzQdBNbLqP5VEhdkAS6EPFLC1PQnBqCXEpPxuEb",
+    "ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL",
+    "MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr",
+    "Memo1UhkJRfHyvLMcVucJwxXeuD728EqVDDwQDxFMNo",
+    "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
+    "SysvarRent111111111111111111111111111111111",
+    "SysvarC1ock11111111111111111111111111111111",
+    "ComputeBudget111111111111111111111111111111",
+];
+
+/// A Solana wallet address: base58 of 32 bytes that are a point on the ed25519 curve and not a
+/// reserved address ([`RESERVED_ADDRESSES`]). A program-derived address (off the curve) has no
+/// private key: USDC sent to its token account could never be moved, so it is refused.
 pub fn check_wallet(text: &str) -> Result<String, MethodError> {
     let text = text.trim();
     let bytes = bs58::decode(text).into_vec().map_err(|_| {
@@ -52,6 +68,16 @@ pub fn check_wallet(text: &str) -> Result<String, MethodError> {
             "a Solana address is 32 bytes",
         )
     })?;
+    let reserved = RESERVED_ADDRESSES
+        .iter()
+        .any(|address| bs58::decode(address).into_vec().is_ok_and(|r| r == bytes));
+    if reserved {
+        return Err(error(
+            "/method/wallet",
+            ErrorCode::InvalidWallet,
+            "this is a program, mint or system address, not a wallet: USDC sent there could never be recovered",
+        ));
+    }
     if curve25519_dalek::edwards::CompressedEdwardsY(bytes)
         .decompress()
         .is_none()
@@ -196,6 +222,19 @@ mod tests {
         let code = |text: &str| check_wallet(text).unwrap_err().code;
         assert_eq!(code(&bs58::encode(off).into_string()), "wallet_off_curve");
         assert_eq!(code("0OIl"), "invalid_wallet");
+        for reserved in RESERVED_ADDRESSES {
+            assert_eq!(
+                bs58::decode(reserved).into_vec().unwrap().len(),
+                32,
+                "{reserved}"
+            );
+            assert_eq!(code(reserved), "invalid_wallet", "{reserved}");
+        }
+        assert_eq!(
+            code(&bs58::encode([0_u8; 32]).into_string()),
+            "invalid_wallet",
+            "the System Program"
+        );
         assert_eq!(
             code(&bs58::encode([1_u8; 31]).into_string()),
             "invalid_wallet"

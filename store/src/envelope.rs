@@ -9,10 +9,12 @@ use uuid::Uuid;
 
 /// Most events one append request may carry (over all its streams).
 pub const APPEND_EVENTS_MAX: usize = 5_000;
-/// Most streams one atomic append may touch.
-pub const APPEND_STREAMS_MAX: usize = 64;
-/// Largest canonical payload of one event, in bytes.
-pub const PAYLOAD_BYTES_MAX: usize = 64 * 1024;
+/// Most streams one atomic append may touch: a rental of the most GPUs a machine may have (64)
+/// touches its own stream and one lease per GPU, with room to spare.
+pub const APPEND_STREAMS_MAX: usize = 128;
+/// Largest canonical payload of one event, in bytes. The largest provider application the form's
+/// limits allow is about 115 KiB (`the_largest_application_fits_one_event`).
+pub const PAYLOAD_BYTES_MAX: usize = 128 * 1024;
 /// Longest actor name in metadata, in bytes.
 pub const ACTOR_BYTES_MAX: usize = 200;
 
@@ -317,6 +319,71 @@ pub fn chain_hash(previous: &[u8; 32], fields: &ChainedFields<'_>) -> [u8; 32] {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Every application the form's limits accept can be recorded: the largest (every text at
+    /// its longest, in four-byte characters; every list at its longest) fits one event.
+    #[test]
+    fn the_largest_application_fits_one_event() {
+        use gpunex_domain::onboarding::{self as o, ApplicationInput};
+        let wide = |chars: usize| "😀".repeat(chars);
+        let windows: Vec<serde_json::Value> = gpunex_domain::time::Weekday::ALL
+            .iter()
+            .flat_map(|day| {
+                [(0, 300), (360, 700), (800, 1100), (1200, 1440)].map(
+                    |(start, end)| json!({"day": day, "start_minute": start, "end_minute": end}),
+                )
+            })
+            .collect();
+        assert_eq!(windows.len(), o::WEEKLY_WINDOWS_MAX);
+        let entry = json!({
+            "model": wide(o::MODEL_NAME_CHARS_MAX),
+            "quantity": o::GPU_QUANTITY_MAX,
+            "system_ram_gb": o::SYSTEM_RAM_GB_MAX,
+            "upload_gbps": "400",
+            "download_gbps": "400",
+            "availability": {"kind": "weekly", "time_zone": "America/Argentina/ComodRivadavia", "windows": windows},
+            "location": {"city": wide(o::LOCATION_CHARS_MAX), "country": "AR", "region": wide(o::LOCATION_CHARS_MAX)},
+        });
+        let local = "a".repeat(64);
+        let domain = format!(
+            "{}.{}.{}.example",
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(50)
+        );
+        let input: ApplicationInput = serde_json::from_value(json!({
+            "full_legal_name": wide(o::NAME_CHARS_MAX),
+            "email": format!("{local}@{domain}"),
+            "company_name": wide(o::NAME_CHARS_MAX),
+            "gpus": vec![entry; o::GPU_ENTRIES_MAX],
+            "ups_protected": true,
+            "commitment_months": o::COMMITMENT_MONTHS_MAX,
+            "maintenance_notes": wide(o::TEXT_CHARS_MAX),
+        }))
+        .unwrap();
+        let form = o::validate_application(&input, &gpunex_domain::gpu::Catalog::BUILT_IN)
+            .unwrap_or_else(|errors| panic!("{errors:?}"));
+        let event =
+            DomainEvent::Application(o::ApplicationEvent::Submitted(o::ApplicationSubmitted {
+                application_id: Uuid::now_v7(),
+                applicant_user_id: Uuid::now_v7(),
+                form,
+                submitted_at: gpunex_domain::Timestamp::from_unix_micros(0),
+            }));
+        let new = NewEvent::from_domain(Uuid::now_v7(), &event, Metadata::actor("test"));
+        let bytes = canonical_json(&new.payload).len();
+        assert!(bytes <= PAYLOAD_BYTES_MAX, "{bytes} bytes");
+        assert!(
+            bytes > PAYLOAD_BYTES_MAX / 2,
+            "{bytes} bytes: the case is the largest one"
+        );
+        let stream = crate::StreamAppend {
+            stream_id: gpunex_domain::StreamId::parse("application-x").unwrap(),
+            expected: ExpectedVersion::Any,
+            events: vec![new],
+        };
+        assert!(validate(vec![stream]).is_ok());
+    }
 
     #[test]
     fn canonical_json_sorts_keys_at_every_level() {

@@ -184,6 +184,11 @@ pub async fn agent_token(base: &str, provider_token: &str) -> (Uuid, String) {
     (machine_id, issued["token"].as_str().unwrap().to_owned())
 }
 
+/// The wall clock, as the server reads it.
+pub fn now() -> gpunex_domain::time::Timestamp {
+    gpunex_api::tokens::now()
+}
+
 /// An RFC 3339 instant.
 pub fn at(text: &str) -> gpunex_domain::time::Timestamp {
     gpunex_domain::time::Timestamp::from_unix_micros(
