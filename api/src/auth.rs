@@ -99,6 +99,9 @@ impl Default for CredentialCache {
     }
 }
 
+/// How long the registry's follower pauses after the log could not be read.
+const FOLLOWER_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Longest a request waits for the registry to reach its own write.
 const READ_YOUR_WRITES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -117,8 +120,26 @@ impl CredentialCache {
         }
         cache.position.send_replace(subscription.position());
         let follower = cache.clone();
+        let store = store.clone();
         tokio::spawn(async move {
             loop {
+                // After a failure the registry is trusted again only once it is known to be at
+                // the head: a fresh read of it, since waiting for the next batch would wait for
+                // the next write.
+                if follower.behind.load(Ordering::SeqCst) {
+                    match store.head_position().await {
+                        Ok(head) if subscription.position() >= head => {
+                            follower.behind.store(false, Ordering::SeqCst);
+                            tracing::info!(head, "credential registry caught up again");
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            tracing::warn!(%error, "credential registry cannot read the log head");
+                            tokio::time::sleep(FOLLOWER_RETRY_PAUSE).await;
+                            continue;
+                        }
+                    }
+                }
                 match subscription
                     .next_batch(gpunex_store::READ_BATCH_EVENTS_MAX)
                     .await
@@ -130,8 +151,8 @@ impl CredentialCache {
                     }
                     Err(error) => {
                         follower.behind.store(true, Ordering::SeqCst);
-                        tracing::error!(%error, "credential registry cannot follow the log");
-                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        tracing::warn!(%error, "credential registry cannot follow the log");
+                        tokio::time::sleep(FOLLOWER_RETRY_PAUSE).await;
                     }
                 }
             }
@@ -412,7 +433,14 @@ pub async fn guard(
             }
             .into_response();
         }
+        let max = guard.state.limits.requests_in_flight_per_token_max;
+        let Some(slot) = guard.state.token_load.enter(caller.token_id, max) else {
+            return ApiError::TokenBusy { max }.into_response();
+        };
         request.extensions_mut().insert(caller);
+        let response = crate::idempotency::idempotency(guard.state, request, next).await;
+        drop(slot);
+        return response;
     }
     crate::idempotency::idempotency(guard.state, request, next).await
 }

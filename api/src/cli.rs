@@ -65,6 +65,8 @@ pub enum Command {
         #[arg(long, env = "GPUNEX_NO_OUTBOX", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
         no_outbox: bool,
         #[command(flatten)]
+        server: ServerArgs,
+        #[command(flatten)]
         fleet: FleetArgs,
         #[command(flatten)]
         payouts: crate::payout_run::PayoutArgs,
@@ -200,6 +202,49 @@ pub async fn simulate(database_url: &str, args: &SimulateArgs) -> anyhow::Result
     );
     println!("content digest {}", report.content_digest);
     Ok(())
+}
+
+/// How many clients, and how slow, the server tolerates (`docs/api.md`, "Limits").
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// Most open connections. At the bound, the longest-idle connection is closed for a new
+    /// one; when none is idle, the new one gets `503 server_busy`. Keep it below the process's
+    /// file descriptor limit (`ulimit -n`) less what the database pool needs.
+    #[arg(long, env = "GPUNEX_CONNECTIONS_MAX", default_value_t = 1_024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub connections_max: u32,
+    /// A client must send a request's headers within this; slower ones are disconnected.
+    #[arg(long, env = "GPUNEX_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: std::time::Duration,
+    /// A request's body must arrive within this (`408 request_timeout`).
+    #[arg(long, env = "GPUNEX_BODY_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub body_read_timeout: std::time::Duration,
+    /// A connection with no request for this long is closed.
+    #[arg(long, env = "GPUNEX_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: std::time::Duration,
+    /// Most requests one token may have in flight at once (`429 too_many_requests`).
+    #[arg(long, env = "GPUNEX_REQUESTS_IN_FLIGHT_PER_TOKEN", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub requests_in_flight_per_token: u32,
+}
+
+impl ServerArgs {
+    pub fn limits(&self) -> anyhow::Result<crate::http_server::ServerLimits> {
+        for (name, value) in [
+            ("--header-read-timeout", self.header_read_timeout),
+            ("--body-read-timeout", self.body_read_timeout),
+            ("--idle-timeout", self.idle_timeout),
+        ] {
+            if value.is_zero() {
+                anyhow::bail!("{name} must be more than zero");
+            }
+        }
+        Ok(crate::http_server::ServerLimits {
+            connections_max: self.connections_max as usize,
+            header_read_timeout: self.header_read_timeout,
+            body_read_timeout: self.body_read_timeout,
+            idle_timeout: self.idle_timeout,
+            requests_in_flight_per_token_max: self.requests_in_flight_per_token as usize,
+        })
+    }
 }
 
 /// How agents' presence is judged and their telemetry kept.

@@ -57,6 +57,10 @@ pub enum ApiError {
     BodyTooLarge { bytes_max: usize },
     #[error("the body could not be read to its end")]
     BodyUnreadable,
+    #[error("the body did not arrive within {seconds} seconds")]
+    BodyTimeout { seconds: u64 },
+    #[error("this token has {max} requests in flight; wait for one to finish")]
+    TokenBusy { max: usize },
     #[error("no route for this path")]
     NoRoute,
     #[error("a valid bearer token is required")]
@@ -79,7 +83,9 @@ pub enum ApiError {
     CredentialsUnavailable,
     #[error("too many failed attempts; retry in {retry_after_seconds} seconds")]
     TooManyRequests { retry_after_seconds: u64 },
-    #[error("the database is unavailable; retry shortly")]
+    #[error(
+        "the database could not be reached or dropped the connection; retry (with the same Idempotency-Key, a retry acts once)"
+    )]
     Unavailable(#[source] StoreError),
     #[error("internal error")]
     Internal(#[source] StoreError),
@@ -128,6 +134,8 @@ impl ApiError {
             ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
             ApiError::BodyTooLarge { .. } => ErrorCode::BodyTooLarge,
             ApiError::BodyUnreadable => ErrorCode::BodyUnreadable,
+            ApiError::BodyTimeout { .. } => ErrorCode::RequestTimeout,
+            ApiError::TokenBusy { .. } => ErrorCode::TooManyRequests,
             ApiError::NoRoute | ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::Forbidden | ApiError::RoleNotAdmitted { .. } => ErrorCode::Forbidden,
@@ -201,11 +209,12 @@ pub const fn status_of(code: ErrorCode) -> StatusCode {
         | C::ReportTransactionUnknown
         | C::UndecodableEvent
         | C::UsageOutOfRange => StatusCode::UNPROCESSABLE_ENTITY,
-        C::TooManyAttempts => StatusCode::TOO_MANY_REQUESTS,
+        C::TooManyAttempts | C::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
         C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        C::DatabaseUnavailable | C::CredentialsUnavailable | C::StoreUnavailable => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        C::DatabaseUnavailable
+        | C::CredentialsUnavailable
+        | C::StoreUnavailable
+        | C::ServerBusy => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_REQUEST,
     }
 }
@@ -228,6 +237,11 @@ impl IntoResponse for ApiError {
             ApiError::TooManyRequests {
                 retry_after_seconds,
             } => Some(*retry_after_seconds),
+            _ if status == StatusCode::SERVICE_UNAVAILABLE
+                || status == StatusCode::TOO_MANY_REQUESTS =>
+            {
+                Some(RETRY_AFTER_SECONDS)
+            }
             _ => None,
         };
         let detail = match &self {
@@ -277,6 +291,9 @@ pub fn problem(code: ErrorCode, detail: String, errors: Vec<FieldError>) -> Resp
 }
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+
+/// `Retry-After` of a `503` or a `429` that has no better estimate, in seconds.
+pub const RETRY_AFTER_SECONDS: u64 = 1;
 
 /// Where each code is explained: the `type` of a problem is this followed by its code, an
 /// anchor of the error table this server serves at `/docs/errors`.

@@ -56,11 +56,9 @@ pub async fn idempotency(state: AppState, request: Request, next: Next) -> Respo
         None => "anonymous".to_owned(),
     };
     let (parts, body) = request.into_parts();
-    let Ok(bytes) = to_bytes(body, crate::json::REQUEST_BODY_BYTES_MAX).await else {
-        return ApiError::BodyTooLarge {
-            bytes_max: crate::json::REQUEST_BODY_BYTES_MAX,
-        }
-        .into_response();
+    let bytes = match crate::json::read(Request::from_parts(parts.clone(), body)).await {
+        Ok(bytes) => bytes,
+        Err(error) => return error.into_response(),
     };
     let mut fingerprint = Sha256::new();
     fingerprint.update(parts.uri.path().as_bytes());

@@ -94,24 +94,41 @@ fn check_content_type(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-async fn read(request: Request) -> Result<axum::body::Bytes, ApiError> {
-    axum::body::to_bytes(request.into_body(), REQUEST_BODY_BYTES_MAX)
-        .await
-        .map_err(|error| {
-            let mut source = std::error::Error::source(&error);
-            let mut too_large = false;
-            while let Some(cause) = source {
-                too_large |= cause.is::<http_body_util::LengthLimitError>();
-                source = cause.source();
+/// A request's body, at most `REQUEST_BODY_BYTES_MAX` bytes, within the request's body read
+/// timeout (`408 request_timeout` past it).
+pub async fn read(request: Request) -> Result<axum::body::Bytes, ApiError> {
+    let timeout = request
+        .extensions()
+        .get::<crate::http_server::BodyReadTimeout>()
+        .map_or(
+            crate::http_server::ServerLimits::default().body_read_timeout,
+            |t| t.0,
+        );
+    let _reading = request
+        .extensions()
+        .get::<crate::http_server::BodyReading>()
+        .map(|reading| reading.start());
+    let reading = axum::body::to_bytes(request.into_body(), REQUEST_BODY_BYTES_MAX);
+    let Ok(read) = tokio::time::timeout(timeout, reading).await else {
+        return Err(ApiError::BodyTimeout {
+            seconds: timeout.as_secs(),
+        });
+    };
+    read.map_err(|error| {
+        let mut source = std::error::Error::source(&error);
+        let mut too_large = false;
+        while let Some(cause) = source {
+            too_large |= cause.is::<http_body_util::LengthLimitError>();
+            source = cause.source();
+        }
+        if too_large {
+            ApiError::BodyTooLarge {
+                bytes_max: REQUEST_BODY_BYTES_MAX,
             }
-            if too_large {
-                ApiError::BodyTooLarge {
-                    bytes_max: REQUEST_BODY_BYTES_MAX,
-                }
-            } else {
-                ApiError::BodyUnreadable
-            }
-        })
+        } else {
+            ApiError::BodyUnreadable
+        }
+    })
 }
 
 /// A body under the policy: strict JSON first, then the endpoint's type.

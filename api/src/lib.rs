@@ -21,6 +21,7 @@ pub mod docs;
 pub mod earnings;
 pub mod error;
 pub mod fleet;
+pub mod http_server;
 pub mod idempotency;
 pub mod json;
 pub mod market;

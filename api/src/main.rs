@@ -48,6 +48,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             mail_from,
             smtp_url,
             no_outbox,
+            server,
             fleet,
             payouts,
             sepa_debtor,
@@ -55,6 +56,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             solana,
         } => {
             let fleet = fleet.config()?;
+            let limits = server.limits()?;
             let payouts = gpunex_api::server::Payouts {
                 config: gpunex_api::payout_run::PayoutConfig::new(
                     payouts.policy()?,
@@ -73,7 +75,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     gpunex_api::outbox::Mailbox::open(&mailbox_dir, &mail_from)?,
                 )),
             };
-            gpunex_api::server::serve(store, listen, notifications, fleet, payouts).await?;
+            gpunex_api::server::serve(store, listen, notifications, fleet, payouts, limits).await?;
         }
         Command::Migrate => {
             let store = cli::open_store(&cli.database_url).await?;

@@ -28,6 +28,10 @@ pub struct AppState {
     pub listings: crate::market::ListingIndex,
     /// Payout rules and the platform's bank account.
     pub payouts: std::sync::Arc<crate::payout_run::PayoutConfig>,
+    /// Connection and request limits.
+    pub limits: crate::http_server::ServerLimits,
+    /// Requests in flight per token.
+    pub token_load: crate::http_server::TokenLoad,
 }
 
 impl AppState {
@@ -47,12 +51,20 @@ impl AppState {
             fleet: crate::fleet::FleetConfig::default(),
             listings,
             payouts: std::sync::Arc::default(),
+            limits: crate::http_server::ServerLimits::default(),
+            token_load: crate::http_server::TokenLoad::default(),
         })
     }
 
     /// Sets the payout rules and the platform's bank account.
     pub fn with_payout_config(mut self, config: crate::payout_run::PayoutConfig) -> AppState {
         self.payouts = std::sync::Arc::new(config);
+        self
+    }
+
+    /// Sets the connection and request limits.
+    pub fn with_limits(mut self, limits: crate::http_server::ServerLimits) -> AppState {
+        self.limits = limits;
         self
     }
 
@@ -757,6 +769,7 @@ pub async fn serve(
     notifications: Option<crate::outbox::Transport>,
     fleet: crate::fleet::FleetConfig,
     payouts: Payouts,
+    limits: crate::http_server::ServerLimits,
 ) -> anyhow::Result<()> {
     let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
@@ -775,7 +788,8 @@ pub async fn serve(
     let state = AppState::load(store)
         .await?
         .with_fleet_config(fleet)
-        .with_payout_config(payouts.config.clone());
+        .with_payout_config(payouts.config.clone())
+        .with_limits(limits);
     let scheduler = payouts.scheduler.then(|| {
         tokio::spawn(crate::payout_run::run_scheduler(
             state.store.clone(),
@@ -805,9 +819,7 @@ pub async fn serve(
         ))
     });
     let app = router(state).layer(axum::middleware::from_fn(log_request));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    crate::http_server::serve(listener, app, limits, shutdown_signal()).await?;
     runner.abort();
     watchdog.abort();
     for task in [scheduler, sender].into_iter().flatten() {

@@ -189,15 +189,46 @@ pub enum StoreError {
 impl StoreError {
     /// The database could not be reached (as opposed to a bug or corrupt data): worth a retry.
     pub fn is_unavailable(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Database(
-                sqlx::Error::PoolTimedOut
-                    | sqlx::Error::Io(_)
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::WorkerCrashed
-            )
-        )
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Database(error) => is_transient(error),
+            _ => false,
+        }
+    }
+}
+
+/// A database error that says nothing about the request: the connection or the server went
+/// away, or was too busy. A retry may succeed.
+fn is_transient(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::Io(_)
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(database) => {
+            let Some(code) = database.code() else {
+                return false;
+            };
+            if database
+                .try_downcast_ref::<sqlx::sqlite::SqliteError>()
+                .is_some()
+            {
+                // SQLite: 5 busy, 6 locked, and their extended codes (the primary code in the
+                // low byte).
+                return code.parse::<u32>().is_ok_and(|n| matches!(n & 0xff, 5 | 6));
+            }
+            // PostgreSQL: class 08 connection exceptions; 57P01-57P03 the server shutting down or
+            // terminating the backend; class 53 insufficient resources; 40001 and 40P01 a
+            // serialization failure or deadlock, rolled back whole.
+            code.starts_with("08")
+                || code.starts_with("57P0")
+                || code.starts_with("53")
+                || code == "40001"
+                || code == "40P01"
+        }
+        _ => false,
     }
 }
 

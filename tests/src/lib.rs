@@ -71,6 +71,25 @@ impl TestDb {
             .expect("open store")
     }
 
+    /// Terminates every PostgreSQL connection to this database (a failover, an operator's
+    /// `pg_terminate_backend`); returns how many. Nothing on SQLite.
+    pub async fn terminate_connections(&self) -> u64 {
+        let (Some(admin_url), Some(name)) = (&self.admin_url, &self.name) else {
+            return 0;
+        };
+        let Ok(mut admin) = sqlx::PgConnection::connect(admin_url).await else {
+            return 0;
+        };
+        let terminated: Result<(i64,), _> = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = $1 AND pid <> pg_backend_pid()",
+        )
+        .bind(name)
+        .fetch_one(&mut admin)
+        .await;
+        terminated.map_or(0, |(n,)| u64::try_from(n).unwrap_or(0))
+    }
+
     /// Drops the PostgreSQL database (SQLite files go with the temporary directory). Called at
     /// the end of a passing test; a failing test leaves its database for inspection.
     pub async fn cleanup(self) {

@@ -9,11 +9,20 @@ use uuid::Uuid;
 
 /// Serves `state` on 127.0.0.1 with an OS-chosen port for the rest of the test; returns the
 /// base URL.
+/// It runs the server's own loop (`http_server::serve`) under `state.limits`.
 pub async fn serve(state: AppState) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
+    let limits = state.limits;
     tokio::spawn(async move {
-        axum::serve(listener, router(state)).await.unwrap();
+        gpunex_api::http_server::serve(
+            listener,
+            router(state),
+            limits,
+            std::future::pending::<()>(),
+        )
+        .await
+        .unwrap();
     });
     format!("http://{address}")
 }
