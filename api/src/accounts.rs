@@ -7,9 +7,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::json::Json;
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::DomainEvent;
@@ -21,9 +21,8 @@ use gpunex_wire as wire;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::auth::{Allow, Caller};
+use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::{TokenRequest, issue_token, now};
 
@@ -154,9 +153,17 @@ fn invalid(field: &str, code: ErrorCode, message: impl Into<String>) -> ApiError
 }
 
 /// `POST /v1/accounts`: sign up. Public.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts",
+    operation_id = "accounts_sign_up",
+    tag = "accounts",
+    summary = "sign up with email and password",
+    responses((status = 201, description = "sign up with email and password", body = wire::Account)),
+)]
 pub async fn sign_up(
     State(state): State<AppState>,
-    JsonBody(request): JsonBody<wire::Credentials>,
+    Json(request): Json<wire::Credentials>,
 ) -> Result<(StatusCode, Json<wire::Account>), ApiError> {
     let email = accounts::normalize_email(&request.email)
         .map_err(|m| invalid("/email", ErrorCode::InvalidEmail, m))?;
@@ -216,9 +223,17 @@ pub async fn sign_up(
 }
 
 /// `POST /v1/sessions`: sign in. Public; rate-limited per address.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions",
+    operation_id = "accounts_sign_in",
+    tag = "accounts",
+    summary = "sign in: an expiring session token",
+    responses((status = 201, description = "sign in", body = wire::Session)),
+)]
 pub async fn sign_in(
     State(state): State<AppState>,
-    JsonBody(request): JsonBody<wire::Credentials>,
+    Json(request): Json<wire::Credentials>,
 ) -> Result<
     (
         StatusCode,
@@ -282,11 +297,18 @@ pub async fn sign_in(
 }
 
 /// `POST /v1/sessions/current/revoke`: sign out (the session's own token).
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/current/revoke",
+    operation_id = "accounts_sign_out",
+    tag = "accounts",
+    summary = "sign out",
+    responses((status = 204, description = "signed out: the session token is revoked")),
+)]
 pub async fn sign_out(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<StatusCode, ApiError> {
-    caller.require(&[Allow::User])?;
     let revoked = gpunex_domain::credentials::revoke(
         false,
         caller.token_id,
@@ -323,8 +345,15 @@ pub async fn sign_out(
 }
 
 /// `GET /v1/me`: the Roles page.
+#[utoipa::path(
+    get,
+    path = "/v1/me",
+    operation_id = "accounts_me",
+    tag = "accounts",
+    summary = "the Roles page: who you are and what you may do",
+    responses((status = 200, description = "the Roles page", body = wire::Me)),
+)]
 pub async fn me(State(state): State<AppState>, caller: Caller) -> Result<Json<wire::Me>, ApiError> {
-    caller.require(&[Allow::User])?;
     let Role::User { user_id } = caller.role else {
         return Err(ApiError::Forbidden);
     };

@@ -3,8 +3,8 @@
 //! decided by `domain::onboarding::decide` against the registry's state and appended with the
 //! stream version that state was folded from, so two racing decisions cannot both land.
 
+use crate::json::Json;
 use crate::params::{Path, Query};
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::DomainEvent;
@@ -18,9 +18,8 @@ use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
 use gpunex_wire as wire;
 use uuid::Uuid;
 
-use crate::auth::{Allow, Caller};
+use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::{TokenRequest, issue_token, now};
 
@@ -171,12 +170,19 @@ fn visible(caller: &Caller, application: &Application) -> Result<(), ApiError> {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/applications",
+    operation_id = "applications_submit",
+    tag = "applications",
+    summary = "apply as a provider",
+    responses((status = 201, description = "apply as a provider", body = wire::ApplicationView)),
+)]
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(input): JsonBody<ApplicationInput>,
+    Json(input): Json<ApplicationInput>,
 ) -> Result<(StatusCode, Json<wire::ApplicationView>), ApiError> {
-    caller.require(&[Allow::User])?;
     let applicant_user_id = user_of(&caller)?;
     let added = state.credentials.added_models();
     let catalog = gpunex_domain::gpu::Catalog { added: &added };
@@ -207,12 +213,19 @@ pub async fn submit(
     Ok((StatusCode::CREATED, Json(view(&application))))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/applications/{id}",
+    operation_id = "applications_read",
+    tag = "applications",
+    summary = "one application",
+    responses((status = 200, description = "one application", body = wire::ApplicationView)),
+)]
 pub async fn read(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::User])?;
     let application = state
         .credentials
         .application(&id)
@@ -223,12 +236,25 @@ pub async fn read(
 
 /// `GET /v1/applications?status=&overdue=true&after=&limit=`: reviewers, oldest first. A
 /// signed-in person gets their own applications.
+#[utoipa::path(
+    get,
+    path = "/v1/applications",
+    operation_id = "applications_list",
+    tag = "applications",
+    summary = "applications: all for reviewers, your own for people",
+    params(
+        ("status" = Option<String>, Query, description = "only applications in this status: `under_review`, `information_requested`, `approved`, `rejected` or `withdrawn`"),
+        ("overdue" = Option<bool>, Query, description = "only applications past their review target (`true`)"),
+        ("after" = Option<u64>, Query, description = "a submission position: the page starts after it (from `next_after`)"),
+        ("limit" = Option<u64>, Query, description = "1 to 100 (default 100)"),
+    ),
+    responses((status = 200, description = "applications", body = wire::ApplicationList)),
+)]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Query(query): Query,
 ) -> Result<Json<wire::ApplicationList>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::User])?;
     let status: Option<ApplicationStatus> = match query.get("status") {
         Some(text) => Some(
             serde_json::from_value(serde_json::Value::String(text.clone())).map_err(|_| {
@@ -300,10 +326,8 @@ async fn step(
     state: AppState,
     caller: Caller,
     id: Uuid,
-    allowed: &[Allow],
     make: impl FnOnce(&Caller) -> Result<ApplicationCommand, ApiError>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
-    caller.require(allowed)?;
     let (application, version) = load(&state, id).await?;
     visible(&caller, &application)?;
     let command = make(&caller)?;
@@ -311,12 +335,20 @@ async fn step(
     Ok(Json(view(&application)))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/applications/{id}/withdraw",
+    operation_id = "applications_withdraw",
+    tag = "applications",
+    summary = "withdraw your application",
+    responses((status = 200, description = "withdraw your application", body = wire::ApplicationView)),
+)]
 pub async fn withdraw(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
-    step(state, caller, id, &[Allow::User], |caller| {
+    step(state, caller, id, |caller| {
         Ok(ApplicationCommand::Withdraw {
             applicant_user_id: user_of(caller)?,
             at: now(),
@@ -325,13 +357,21 @@ pub async fn withdraw(
     .await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/applications/{id}/answer",
+    operation_id = "applications_answer",
+    tag = "applications",
+    summary = "answer an information request",
+    responses((status = 200, description = "answer an information request", body = wire::ApplicationView)),
+)]
 pub async fn answer(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    JsonBody(message): JsonBody<wire::Message>,
+    Json(message): Json<wire::Message>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
-    step(state, caller, id, &[Allow::User], |caller| {
+    step(state, caller, id, |caller| {
         Ok(ApplicationCommand::ProvideInformation {
             applicant_user_id: user_of(caller)?,
             answer: message.text,
@@ -341,13 +381,21 @@ pub async fn answer(
     .await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/applications/{id}/request-information",
+    operation_id = "applications_request_information",
+    tag = "applications",
+    summary = "ask the applicant for more",
+    responses((status = 200, description = "ask the applicant for more", body = wire::ApplicationView)),
+)]
 pub async fn request_information(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    JsonBody(message): JsonBody<wire::Message>,
+    Json(message): Json<wire::Message>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
-    step(state, caller, id, &[Allow::Admin], |caller| {
+    step(state, caller, id, |caller| {
         Ok(ApplicationCommand::RequestInformation {
             reviewer_user_id: caller.token_id,
             message: message.text,
@@ -357,13 +405,21 @@ pub async fn request_information(
     .await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/applications/{id}/reject",
+    operation_id = "applications_reject",
+    tag = "applications",
+    summary = "reject with a reason",
+    responses((status = 200, description = "reject with a reason", body = wire::ApplicationView)),
+)]
 pub async fn reject(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    JsonBody(message): JsonBody<wire::Message>,
+    Json(message): Json<wire::Message>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
-    step(state, caller, id, &[Allow::Admin], |caller| {
+    step(state, caller, id, |caller| {
         Ok(ApplicationCommand::Reject {
             reviewer_user_id: caller.token_id,
             reason: message.text,
@@ -373,15 +429,23 @@ pub async fn reject(
     .await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/applications/{id}/approve",
+    operation_id = "applications_approve",
+    tag = "applications",
+    summary = "approve with a tier",
+    responses((status = 200, description = "approve with a tier", body = wire::ApplicationView)),
+)]
 pub async fn approve(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    JsonBody(approval): JsonBody<wire::Approval>,
+    Json(approval): Json<wire::Approval>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
     let tier: Tier = serde_json::from_value(serde_json::Value::String(approval.tier))
         .map_err(|_| ApiError::body("/tier", ErrorCode::InvalidTier, "enterprise or community"))?;
-    step(state, caller, id, &[Allow::Admin], |caller| {
+    step(state, caller, id, |caller| {
         Ok(ApplicationCommand::Approve {
             reviewer_user_id: caller.token_id,
             tier,
@@ -394,6 +458,14 @@ pub async fn approve(
 
 /// `POST /v1/applications/{id}/provider-token`: the applicant of an approved application takes
 /// the provider's first API token, shown once. Later tokens come from `/v1/tokens` with it.
+#[utoipa::path(
+    post,
+    path = "/v1/applications/{id}/provider-token",
+    operation_id = "applications_claim_provider_token",
+    tag = "applications",
+    summary = "take the approved provider's first token, once",
+    responses((status = 201, description = "take the approved provider's first token, once", body = wire::IssuedToken)),
+)]
 pub async fn claim_provider_token(
     State(state): State<AppState>,
     caller: Caller,
@@ -406,7 +478,6 @@ pub async fn claim_provider_token(
     ),
     ApiError,
 > {
-    caller.require(&[Allow::User])?;
     let application = state
         .credentials
         .application(&id)

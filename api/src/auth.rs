@@ -403,6 +403,8 @@ impl Allow {
 pub struct Guard {
     pub state: AppState,
     pub roles: crate::routes::Roles,
+    /// The query parameters the route's operation declares.
+    pub query_parameters: Arc<Vec<String>>,
 }
 
 /// Every route's first step: a route with roles authenticates the bearer token and refuses a
@@ -437,12 +439,45 @@ pub async fn guard(
         let Some(slot) = guard.state.token_load.enter(caller.token_id, max) else {
             return ApiError::TokenBusy { max }.into_response();
         };
+        if let Err(error) = declared_query(&request, &guard.query_parameters) {
+            return error.into_response();
+        }
         request.extensions_mut().insert(caller);
         let response = crate::idempotency::idempotency(guard.state, request, next).await;
         drop(slot);
         return response;
     }
+    if let Err(error) = declared_query(&request, &guard.query_parameters) {
+        return error.into_response();
+    }
     crate::idempotency::idempotency(guard.state, request, next).await
+}
+
+/// Refuses a query parameter the route's operation does not declare: what the document lists
+/// is all a route reads.
+fn declared_query(request: &axum::extract::Request, declared: &[String]) -> Result<(), ApiError> {
+    let Some(query) = request.uri().query() else {
+        return Ok(());
+    };
+    for (name, _) in form_urlencoded_pairs(query) {
+        if !declared.contains(&name) {
+            let known = if declared.is_empty() {
+                "this endpoint takes no query parameters".to_owned()
+            } else {
+                format!("known: {}", declared.join(", "))
+            };
+            return Err(ApiError::query(
+                &crate::params::echo(&name),
+                crate::error::ErrorCode::UnknownParameter,
+                known,
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn form_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
+    serde_urlencoded::from_str::<Vec<(String, String)>>(query).unwrap_or_default()
 }
 
 /// The caller a request's `Authorization` header names.
@@ -477,23 +512,9 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// Refuses the request unless the caller's role is one of `allowed`.
-    pub fn require(&self, allowed: &[Allow]) -> Result<(), ApiError> {
-        if allowed.contains(&Allow::of(self.role)) {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden)
-        }
-    }
-
-    /// Refuses unless the caller's role is one of `allowed`, and a provider unless it is
-    /// `provider_id` itself.
-    pub fn require_for_provider(
-        &self,
-        allowed: &[Allow],
-        provider_id: Uuid,
-    ) -> Result<(), ApiError> {
-        self.require(allowed)?;
+    /// Refuses a provider acting on another provider's resource (the route's guard has already
+    /// checked the role).
+    pub fn for_provider(&self, provider_id: Uuid) -> Result<(), ApiError> {
         match self.role {
             Role::Provider { provider_id: own } if own != provider_id => {
                 Err(ApiError::OtherProvider)

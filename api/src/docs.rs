@@ -12,6 +12,14 @@ pub const ERRORS_MARKDOWN: &str = include_str!("../../docs/errors.md");
 static ERRORS_PAGE: LazyLock<String> = LazyLock::new(|| render(ERRORS_MARKDOWN));
 
 /// `GET /docs/errors`
+#[utoipa::path(
+    get,
+    path = "/docs/errors",
+    operation_id = "errors",
+    tag = "operations",
+    summary = "the error codes: every code a problem document can carry, its status and meaning",
+    responses((status = 200, description = "the error table as a page", content_type = "text/html", body = String)),
+)]
 pub async fn errors() -> Html<&'static str> {
     Html(ERRORS_PAGE.as_str())
 }

@@ -53,6 +53,8 @@ pub enum ApiError {
     MalformedJson(String),
     #[error("the body must be JSON: send Content-Type: application/json")]
     UnsupportedMediaType,
+    #[error("the body must be XML: send Content-Type: application/xml")]
+    UnsupportedMediaTypeXml,
     #[error("the body is larger than {bytes_max} bytes")]
     BodyTooLarge { bytes_max: usize },
     #[error("the body could not be read to its end")]
@@ -131,7 +133,9 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => ErrorCode::InvalidRequest,
             ApiError::MalformedJson(_) => ErrorCode::MalformedJson,
-            ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
+            ApiError::UnsupportedMediaType | ApiError::UnsupportedMediaTypeXml => {
+                ErrorCode::UnsupportedMediaType
+            }
             ApiError::BodyTooLarge { .. } => ErrorCode::BodyTooLarge,
             ApiError::BodyUnreadable => ErrorCode::BodyUnreadable,
             ApiError::BodyTimeout { .. } => ErrorCode::RequestTimeout,

@@ -9,8 +9,8 @@ use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::json::Json;
 use crate::params::{Path, Query};
-use axum::Json;
 use axum::extract::State;
 use gpunex_domain::credentials::Role;
 use gpunex_domain::fleet::{
@@ -27,9 +27,8 @@ use gpunex_wire::fleet as wf;
 use sha2::Digest;
 use uuid::Uuid;
 
-use crate::auth::{Allow, Caller, CredentialCache};
+use crate::auth::{Caller, CredentialCache};
 use crate::error::{ApiError, append_failure};
-use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -99,7 +98,6 @@ const OUTAGE_STREAM: &str = "platform-outages";
 /// The provider and machine an agent token is bound to. The binding alone is not trusted: a
 /// machine already registered to another provider is refused whatever the token says.
 pub(crate) fn agent_of(state: &AppState, caller: &Caller) -> Result<(Uuid, Uuid), ApiError> {
-    caller.require(&[Allow::Agent])?;
     let Role::Agent {
         provider_id,
         machine_id,
@@ -196,10 +194,18 @@ impl Delivery {
 /// is checked first and refused as one (nothing written) if any event is invalid; the agent
 /// then sends events one by one to set the bad one aside. Events already recorded answer
 /// `duplicate` with their original position.
+#[utoipa::path(
+    post,
+    path = "/v1/agent/events",
+    operation_id = "fleet_agent_events",
+    tag = "fleet",
+    summary = "deliver events from the agent's durable queue (registration, GPU conditions, usage, jobs)",
+    responses((status = 200, description = "deliver events from the agent's durable queue (registration, GPU conditions, usage, jobs)", body = wf::AgentEventsResponse)),
+)]
 pub async fn agent_events(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(request): JsonBody<wf::AgentEventsRequest>,
+    Json(request): Json<wf::AgentEventsRequest>,
 ) -> Result<Json<wf::AgentEventsResponse>, ApiError> {
     let (provider_id, machine_id) = agent_of(&state, &caller)?;
     if request.events.is_empty() || request.events.len() > wf::AGENT_EVENTS_PER_REQUEST_MAX {
@@ -680,10 +686,18 @@ async fn condition(
 
 /// `POST /v1/agent/heartbeat`: presence and one telemetry sample per GPU. The first heartbeat
 /// after registration or after being offline records the machine online.
+#[utoipa::path(
+    post,
+    path = "/v1/agent/heartbeat",
+    operation_id = "fleet_heartbeat",
+    tag = "fleet",
+    summary = "presence and per-GPU telemetry",
+    responses((status = 200, description = "presence and per-GPU telemetry", body = wf::HeartbeatAck)),
+)]
 pub async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(beat): JsonBody<wf::Heartbeat>,
+    Json(beat): Json<wf::Heartbeat>,
 ) -> Result<Json<wf::HeartbeatAck>, ApiError> {
     let (provider_id, machine_id) = agent_of(&state, &caller)?;
     if beat.machine_id != machine_id {
@@ -993,15 +1007,20 @@ fn may_see(caller: &Caller, machine: &MachineState) -> bool {
 }
 
 /// `GET /v1/providers/{provider_id}/machines`: the provider dashboard.
+#[utoipa::path(
+    get,
+    path = "/v1/providers/{provider_id}/machines",
+    operation_id = "fleet_provider_machines",
+    tag = "fleet",
+    summary = "the provider dashboard: machines, GPUs, status, telemetry, declared vs detected",
+    responses((status = 200, description = "the provider dashboard", body = wf::ProviderFleet)),
+)]
 pub async fn provider_machines(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wf::ProviderFleet>, ApiError> {
-    caller.require_for_provider(
-        &[Allow::Admin, Allow::Finance, Allow::Provider],
-        provider_id,
-    )?;
+    caller.for_provider(provider_id)?;
     let machines: Vec<MachineState> = state
         .credentials
         .with_fleet(|f| f.machines_of(&provider_id).into_iter().cloned().collect());
@@ -1040,16 +1059,31 @@ async fn one_machine(
 }
 
 /// `GET /v1/machines/{machine_id}`
+#[utoipa::path(
+    get,
+    path = "/v1/machines/{machine_id}",
+    operation_id = "fleet_machine",
+    tag = "fleet",
+    summary = "one machine with its GPUs and latest telemetry",
+    responses((status = 200, description = "one machine with its GPUs and latest telemetry", body = wf::MachineView)),
+)]
 pub async fn machine(
     State(state): State<AppState>,
     caller: Caller,
     Path(machine_id): Path<Uuid>,
 ) -> Result<Json<wf::MachineView>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Finance, Allow::Provider, Allow::Agent])?;
     Ok(Json(one_machine(&state, &caller, machine_id).await?))
 }
 
 /// `GET /v1/agent/identity`: the provider and machine this agent token is bound to.
+#[utoipa::path(
+    get,
+    path = "/v1/agent/identity",
+    operation_id = "fleet_agent_identity",
+    tag = "fleet",
+    summary = "the provider and machine this agent token is bound to",
+    responses((status = 200, description = "the provider and machine this agent token is bound to", body = wf::AgentIdentity)),
+)]
 pub async fn agent_identity(
     State(state): State<AppState>,
     caller: Caller,
@@ -1063,6 +1097,14 @@ pub async fn agent_identity(
 }
 
 /// `GET /v1/agent/machine`: the agent's own machine as the platform sees it.
+#[utoipa::path(
+    get,
+    path = "/v1/agent/machine",
+    operation_id = "fleet_agent_machine",
+    tag = "fleet",
+    summary = "the agent's machine as the platform sees it",
+    responses((status = 200, description = "the agent's machine as the platform sees it", body = wf::MachineView)),
+)]
 pub async fn agent_machine(
     State(state): State<AppState>,
     caller: Caller,
@@ -1075,13 +1117,25 @@ pub async fn agent_machine(
 pub const TELEMETRY_PAGE_MAX: u32 = 5_000;
 
 /// `GET /v1/machines/{machine_id}/gpus/{gpu_uuid}/telemetry?from=&until=&limit=`
+#[utoipa::path(
+    get,
+    path = "/v1/machines/{machine_id}/gpus/{gpu_uuid}/telemetry",
+    operation_id = "fleet_telemetry",
+    tag = "fleet",
+    summary = "one GPU's telemetry samples in a time range",
+    params(
+        ("from" = Option<String>, Query, description = "RFC 3339 start (default an hour ago)"),
+        ("until" = Option<String>, Query, description = "RFC 3339 end (default now)"),
+        ("limit" = Option<u64>, Query, description = "samples, 1 to 5,000"),
+    ),
+    responses((status = 200, description = "one GPU's telemetry samples in a time range", body = wf::TelemetrySeries)),
+)]
 pub async fn telemetry(
     State(state): State<AppState>,
     caller: Caller,
     Path((machine_id, gpu_uuid)): Path<(Uuid, String)>,
     Query(query): Query,
 ) -> Result<Json<wf::TelemetrySeries>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Finance, Allow::Provider, Allow::Agent])?;
     let machine = state
         .credentials
         .with_fleet(|f| f.machine(&machine_id).cloned())
@@ -1136,12 +1190,28 @@ pub async fn telemetry(
 
 /// `GET /v1/fleet?status=&provider_id=&model=&simulated=&condition=&after=&limit=`: every
 /// machine for operators, filtered, in machine id order.
+#[utoipa::path(
+    get,
+    path = "/v1/fleet",
+    operation_id = "fleet_fleet_view",
+    tag = "fleet",
+    summary = "every machine, filtered by status, provider, model, simulated, condition",
+    params(
+        ("status" = Option<String>, Query, description = "`online` or `offline`"),
+        ("provider_id" = Option<uuid::Uuid>, Query, description = "one provider"),
+        ("model" = Option<String>, Query, description = "a catalog model id"),
+        ("simulated" = Option<bool>, Query, description = "simulated machines only, or none"),
+        ("condition" = Option<String>, Query, description = "machines with a GPU in this condition"),
+        ("after" = Option<uuid::Uuid>, Query, description = "a machine id: the page starts after it"),
+        ("limit" = Option<u64>, Query, description = "1 to 500"),
+    ),
+    responses((status = 200, description = "every machine, filtered by status, provider, model, simulated, condition", body = wf::FleetPage)),
+)]
 pub async fn fleet_view(
     State(state): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     Query(query): Query,
 ) -> Result<Json<wf::FleetPage>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Finance])?;
     let mut errors = Vec::new();
     let mut bad = |field: &str, message: &str| {
         errors.push(crate::error::field_error(

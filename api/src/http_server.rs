@@ -10,7 +10,7 @@
 //!   of file descriptors because of them.
 //! - A client has [`ServerLimits::header_read_timeout`] to send a request's headers (hyper's
 //!   own timer), and a connection idle longer than [`ServerLimits::idle_timeout`] is closed.
-//! - Body reads have their own deadline in the extractors (`json::JsonBody`, `408`).
+//! - Body reads have their own deadline in the extractors (`json::Json`, `408`).
 //!
 //! Every limit is a named setting of `gpunex serve` (`docs/api.md`, "Limits").
 

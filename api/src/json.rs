@@ -1,4 +1,5 @@
-//! The JSON policy of every request body, applied by one extractor ([`JsonBody`]); written down
+//! JSON bodies: [`Json`] reads every request body under one policy, and writes responses;
+//! the policy is written down
 //! in `docs/api.md` ("Request bodies").
 //!
 //! - `Content-Type: application/json` (or a `+json` type); a charset, if named, is UTF-8.
@@ -41,25 +42,32 @@ pub const FREE_TEXT_FIELDS: [&str; 9] = [
     "env",
 ];
 
-/// A request body read under the JSON policy.
+/// A JSON body: as an argument, the request body read under the JSON policy; as a return value,
+/// the response body (`application/json`).
 #[derive(Debug, Clone)]
-pub struct JsonBody<T>(pub T);
+pub struct Json<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
+    fn into_response(self) -> axum::response::Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, _state: &S) -> Result<JsonBody<T>, ApiError> {
+    async fn from_request(request: Request, _state: &S) -> Result<Json<T>, ApiError> {
         check_content_type(request.headers())?;
         let bytes = read(request).await?;
-        decode(&bytes).map(JsonBody)
+        decode(&bytes).map(Json)
     }
 }
 
 /// An optional body: none when the request has neither a body nor a content type.
-impl<T: DeserializeOwned, S: Send + Sync> OptionalFromRequest<S> for JsonBody<T> {
+impl<T: DeserializeOwned, S: Send + Sync> OptionalFromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, _state: &S) -> Result<Option<JsonBody<T>>, ApiError> {
+    async fn from_request(request: Request, _state: &S) -> Result<Option<Json<T>>, ApiError> {
         let typed = request.headers().contains_key(header::CONTENT_TYPE);
         let bytes = read(request).await?;
         if bytes.is_empty() && !typed {
@@ -68,7 +76,30 @@ impl<T: DeserializeOwned, S: Send + Sync> OptionalFromRequest<S> for JsonBody<T>
         if !typed {
             return Err(ApiError::UnsupportedMediaType);
         }
-        decode(&bytes).map(|value| Some(JsonBody(value)))
+        decode(&bytes).map(|value| Some(Json(value)))
+    }
+}
+
+/// An XML body (a bank's status report): `Content-Type: application/xml` or `text/xml`, read
+/// under the same size limit and deadline as JSON.
+#[derive(Debug, Clone)]
+pub struct XmlBody(pub axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for XmlBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, _state: &S) -> Result<XmlBody, ApiError> {
+        let xml = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .is_some_and(|v| v == "application/xml" || v == "text/xml" || v.ends_with("+xml"));
+        if !xml {
+            return Err(ApiError::UnsupportedMediaTypeXml);
+        }
+        read(request).await.map(XmlBody)
     }
 }
 

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::json::Json;
 use crate::params::{Path, Query};
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::market::{self, MarketEvent, MarketRejection, RankBreakdown};
@@ -23,10 +23,9 @@ use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
 use gpunex_wire::market as wm;
 use uuid::Uuid;
 
-use crate::auth::{Allow, Caller, CredentialCache};
+use crate::auth::{Caller, CredentialCache};
 use crate::error::ApiError;
 use crate::fleet::parse_time;
-use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -162,7 +161,7 @@ fn rejection(error: MarketRejection) -> ApiError {
 
 /// Admins act for any provider; a provider for itself.
 fn for_provider(caller: &Caller, provider_id: Uuid) -> Result<(), ApiError> {
-    caller.require_for_provider(&[Allow::Admin, Allow::Provider], provider_id)
+    caller.for_provider(provider_id)
 }
 
 fn market_stream(provider_id: Uuid) -> StreamId {
@@ -262,11 +261,19 @@ fn prices_view(registry: &CredentialCache, provider_id: Uuid) -> wm::ProviderPri
 }
 
 /// `POST /v1/providers/{provider_id}/prices`
+#[utoipa::path(
+    post,
+    path = "/v1/providers/{provider_id}/prices",
+    operation_id = "market_set_price",
+    tag = "market",
+    summary = "set the hourly price of a model, now or from a later instant",
+    responses((status = 200, description = "set the hourly price of a model, now or from a later instant", body = wm::ProviderPrices)),
+)]
 pub async fn set_price(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    JsonBody(request): JsonBody<wm::SetPrice>,
+    Json(request): Json<wm::SetPrice>,
 ) -> Result<Json<wm::ProviderPrices>, ApiError> {
     for_provider(&caller, provider_id)?;
     let effective_at = request
@@ -306,6 +313,14 @@ pub async fn set_price(
 }
 
 /// `GET /v1/providers/{provider_id}/prices`
+#[utoipa::path(
+    get,
+    path = "/v1/providers/{provider_id}/prices",
+    operation_id = "market_prices",
+    tag = "market",
+    summary = "current prices and price history per model",
+    responses((status = 200, description = "current prices and price history per model", body = wm::ProviderPrices)),
+)]
 pub async fn prices(
     State(state): State<AppState>,
     caller: Caller,
@@ -325,11 +340,19 @@ fn availability_view(registry: &CredentialCache, provider_id: Uuid) -> wm::Avail
 }
 
 /// `POST /v1/providers/{provider_id}/availability`
+#[utoipa::path(
+    post,
+    path = "/v1/providers/{provider_id}/availability",
+    operation_id = "market_set_availability",
+    tag = "market",
+    summary = "set the weekly availability schedule (or always on)",
+    responses((status = 200, description = "set the weekly availability schedule (or always on)", body = wm::AvailabilityView)),
+)]
 pub async fn set_availability(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    JsonBody(request): JsonBody<wm::SetAvailability>,
+    Json(request): Json<wm::SetAvailability>,
 ) -> Result<Json<wm::AvailabilityView>, ApiError> {
     for_provider(&caller, provider_id)?;
     market::validate_availability(&request.availability).map_err(rejection)?;
@@ -344,6 +367,14 @@ pub async fn set_availability(
 }
 
 /// `GET /v1/providers/{provider_id}/availability`
+#[utoipa::path(
+    get,
+    path = "/v1/providers/{provider_id}/availability",
+    operation_id = "market_availability",
+    tag = "market",
+    summary = "the availability schedule and whether it is open now",
+    responses((status = 200, description = "the availability schedule and whether it is open now", body = wm::AvailabilityView)),
+)]
 pub async fn availability(
     State(state): State<AppState>,
     caller: Caller,
@@ -366,11 +397,19 @@ fn maintenance_view(m: &market::MaintenanceAnnounced, at: Timestamp) -> wm::Main
 }
 
 /// `POST /v1/providers/{provider_id}/maintenance`
+#[utoipa::path(
+    post,
+    path = "/v1/providers/{provider_id}/maintenance",
+    operation_id = "market_announce_maintenance",
+    tag = "market",
+    summary = "announce maintenance (hidden from renters meanwhile)",
+    responses((status = 201, description = "announce maintenance (hidden from renters meanwhile)", body = wm::MaintenanceView)),
+)]
 pub async fn announce_maintenance(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
-    JsonBody(request): JsonBody<wm::AnnounceMaintenance>,
+    Json(request): Json<wm::AnnounceMaintenance>,
 ) -> Result<(StatusCode, Json<wm::MaintenanceView>), ApiError> {
     for_provider(&caller, provider_id)?;
     let from = parse_time("/from", &request.from)?;
@@ -411,6 +450,14 @@ pub async fn announce_maintenance(
 }
 
 /// `POST /v1/providers/{provider_id}/maintenance/{maintenance_id}/cancel`
+#[utoipa::path(
+    post,
+    path = "/v1/providers/{provider_id}/maintenance/{maintenance_id}/cancel",
+    operation_id = "market_cancel_maintenance",
+    tag = "market",
+    summary = "cancel announced maintenance",
+    responses((status = 200, description = "cancel announced maintenance", body = wm::MaintenanceView)),
+)]
 pub async fn cancel_maintenance(
     State(state): State<AppState>,
     caller: Caller,
@@ -436,6 +483,14 @@ pub async fn cancel_maintenance(
 }
 
 /// `GET /v1/providers/{provider_id}/maintenance`: announced and not yet ended.
+#[utoipa::path(
+    get,
+    path = "/v1/providers/{provider_id}/maintenance",
+    operation_id = "market_maintenance",
+    tag = "market",
+    summary = "announced maintenance that has not ended",
+    responses((status = 200, description = "announced maintenance that has not ended", body = Vec<wm::MaintenanceView>)),
+)]
 pub async fn maintenance(
     State(state): State<AppState>,
     caller: Caller,
@@ -456,7 +511,6 @@ async fn change_listing(
     request: wm::ListingChange,
     delist: bool,
 ) -> Result<Json<wm::ProviderListing>, ApiError> {
-    caller.require(&[Allow::Admin])?;
     let provider_id = state
         .credentials
         .with_fleet(|f| f.machine_of_gpu(&gpu_uuid).map(|m| m.provider_id))
@@ -500,21 +554,37 @@ async fn change_listing(
 }
 
 /// `POST /v1/gpus/{gpu_uuid}/delist`
+#[utoipa::path(
+    post,
+    path = "/v1/gpus/{gpu_uuid}/delist",
+    operation_id = "market_delist",
+    tag = "market",
+    summary = "take a GPU off the marketplace",
+    responses((status = 200, description = "take a GPU off the marketplace", body = wm::ProviderListing)),
+)]
 pub async fn delist(
     State(state): State<AppState>,
     caller: Caller,
     Path(gpu_uuid): Path<String>,
-    JsonBody(request): JsonBody<wm::ListingChange>,
+    Json(request): Json<wm::ListingChange>,
 ) -> Result<Json<wm::ProviderListing>, ApiError> {
     change_listing(state, caller, gpu_uuid, request, true).await
 }
 
 /// `POST /v1/gpus/{gpu_uuid}/relist`
+#[utoipa::path(
+    post,
+    path = "/v1/gpus/{gpu_uuid}/relist",
+    operation_id = "market_relist",
+    tag = "market",
+    summary = "put a delisted GPU back",
+    responses((status = 200, description = "put a delisted GPU back", body = wm::ProviderListing)),
+)]
 pub async fn relist(
     State(state): State<AppState>,
     caller: Caller,
     Path(gpu_uuid): Path<String>,
-    JsonBody(request): JsonBody<wm::ListingChange>,
+    Json(request): Json<wm::ListingChange>,
 ) -> Result<Json<wm::ProviderListing>, ApiError> {
     change_listing(state, caller, gpu_uuid, request, false).await
 }
@@ -766,6 +836,27 @@ pub(crate) fn parse_search(
 }
 
 /// `GET /v1/listings?model=&min_vram_gb=&country=&region=&max_price_usdc=&tier=&min_gpus=&min_reliability=&sort=&after=&limit=`
+#[utoipa::path(
+    get,
+    path = "/v1/listings",
+    operation_id = "market_search",
+    tag = "market",
+    summary = "search listed GPUs: filters, sort, cursor pages",
+    params(
+        ("model" = Option<String>, Query, description = "a catalog model id or alias"),
+        ("min_vram_gb" = Option<u64>, Query, description = "at least this much GPU memory"),
+        ("country" = Option<String>, Query, description = "ISO 3166-1 alpha-2"),
+        ("region" = Option<String>, Query, description = "a region"),
+        ("max_price_usdc" = Option<String>, Query, description = "at most this hourly price (decimal USDC)"),
+        ("tier" = Option<String>, Query, description = "`enterprise` or `community`"),
+        ("min_gpus" = Option<u64>, Query, description = "machines with at least this many such GPUs listed"),
+        ("min_reliability" = Option<String>, Query, description = "reliability score at least this (0 to 100)"),
+        ("sort" = Option<String>, Query, description = "`rank` (default), `price`, `price_desc`, `performance`, `value`"),
+        ("after" = Option<String>, Query, description = "the cursor from `next_after`"),
+        ("limit" = Option<u64>, Query, description = "1 to 100 (default 20)"),
+    ),
+    responses((status = 200, description = "search listed GPUs", body = wm::ListingPage)),
+)]
 pub async fn search(
     State(state): State<AppState>,
     Query(query): Query,
@@ -802,6 +893,14 @@ fn parse_cursor(text: &str, sort: SortBy) -> Option<(i64, String)> {
 }
 
 /// `GET /v1/listings/{gpu_uuid}`: one listed GPU with its rank breakdown.
+#[utoipa::path(
+    get,
+    path = "/v1/listings/{gpu_uuid}",
+    operation_id = "market_listing",
+    tag = "market",
+    summary = "one listed GPU with its rank breakdown",
+    responses((status = 200, description = "one listed GPU with its rank breakdown", body = wm::ListingDetail)),
+)]
 pub async fn listing(
     State(state): State<AppState>,
     Path(gpu_uuid): Path<String>,
@@ -819,15 +918,20 @@ pub async fn listing(
 
 /// `GET /v1/providers/{provider_id}/listings`: every GPU of the provider, listed or why not,
 /// with its rank breakdown.
+#[utoipa::path(
+    get,
+    path = "/v1/providers/{provider_id}/listings",
+    operation_id = "market_provider_listings",
+    tag = "market",
+    summary = "each GPU of the provider: listed or why not, and its rank breakdown",
+    responses((status = 200, description = "each GPU of the provider", body = wm::ProviderListings)),
+)]
 pub async fn provider_listings(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wm::ProviderListings>, ApiError> {
-    caller.require_for_provider(
-        &[Allow::Admin, Allow::Finance, Allow::Provider],
-        provider_id,
-    )?;
+    caller.for_provider(provider_id)?;
     let snapshot = state.listings.current();
     let gpus: Vec<String> = state.credentials.with_fleet(|f| {
         f.machines_of(&provider_id)

@@ -4,8 +4,8 @@
 use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 
+use crate::json::Json;
 use crate::params::Query;
-use axum::Json;
 use axum::extract::State;
 use gpunex_domain::fleet::{Span, online_micros};
 use gpunex_domain::money::Usdc;
@@ -84,6 +84,18 @@ fn basis_name(basis: Basis) -> &'static str {
 }
 
 /// `GET /v1/market/recommendations?model=&region=`: public, like the listings.
+#[utoipa::path(
+    get,
+    path = "/v1/market/recommendations",
+    operation_id = "pricing_recommendations",
+    tag = "market",
+    summary = "a recommended price for a model (and region), with the supply, demand and prices behind it",
+    params(
+        ("model" = String, Query, description = "a catalog model id or alias"),
+        ("region" = Option<String>, Query, description = "a region, as in listings"),
+    ),
+    responses((status = 200, description = "a recommended price for a model (and region), with the supply, demand and prices behind it", body = wm::PriceRecommendation)),
+)]
 pub async fn recommendations(
     State(state): State<AppState>,
     Query(query): Query,

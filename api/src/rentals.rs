@@ -5,8 +5,8 @@
 use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
 
+use crate::json::Json;
 use crate::params::{Path, Query};
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::credentials::Role;
@@ -19,9 +19,8 @@ use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, StreamAppen
 use gpunex_wire::rentals as wr;
 use uuid::Uuid;
 
-use crate::auth::{Allow, Caller};
+use crate::auth::Caller;
 use crate::error::{ApiError, append_failure};
-use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 use crate::tokens::now;
 
@@ -112,12 +111,19 @@ const _: () = assert!(
 );
 
 /// `POST /v1/rentals`
+#[utoipa::path(
+    post,
+    path = "/v1/rentals",
+    operation_id = "rentals_rent",
+    tag = "rentals",
+    summary = "rent listed GPUs of one machine at the price in force",
+    responses((status = 200, description = "rent listed GPUs of one machine at the price in force", body = wr::RentalView)),
+)]
 pub async fn rent(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(request): JsonBody<wr::RentRequest>,
+    Json(request): Json<wr::RentRequest>,
 ) -> Result<(StatusCode, Json<wr::RentalView>), ApiError> {
-    caller.require(&[Allow::Renter, Allow::User])?;
     let renter_id = caller.renter_id().ok_or(ApiError::Forbidden)?;
     rental::validate_workload(&request.workload).map_err(rejection)?;
     let at = now();
@@ -236,18 +242,19 @@ pub async fn rent(
 }
 
 /// `GET /v1/rentals/{rental_id}`
+#[utoipa::path(
+    get,
+    path = "/v1/rentals/{rental_id}",
+    operation_id = "rentals_read",
+    tag = "rentals",
+    summary = "one rental",
+    responses((status = 200, description = "one rental", body = wr::RentalView)),
+)]
 pub async fn read(
     State(state): State<AppState>,
     caller: Caller,
     Path(rental_id): Path<Uuid>,
 ) -> Result<Json<wr::RentalView>, ApiError> {
-    caller.require(&[
-        Allow::Admin,
-        Allow::Finance,
-        Allow::Renter,
-        Allow::User,
-        Allow::Provider,
-    ])?;
     state
         .credentials
         .with_market(|m| m.rental(&rental_id).cloned())
@@ -257,12 +264,22 @@ pub async fn read(
 }
 
 /// `GET /v1/rentals`: a renter's own rentals (admins and finance pass `renter_id`), newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/rentals",
+    operation_id = "rentals_list",
+    tag = "rentals",
+    summary = "a renter's rentals, newest first",
+    params(
+        ("renter_id" = Option<uuid::Uuid>, Query, description = "whose rentals (admin and finance; a renter sees its own)"),
+    ),
+    responses((status = 200, description = "a renter's rentals, newest first", body = Vec<wr::RentalView>)),
+)]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Query(query): Query,
 ) -> Result<Json<Vec<wr::RentalView>>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Finance, Allow::Renter, Allow::User])?;
     let renter_id = match caller.renter_id() {
         Some(user_id) => user_id,
         None => query
@@ -333,14 +350,21 @@ fn pick(
 /// `POST /v1/rentals/{rental_id}/end`: the renter (or an admin, for the platform) ends it; its
 /// GPUs are released and listed again. The agent learns it from its assignments and stops the
 /// job.
+#[utoipa::path(
+    post,
+    path = "/v1/rentals/{rental_id}/end",
+    operation_id = "rentals_end",
+    tag = "rentals",
+    summary = "end a rental; its GPUs are listed again",
+    responses((status = 200, description = "end a rental", body = wr::RentalView)),
+)]
 pub async fn end(
     State(state): State<AppState>,
     caller: Caller,
     Path(rental_id): Path<Uuid>,
-    body: Option<JsonBody<wr::EndRequest>>,
+    body: Option<Json<wr::EndRequest>>,
 ) -> Result<Json<wr::RentalView>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Renter, Allow::User])?;
-    let request = body.map(|JsonBody(request)| request).unwrap_or_default();
+    let request = body.map(|Json(request)| request).unwrap_or_default();
     let rental = state
         .credentials
         .with_market(|m| m.rental(&rental_id).cloned())
@@ -742,6 +766,18 @@ fn version_of(assignments: &[gpunex_wire::fleet::Assignment]) -> String {
 /// `GET /v1/agent/assignments?since=V&wait_seconds=W`: the rentals this machine must run
 /// (active) or stop (ended while their job runs). With `since` (the `version` of the previous
 /// answer) and `wait_seconds`, waits up to that long for the assignments to differ (long poll).
+#[utoipa::path(
+    get,
+    path = "/v1/agent/assignments",
+    operation_id = "rentals_assignments",
+    tag = "rentals",
+    summary = "the rentals this machine must run or stop (long poll with since and wait_seconds)",
+    params(
+        ("since" = Option<String>, Query, description = "the `version` of the last answer: wait until something changes after it"),
+        ("wait_seconds" = Option<u64>, Query, description = "how long to wait for a change, 0 to 30 (default 0)"),
+    ),
+    responses((status = 200, description = "the rentals this machine must run or stop (long poll with since and wait_seconds)", body = gpunex_wire::fleet::Assignments)),
+)]
 pub async fn assignments(
     State(state): State<AppState>,
     caller: Caller,

@@ -1,12 +1,22 @@
 //! One list of routes builds both the router and the OpenAPI document, so a route cannot be
 //! added without its documentation and its admitted roles.
+//!
+//! Each handler carries its operation (`#[utoipa::path]`: path, method, parameters, responses;
+//! the request body is read off its `Json<T>` argument, path parameters off its `Path`); the
+//! list adds the roles. From the two come the router (each route behind its guard, which
+//! enforces exactly those roles and refuses query parameters the operation does not declare)
+//! and the document (roles as the bearer scheme's scopes and `x-gpunex-roles`, the problem
+//! responses each route can give, every schema from the types that serialize the bodies).
 
-use axum::Json;
-use axum::handler::Handler;
-use axum::routing::{MethodRouter, get, post, put};
+use axum::routing::MethodRouter;
 use serde_json::{Value, json};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::path::Paths;
+use utoipa::openapi::schema::Schema;
 
 use crate::auth::Allow;
+use crate::error::{ErrorCode, status_of};
+use crate::json::Json;
 use crate::server::AppState;
 
 /// Who an endpoint admits. The route's guard enforces exactly this list before anything else
@@ -41,79 +51,74 @@ pub const RENTAL_LISTERS: Roles = &[Allow::Admin, Allow::Finance, Allow::Renter,
 pub const FLEET_READERS: Roles = &[Allow::Admin, Allow::Finance, Allow::Provider, Allow::Agent];
 pub const PROVIDER_DASHBOARD: Roles = &[Allow::Admin, Allow::Finance, Allow::Provider];
 
+/// One operation of the API, as the tests and the guard see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
-    pub method: &'static str,
-    pub path: &'static str,
-    pub summary: &'static str,
+    pub method: String,
+    pub path: String,
+    pub operation_id: String,
+    pub summary: String,
     pub roles: Roles,
+    /// The query parameters it declares (the guard refuses others).
+    pub query_parameters: Vec<String>,
+    /// The document's operation object.
+    pub operation: Value,
 }
+
+/// What `utoipa_axum::routes!` gives for one handler.
+pub type Route = (Vec<(String, RefOr<Schema>)>, Paths, MethodRouter<AppState>);
 
 /// The endpoints and the router being built from them.
 #[derive(Default)]
 pub struct Routes {
     endpoints: Vec<Endpoint>,
-    routes: Vec<(&'static str, MethodRouter<AppState>)>,
+    routers: Vec<MethodRouter<AppState>>,
+    schemas: Vec<(String, Value)>,
 }
 
 impl Routes {
-    pub fn get<H, T>(
-        self,
-        path: &'static str,
-        summary: &'static str,
-        roles: Roles,
-        handler: H,
-    ) -> Routes
-    where
-        H: Handler<T, AppState>,
-        T: 'static,
-    {
-        self.add("get", path, summary, roles, get(handler))
-    }
-
-    pub fn post<H, T>(
-        self,
-        path: &'static str,
-        summary: &'static str,
-        roles: Roles,
-        handler: H,
-    ) -> Routes
-    where
-        H: Handler<T, AppState>,
-        T: 'static,
-    {
-        self.add("post", path, summary, roles, post(handler))
-    }
-
-    pub fn put<H, T>(
-        self,
-        path: &'static str,
-        summary: &'static str,
-        roles: Roles,
-        handler: H,
-    ) -> Routes
-    where
-        H: Handler<T, AppState>,
-        T: 'static,
-    {
-        self.add("put", path, summary, roles, put(handler))
-    }
-
-    fn add(
-        mut self,
-        method: &'static str,
-        path: &'static str,
-        summary: &'static str,
-        roles: Roles,
-        route: MethodRouter<AppState>,
-    ) -> Routes {
+    /// Adds one handler (`routes!(handler)`) admitting `roles`.
+    pub fn add(mut self, roles: Roles, (schemas, paths, router): Route) -> Routes {
+        let paths = serde_json::to_value(&paths).unwrap_or_default();
+        let (path, item) = paths
+            .as_object()
+            .and_then(|paths| paths.iter().next())
+            .map(|(path, item)| (path.clone(), item.clone()))
+            .unwrap_or_default();
+        let (method, operation) = item
+            .as_object()
+            .and_then(|item| item.iter().next())
+            .map(|(method, operation)| (method.clone(), operation.clone()))
+            .unwrap_or_default();
+        assert!(
+            !path.is_empty() && !method.is_empty(),
+            "a route without its #[utoipa::path]"
+        );
+        let query_parameters = operation["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["in"] == "query")
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect();
+        let operation = with_contract(operation, &method, roles);
         self.endpoints.push(Endpoint {
+            summary: operation["summary"].as_str().unwrap_or_default().to_owned(),
+            operation_id: operation["operationId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
             method,
             path,
-            summary,
             roles,
+            query_parameters,
+            operation,
         });
-        self.routes.push((path, route));
+        self.routers.push(router);
+        for (name, schema) in schemas {
+            self.schemas
+                .push((name, serde_json::to_value(&schema).unwrap_or_default()));
+        }
         self
     }
 
@@ -121,18 +126,19 @@ impl Routes {
         &self.endpoints
     }
 
-    /// The router: each route behind its guard (authentication, then the route's roles, then
-    /// the `Idempotency-Key` of a POST), so the handler's extractors run only for a caller
-    /// the route admits.
+    /// The router: each route behind its guard (authentication, then the route's roles and
+    /// declared query parameters, then the `Idempotency-Key` of a POST), so the handler's
+    /// extractors run only for a caller and a request the route admits.
     pub fn into_router(self, state: &AppState) -> axum::Router<AppState> {
         // Routes of one path with different methods merge into one method router.
-        let mut merged: Vec<(&'static str, MethodRouter<AppState>)> = Vec::new();
-        for (endpoint, route) in self.endpoints.iter().zip(self.routes) {
+        let mut merged: Vec<(String, MethodRouter<AppState>)> = Vec::new();
+        for (endpoint, route) in self.endpoints.into_iter().zip(self.routers) {
             let guard = crate::auth::Guard {
                 state: state.clone(),
                 roles: endpoint.roles,
+                query_parameters: std::sync::Arc::new(endpoint.query_parameters),
             };
-            let route = route.1.route_layer(axum::middleware::from_fn_with_state(
+            let route = route.route_layer(axum::middleware::from_fn_with_state(
                 guard,
                 crate::auth::guard,
             ));
@@ -144,38 +150,180 @@ impl Routes {
         merged
             .into_iter()
             .fold(axum::Router::new(), |router, (path, route)| {
-                router.route(path, route)
+                router.route(&path, route)
             })
+    }
+
+    /// The OpenAPI 3.1 document.
+    pub fn document(&self) -> Value {
+        let mut paths = serde_json::Map::new();
+        for endpoint in &self.endpoints {
+            let item = paths
+                .entry(endpoint.path.clone())
+                .or_insert_with(|| json!({}));
+            item[&endpoint.method] = endpoint.operation.clone();
+        }
+        let mut schemas = serde_json::Map::new();
+        for (name, schema) in &self.schemas {
+            schemas.insert(name.clone(), schema.clone());
+        }
+        for (name, schema) in problem_schemas() {
+            schemas.insert(name, schema);
+        }
+        json!({
+            "openapi": "3.1.0",
+            "info": {
+                "title": "GPUnex API",
+                "version": env!("CARGO_PKG_VERSION"),
+                "description": "The GPUnex marketplace: provider onboarding, agents, listings, rentals, earnings and payouts. Every error is an RFC 9457 problem document with a code from /docs/errors; request bodies follow the JSON policy of docs/api.md.",
+            },
+            "paths": paths,
+            "components": {
+                "schemas": schemas,
+                "securitySchemes": {"bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "`Authorization: Bearer gpnx_<token id>_<secret>`: an API token (`POST /v1/tokens`) or a session (`POST /v1/sessions`). The scopes of an operation are the roles it admits.",
+                }},
+            },
+            "tags": TAGS.iter().map(|(name, description)| json!({"name": name, "description": description})).collect::<Vec<_>>(),
+        })
     }
 }
 
-/// The OpenAPI 3.1 document of `endpoints`: paths, methods, summaries, admitted roles
-/// (`x-gpunex-roles`) and bearer security, with RFC 9457 problem responses.
-pub fn document(endpoints: &[Endpoint]) -> Value {
-    let mut paths = serde_json::Map::new();
-    for endpoint in endpoints {
-        let mut operation = json!({
-            "summary": endpoint.summary,
-            "x-gpunex-roles": endpoint.roles.iter().map(|r| r.name()).collect::<Vec<_>>(),
-            "responses": {
-                "2XX": {"description": "success", "content": {"application/json": {}}},
-                "4XX": {"description": "a problem with the request", "content": {"application/problem+json": {}}},
-            },
-        });
-        if !endpoint.roles.is_empty() {
-            operation["security"] = json!([{"bearer": []}]);
-        }
-        let item = paths.entry(endpoint.path).or_insert_with(|| json!({}));
-        item[endpoint.method] = operation;
+/// The tags of the document, in order.
+const TAGS: [(&str, &str); 13] = [
+    (
+        "operations",
+        "health, readiness, the event log and this document",
+    ),
+    ("accounts", "sign up, sign in and the Roles page"),
+    ("applications", "the provider application and its review"),
+    ("tokens", "API tokens: issue, list, rotate, revoke"),
+    ("catalog", "the GPU models applications and prices may name"),
+    (
+        "fleet",
+        "agents: registration, heartbeats, telemetry; machines as providers and operators see them",
+    ),
+    (
+        "market",
+        "prices, availability, maintenance, listings and search, price recommendations",
+    ),
+    ("rentals", "renting GPUs and the jobs that run on them"),
+    ("earnings", "providers' earnings and statements"),
+    (
+        "payouts",
+        "payout settings, batches, the Solana and SEPA rails, history and proof",
+    ),
+    ("ledger", "the double-entry ledger"),
+    ("audit", "reconciliation of the money against the log"),
+    ("adjustments", "ledger adjustments under dual control"),
+];
+
+/// The operation with what the list adds: the roles as security, and the problem responses the
+/// route can give (by status; each lists the codes of its status).
+fn with_contract(mut operation: Value, method: &str, roles: Roles) -> Value {
+    let names: Vec<&str> = roles.iter().map(|r| r.name()).collect();
+    operation["x-gpunex-roles"] = json!(names);
+    if !roles.is_empty() {
+        operation["security"] = json!([{"bearer": names}]);
     }
+    let has_body = operation.get("requestBody").is_some();
+    let has_path_parameters = operation["parameters"]
+        .as_array()
+        .is_some_and(|p| p.iter().any(|p| p["in"] == "path"));
+    let mut statuses: Vec<u16> = vec![400, 500, 503];
+    if !roles.is_empty() {
+        statuses.extend([401, 403, 404, 429]);
+    } else if has_path_parameters {
+        statuses.push(404);
+    }
+    if method != "get" {
+        statuses.extend([409, 422]);
+    }
+    if has_body {
+        statuses.extend([408, 413, 415]);
+    }
+    if let Some(responses) = operation["responses"].as_object_mut() {
+        for status in statuses {
+            responses
+                .entry(status.to_string())
+                .or_insert_with(|| problem_response(status));
+        }
+    }
+    operation
+}
+
+/// A problem response of `status`, listing the codes it can carry.
+fn problem_response(status: u16) -> Value {
+    let codes: Vec<&str> = ErrorCode::ALL
+        .iter()
+        .filter(|code| status_of(**code).as_u16() == status)
+        .map(|code| code.as_str())
+        .collect();
+    let reason = axum::http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("error")
+        .to_lowercase();
     json!({
-        "openapi": "3.1.0",
-        "info": {"title": "GPUnex API", "version": env!("CARGO_PKG_VERSION")},
-        "paths": paths,
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "description": format!("{reason}: a problem document with one of the codes {}", codes.join(", ")),
+        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
     })
 }
 
+/// `Problem`, `FieldError` and `ErrorCode`: the one error shape, its codes the closed list.
+fn problem_schemas() -> Vec<(String, Value)> {
+    let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    vec![
+        (
+            "ErrorCode".to_owned(),
+            json!({"type": "string", "enum": codes, "description": "a stable code; each is explained at /docs/errors"}),
+        ),
+        (
+            "FieldError".to_owned(),
+            json!({
+                "type": "object",
+                "required": ["field", "in", "code", "message"],
+                "properties": {
+                    "field": {"type": "string", "description": "a JSON Pointer into the body, or a parameter or header name"},
+                    "in": {"type": "string", "enum": ["body", "query", "path", "header"]},
+                    "code": {"$ref": "#/components/schemas/ErrorCode"},
+                    "message": {"type": "string"},
+                },
+                "additionalProperties": false,
+            }),
+        ),
+        (
+            "Problem".to_owned(),
+            json!({
+                "type": "object",
+                "description": "An RFC 9457 problem document (application/problem+json).",
+                "required": ["type", "title", "status", "detail", "code"],
+                "properties": {
+                    "type": {"type": "string", "description": "a URI reference to the code's explanation"},
+                    "title": {"type": "string"},
+                    "status": {"type": "integer", "minimum": 400, "maximum": 599},
+                    "detail": {"type": "string"},
+                    "code": {"$ref": "#/components/schemas/ErrorCode"},
+                    "errors": {"type": "array", "items": {"$ref": "#/components/schemas/FieldError"}},
+                },
+                "additionalProperties": false,
+            }),
+        ),
+    ]
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    operation_id = "openapi",
+    tag = "operations",
+    summary = "this document",
+    responses((status = 200, description = "this document (OpenAPI 3.1)", body = Object)),
+)]
 pub async fn openapi() -> Json<Value> {
-    Json(document(crate::server::endpoints().endpoints()))
+    static DOCUMENT: std::sync::LazyLock<Value> =
+        std::sync::LazyLock::new(|| crate::server::endpoints().document());
+    Json(DOCUMENT.clone())
 }

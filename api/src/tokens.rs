@@ -1,8 +1,8 @@
 //! Token endpoints: issue, list, rotate, revoke. Admins manage every token; a provider manages
 //! its own and issues agent tokens for its own machines; no other role may touch tokens.
 
+use crate::json::Json;
 use crate::params::Path;
-use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderName, StatusCode, header};
 use gpunex_domain::DomainEvent;
@@ -14,9 +14,8 @@ use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, Stre
 use gpunex_wire as wire;
 use uuid::Uuid;
 
-use crate::auth::{Allow, Caller, CredentialCache, NewToken};
+use crate::auth::{Caller, CredentialCache, NewToken};
 use crate::error::ApiError;
-use crate::json::JsonBody;
 use crate::server::{AppState, timestamp};
 
 /// The clock, read at the edge: the domain only ever receives instants.
@@ -389,10 +388,18 @@ fn default_label(role: Role) -> String {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/tokens",
+    operation_id = "tokens_issue",
+    tag = "tokens",
+    summary = "issue a token, shown once",
+    responses((status = 201, description = "issue a token, shown once", body = wire::IssuedToken)),
+)]
 pub async fn issue(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(request): JsonBody<wire::IssueToken>,
+    Json(request): Json<wire::IssueToken>,
 ) -> Result<
     (
         StatusCode,
@@ -401,7 +408,6 @@ pub async fn issue(
     ),
     ApiError,
 > {
-    caller.require(&[Allow::Admin, Allow::Provider, Allow::User])?;
     let role = resolve_role(&state.credentials, caller.role, request.role)?;
     if let Some(provider_id) = role.provider_id() {
         let active = state
@@ -460,12 +466,23 @@ pub async fn issue(
 pub const TOKENS_PAGE_MAX: usize = 100;
 
 /// `GET /v1/tokens?after=<token id>&limit=`: oldest first, without secrets.
+#[utoipa::path(
+    get,
+    path = "/v1/tokens",
+    operation_id = "tokens_list",
+    tag = "tokens",
+    summary = "tokens, without secrets",
+    params(
+        ("after" = Option<uuid::Uuid>, Query, description = "a token id: the page starts after it (from `next_after`)"),
+        ("limit" = Option<u64>, Query, description = "1 to 100 (default 100)"),
+    ),
+    responses((status = 200, description = "tokens, without secrets", body = wire::TokenList)),
+)]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     crate::params::Query(query): crate::params::Query,
 ) -> Result<Json<wire::TokenList>, ApiError> {
-    caller.require(&[Allow::Admin, Allow::Provider, Allow::User])?;
     let limit = match query.get("limit") {
         Some(text) => text
             .parse::<usize>()
@@ -513,6 +530,14 @@ pub async fn list(
     Ok(Json(wire::TokenList { tokens, next_after }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/tokens/{token_id}/rotate",
+    operation_id = "tokens_rotate",
+    tag = "tokens",
+    summary = "replace a token with a new one",
+    responses((status = 201, description = "replace a token with a new one", body = wire::IssuedToken)),
+)]
 pub async fn rotate(
     State(state): State<AppState>,
     caller: Caller,
@@ -550,14 +575,22 @@ pub async fn rotate(
     ))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/tokens/{token_id}/revoke",
+    operation_id = "tokens_revoke",
+    tag = "tokens",
+    summary = "revoke a token at once",
+    responses((status = 200, description = "revoke a token at once", body = wire::TokenInfo)),
+)]
 pub async fn revoke(
     State(state): State<AppState>,
     caller: Caller,
     Path(token_id): Path<Uuid>,
-    body: Option<JsonBody<wire::RevokeToken>>,
+    body: Option<Json<wire::RevokeToken>>,
 ) -> Result<Json<wire::TokenInfo>, ApiError> {
     let record = manageable(&state, &caller, token_id)?;
-    let reason = body.map(|JsonBody(b)| b.reason).unwrap_or_default();
+    let reason = body.map(|Json(b)| b.reason).unwrap_or_default();
     let revoked = credentials::revoke(
         record.revoked_at.is_some(),
         token_id,

@@ -29,6 +29,7 @@ pub const AGENT_CLOCK_SKEW_MAX_MICROS: i64 = 300 * MICROS_PER_SECOND;
 /// The host a GPU sits in, as the agent saw it. `None` means the agent could not tell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct HostInfo {
     pub hostname: String,
     pub cpu_model: Option<String>,
@@ -44,6 +45,7 @@ pub struct HostInfo {
 /// only meaningful under load; the maximum is what the slot and card support.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct PcieLink {
     pub generation: Option<u32>,
     pub width: Option<u32>,
@@ -53,6 +55,7 @@ pub struct PcieLink {
 /// an error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct DetectedGpu {
     /// NVML's UUID, e.g. `GPU-8f1c2a4e-...`: stable across reboots and slots.
     pub gpu_uuid: String,
@@ -84,6 +87,7 @@ impl DetectedGpu {
 /// How a detected GPU was mapped to the catalog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum ModelMatch {
     /// The PCI device id names a catalog model.
     PciDeviceId,
@@ -386,6 +390,7 @@ pub mod clock_events {
 /// One GPU's sample in a heartbeat. `None` means the GPU does not report that figure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct GpuSample {
     pub gpu_uuid: String,
     pub utilization_pct: Option<u32>,
@@ -465,6 +470,7 @@ pub fn validate_samples(
 /// later decides whether an interrupted job was the provider's fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum GpuCondition {
     /// Clock-event bit HW_SLOWDOWN.
     HwSlowdown,
@@ -551,6 +557,7 @@ pub struct DeclarationCompared {
 /// GPUs of one model: a catalog id, or `unlisted:<name>` for anything else.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ModelCount {
     pub model: String,
     pub count: u32,
@@ -559,6 +566,7 @@ pub struct ModelCount {
 /// One way the detected hardware differs from the declaration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Discrepancy {
     /// Declared more GPUs of a model than all registered machines have.
     FewerGpus {

@@ -358,6 +358,7 @@ pub enum MarketEvent {
 /// Why a GPU is not listed at an instant (all that apply, in this order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Hidden {
     /// The provider has no approved application.
     ProviderNotApproved,

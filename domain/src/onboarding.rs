@@ -50,6 +50,7 @@ pub struct FieldError {
 
 /// The form as submitted, before validation. Speeds are decimal Gbps (`"2.5"` or `2.5`).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ApplicationInput {
     pub full_legal_name: String,
     pub email: String,
@@ -63,6 +64,7 @@ pub struct ApplicationInput {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct GpuEntryInput {
     /// A catalog id (`h100-80gb`) or, for a model not in the catalog, its name.
     pub model: String,
@@ -75,6 +77,7 @@ pub struct GpuEntryInput {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct LocationInput {
     pub city: String,
     /// ISO 3166-1 alpha-2, e.g. `DE`.
@@ -118,6 +121,7 @@ pub enum GpuModelChoice {
 /// When the hardware is offered: always, or in weekly windows of the provider's time zone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Availability {
     AlwaysOn,
     Weekly {
@@ -152,6 +156,7 @@ impl Availability {
 /// `[start_minute, end_minute)` of one day, in minutes after local midnight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct WeeklyWindow {
     pub day: Weekday,
     pub start_minute: u16,
@@ -494,6 +499,7 @@ pub const COUNTRY_CODES: [&str; 249] = [
 /// The provider tier a reviewer grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Tier {
     Enterprise,
     Community,

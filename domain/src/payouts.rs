@@ -26,6 +26,7 @@ use crate::time::{MICROS_PER_DAY, Timestamp};
 /// A bank account as a SEPA transfer needs it (validated at the edge by `gpunex-payouts`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct BankDetails {
     /// Normalized: upper case, no spaces.
     pub iban: String,
@@ -37,6 +38,7 @@ pub struct BankDetails {
 /// A structured postal address (required in SEPA files from November 2026).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct BankAddress {
     pub street: String,
     #[serde(default)]
@@ -50,6 +52,7 @@ pub struct BankAddress {
 /// Where a provider is paid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum PayoutMethod {
     /// USDC to this Solana wallet (base58, an ed25519 public key): paid to its associated token
     /// account.
@@ -456,6 +459,7 @@ pub struct PayoutFailed {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Schedule {
     Weekly,
     Monthly,
@@ -464,6 +468,7 @@ pub enum Schedule {
 /// How a payout travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Rail {
     /// USDC on Solana: exact micro-USDC.
     Solana,

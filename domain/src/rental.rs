@@ -149,6 +149,7 @@ fn is_path_component(component: &str) -> bool {
 /// Either way only the rented GPUs are visible and no host directory is mounted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Workload {
     pub image: String,
     #[serde(default)]
@@ -225,6 +226,7 @@ pub struct JobStarted {
 /// What the agent saw when a job stopped: the evidence a cause is judged on later.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct JobEvidence {
     /// The workload's exit status, when it exited.
     pub exit_code: Option<i32>,
@@ -294,6 +296,7 @@ pub fn check_job_end(ended: &JobEnded) -> Result<(), RentalRejection> {
 /// Why a rental ended: the evidence decides later whose fault an interruption was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum EndCause {
     /// The renter ended it.
     RenterCancelled,

@@ -21,6 +21,7 @@ pub struct Timestamp {
 /// Days of the week, Monday first (ISO 8601).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Weekday {
     Monday,
     Tuesday,

@@ -50,6 +50,7 @@ struct RentalUsage {
 
 /// One disagreement, with what was expected and what was found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Mismatch {
     /// `line_charge`, `line_fee`, `line_split`, `line_postings`, `totals`, `rental_gap`,
     /// `rental_billed_vs_earned`, `rental_charge`, `rental_beyond_online`, `unknown_rental`,
@@ -64,6 +65,7 @@ pub struct Mismatch {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ReconcileTotals {
     pub renter_charges_micro_usdc: i64,
     pub provider_earnings_micro_usdc: i64,
@@ -75,6 +77,7 @@ pub struct ReconcileTotals {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ReconcileReport {
     pub as_of_position: u64,
     pub totals: ReconcileTotals,

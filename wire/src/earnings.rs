@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// Sums of metered usage lines. `gross = fee + net` always.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Totals {
     pub gross_micro_usdc: i64,
     pub fee_micro_usdc: i64,
@@ -18,7 +18,7 @@ pub struct Totals {
 }
 
 /// A period in the provider's time zone: `[from, until)`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Period {
     /// First and last local day (inclusive).
     pub first_day: String,
@@ -28,21 +28,21 @@ pub struct Period {
     pub totals: Totals,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GpuEarnings {
     pub gpu_uuid: String,
     pub model_id: String,
     pub totals: Totals,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelEarnings {
     pub model_id: String,
     pub totals: Totals,
 }
 
 /// `GET /v1/providers/{id}/earnings?tz=&from=&to=`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EarningsSummary {
     pub provider_id: Uuid,
     pub time_zone: String,
@@ -59,7 +59,7 @@ pub struct EarningsSummary {
     pub per_model: Vec<ModelEarnings>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Day {
     pub date: String,
     pub from: String,
@@ -68,7 +68,7 @@ pub struct Day {
 }
 
 /// `GET /v1/providers/{id}/earnings/daily?from=&to=&tz=`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DailyEarnings {
     pub provider_id: Uuid,
     pub time_zone: String,
@@ -76,7 +76,7 @@ pub struct DailyEarnings {
     pub totals: Totals,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProviderTotals {
     pub provider_id: Uuid,
     pub period: Totals,
@@ -86,7 +86,7 @@ pub struct ProviderTotals {
 
 /// `GET /v1/earnings?from=&to=&tz=` (finance): every provider's earnings in the period and the
 /// platform's totals.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FinanceEarnings {
     pub time_zone: String,
     pub first_day: String,

@@ -12,7 +12,7 @@ pub use gpunex_domain::fleet::{
 
 /// One event from an agent's durable queue. `event_id` is a UUIDv7 the agent chose when it
 /// queued the event: re-sending it is harmless.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentEvent {
     pub event_id: Uuid,
@@ -22,7 +22,7 @@ pub struct AgentEvent {
     pub body: AgentEventBody,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", content = "body", rename_all = "snake_case")]
 pub enum AgentEventBody {
     /// The machine and every GPU detected on it (first start, or hardware changed).
@@ -37,7 +37,7 @@ pub enum AgentEventBody {
     JobEnded(JobEndedReport),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobStartedReport {
     pub machine_id: Uuid,
@@ -48,7 +48,7 @@ pub struct JobStartedReport {
     pub handle: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobEndedReport {
     pub machine_id: Uuid,
@@ -63,14 +63,14 @@ pub struct JobEndedReport {
 }
 
 /// `GET /v1/agent/assignments?since=&wait_seconds=`: the rentals this machine must run or stop.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Assignments {
     pub assignments: Vec<Assignment>,
     /// Identifies this answer: pass it as `since` to wait for a different one.
     pub version: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Assignment {
     pub rental_id: Uuid,
     pub gpu_uuids: Vec<String>,
@@ -83,7 +83,7 @@ pub struct Assignment {
     pub job_started: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UsageReport {
     pub machine_id: Uuid,
@@ -92,7 +92,7 @@ pub struct UsageReport {
     pub gpu_seconds: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Registration {
     pub machine_id: Uuid,
@@ -103,7 +103,7 @@ pub struct Registration {
     pub gpus: Vec<DetectedGpu>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GpuConditionReport {
     pub machine_id: Uuid,
@@ -114,7 +114,7 @@ pub struct GpuConditionReport {
 }
 
 /// `POST /v1/agent/events`: up to [`AGENT_EVENTS_PER_REQUEST_MAX`] events, handled in order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentEventsRequest {
     pub events: Vec<AgentEvent>,
@@ -123,7 +123,7 @@ pub struct AgentEventsRequest {
 pub const AGENT_EVENTS_PER_REQUEST_MAX: usize = 100;
 
 /// What became of one delivered event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AgentEventResult {
     pub event_id: Uuid,
     /// `recorded`, `duplicate` (delivered before: nothing new was written), `absorbed` (taken,
@@ -135,20 +135,20 @@ pub struct AgentEventResult {
     pub error: Option<crate::FieldError>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AgentEventsResponse {
     pub results: Vec<AgentEventResult>,
 }
 
 /// `POST /v1/agent/heartbeat`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
     pub machine_id: Uuid,
     pub gpus: Vec<GpuSample>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HeartbeatAck {
     /// `online` once the platform has recorded the machine online.
     pub status: String,
@@ -159,7 +159,7 @@ pub struct HeartbeatAck {
 }
 
 /// One GPU's latest telemetry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Telemetry {
     pub at: String,
     pub utilization_pct: Option<u32>,
@@ -173,7 +173,7 @@ pub struct Telemetry {
     pub ecc_uncorrected: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GpuView {
     pub gpu_uuid: String,
     pub index: u32,
@@ -200,7 +200,7 @@ pub struct GpuView {
     pub telemetry: Option<Telemetry>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MachineView {
     pub machine_id: Uuid,
     pub provider_id: Uuid,
@@ -222,7 +222,7 @@ pub struct MachineView {
 }
 
 /// The registered GPUs against the approved application.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeclarationView {
     pub application_id: Uuid,
     pub declared: Vec<ModelCount>,
@@ -231,7 +231,7 @@ pub struct DeclarationView {
 }
 
 /// `GET /v1/providers/{id}/machines`: the provider dashboard.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProviderFleet {
     pub provider_id: Uuid,
     pub machines: Vec<MachineView>,
@@ -239,7 +239,7 @@ pub struct ProviderFleet {
 }
 
 /// `GET /v1/fleet`: the operators' view, filtered and paged by machine id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FleetPage {
     pub machines: Vec<MachineView>,
     /// Machines matching the filters, on every page.
@@ -249,7 +249,7 @@ pub struct FleetPage {
 }
 
 /// `GET /v1/machines/{id}/gpus/{uuid}/telemetry`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TelemetrySeries {
     pub gpu_uuid: String,
     pub samples: Vec<Telemetry>,
@@ -258,7 +258,7 @@ pub struct TelemetrySeries {
 }
 
 /// `GET /v1/agent/identity`: what an agent token is bound to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AgentIdentity {
     pub token_id: Uuid,
     pub provider_id: Uuid,

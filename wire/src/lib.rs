@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// `GET /healthz`: the process is up.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Health {
     pub status: String,
     pub version: String,
 }
 
 /// `GET /readyz`: the database answers and every projection's lag.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Readiness {
     pub status: String,
     pub database: String,
@@ -23,7 +23,7 @@ pub struct Readiness {
     pub projections: Vec<ProjectionStatus>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProjectionStatus {
     pub projection: String,
     pub checkpoint: u64,
@@ -32,7 +32,7 @@ pub struct ProjectionStatus {
 }
 
 /// One stored event, as operators see it in `GET /v1/events`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Event {
     pub position: u64,
     pub event_id: Uuid,
@@ -48,7 +48,7 @@ pub struct Event {
     pub hash: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventsPage {
     pub events: Vec<Event>,
     /// Pass as `after` to get the next page; equal to the request's `after` when empty.
@@ -56,7 +56,7 @@ pub struct EventsPage {
 }
 
 /// One account of the ledger read model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AccountBalance {
     pub account: String,
     pub debits_micro_usdc: i64,
@@ -67,7 +67,7 @@ pub struct AccountBalance {
     pub last_position: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AccountBalances {
     pub accounts: Vec<AccountBalance>,
     /// The log position the ledger read model reflects.
@@ -77,7 +77,7 @@ pub struct AccountBalances {
 }
 
 /// One posting, with the event it came from: the audit trail of a balance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JournalLine {
     pub position: u64,
     pub line_index: u32,
@@ -90,14 +90,14 @@ pub struct JournalLine {
     pub recorded_at: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JournalPage {
     pub lines: Vec<JournalLine>,
     pub next_after: u64,
 }
 
 /// An RFC 9457 problem document (`application/problem+json`), with a stable machine `code`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Problem {
     #[serde(rename = "type")]
     pub type_uri: String,
@@ -110,7 +110,7 @@ pub struct Problem {
 }
 
 /// One invalid field of a request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FieldError {
     /// A JSON Pointer (RFC 6901) into the request body, or the name of a query or path
     /// parameter or a header.
@@ -123,7 +123,7 @@ pub struct FieldError {
 }
 
 /// Who a token acts as, as listed and as issued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum TokenRole {
     Admin,
@@ -137,7 +137,7 @@ pub enum TokenRole {
 
 /// The role a `POST /v1/tokens` asks for. What may be omitted is filled from the caller: a
 /// provider's agent token is for the provider itself, a person's renter token for themselves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RequestedRole {
     Admin,
@@ -162,7 +162,7 @@ pub enum RequestedRole {
 
 /// `POST /v1/tokens`: issue a token. Without a `label`, the token is named after its role
 /// (and machine).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssueToken {
     pub role: RequestedRole,
@@ -171,7 +171,7 @@ pub struct IssueToken {
 }
 
 /// A token as listed: never its secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenInfo {
     pub token_id: Uuid,
     pub role: TokenRole,
@@ -183,14 +183,14 @@ pub struct TokenInfo {
 }
 
 /// A newly issued token: `token` is shown this once and cannot be recovered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct IssuedToken {
     pub token: String,
     #[serde(flatten)]
     pub info: TokenInfo,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenList {
     pub tokens: Vec<TokenInfo>,
     /// Pass as `after` for the next page; absent on the last page.
@@ -198,27 +198,27 @@ pub struct TokenList {
 }
 
 /// `POST /v1/tokens/{id}/revoke`
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RevokeToken {
     #[serde(default)]
     pub reason: String,
 }
 
 /// `POST /v1/accounts` (sign up) and `POST /v1/sessions` (sign in).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Credentials {
     pub email: String,
     pub password: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Account {
     pub user_id: Uuid,
     pub email: String,
 }
 
 /// A session token: send it as `Authorization: Bearer <token>` until `expires_at`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Session {
     pub token: String,
     pub user_id: Uuid,
@@ -227,7 +227,7 @@ pub struct Session {
 
 /// `GET /v1/me`: the Roles page. `roles` lists what the person may do; `apply_as_provider` is
 /// the entry point to the provider application.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Me {
     pub user_id: Uuid,
     pub email: String,
@@ -236,7 +236,7 @@ pub struct Me {
 }
 
 /// A provider application as its applicant and reviewers see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApplicationView {
     pub application_id: Uuid,
     pub applicant_user_id: Uuid,
@@ -255,7 +255,7 @@ pub struct ApplicationView {
     pub enterprise_violations: Vec<serde_json::Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApplicationList {
     pub applications: Vec<ApplicationView>,
     /// Pass as `after` for the next page; absent on the last page.
@@ -263,13 +263,13 @@ pub struct ApplicationList {
 }
 
 /// `POST /v1/applications/{id}/request-information`, `/answer`, `/reject`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Message {
     pub text: String,
 }
 
 /// `POST /v1/applications/{id}/approve`: `"enterprise"` or `"community"`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Approval {
     pub tier: String,
 }

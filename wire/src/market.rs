@@ -7,7 +7,7 @@ pub use gpunex_domain::market::Hidden;
 pub use gpunex_domain::onboarding::{Availability, Tier, WeeklyWindow};
 
 /// `POST /v1/providers/{id}/prices`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetPrice {
     pub model_id: String,
@@ -17,7 +17,7 @@ pub struct SetPrice {
     pub effective_at: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PriceView {
     pub model_id: String,
     pub price_micro_usdc: i64,
@@ -26,7 +26,7 @@ pub struct PriceView {
     pub set_at: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelPrices {
     pub model_id: String,
     /// The price in force now, if any.
@@ -35,20 +35,20 @@ pub struct ModelPrices {
     pub history: Vec<PriceView>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProviderPrices {
     pub provider_id: Uuid,
     pub models: Vec<ModelPrices>,
 }
 
 /// `POST /v1/providers/{id}/availability` and its answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetAvailability {
     pub availability: Availability,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AvailabilityView {
     pub provider_id: Uuid,
     pub availability: Availability,
@@ -57,7 +57,7 @@ pub struct AvailabilityView {
 }
 
 /// `POST /v1/providers/{id}/maintenance`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AnnounceMaintenance {
     /// One machine, or every machine of the provider when absent.
@@ -67,7 +67,7 @@ pub struct AnnounceMaintenance {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MaintenanceView {
     pub maintenance_id: Uuid,
     pub provider_id: Uuid,
@@ -79,7 +79,7 @@ pub struct MaintenanceView {
 }
 
 /// How a listing's rank is made (`docs/marketplace.md`): points per component, and the inputs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RankView {
     pub total: u32,
     pub uptime_pct: String,
@@ -96,7 +96,7 @@ pub struct RankView {
     pub performance_points: Option<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ListingView {
     pub gpu_uuid: String,
     pub machine_id: Uuid,
@@ -126,7 +126,7 @@ pub struct ListingView {
     pub simulated: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ListingPage {
     pub listings: Vec<ListingView>,
     /// Pass as `after` (with the same filters and sort) for the next page.
@@ -136,7 +136,7 @@ pub struct ListingPage {
 }
 
 /// One of a provider's GPUs on the marketplace: listed or why not, and its rank.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProviderListing {
     pub gpu_uuid: String,
     pub machine_id: Uuid,
@@ -145,14 +145,14 @@ pub struct ProviderListing {
     pub rank: Option<RankView>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProviderListings {
     pub provider_id: Uuid,
     pub as_of: String,
     pub gpus: Vec<ProviderListing>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ListingDetail {
     pub listing: ListingView,
     pub rank: RankView,
@@ -160,14 +160,14 @@ pub struct ListingDetail {
 }
 
 /// `POST /v1/gpus/{gpu_uuid}/delist` and `/relist`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListingChange {
     pub reason: String,
 }
 
 /// What the market showed for a recommendation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MarketSampleView {
     /// GPUs listed now.
     pub supply: u32,
@@ -185,7 +185,7 @@ pub struct MarketSampleView {
 }
 
 /// `GET /v1/market/recommendations?model=&region=`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PriceRecommendation {
     pub model_id: String,
     pub region: Option<String>,

@@ -6,14 +6,14 @@ use uuid::Uuid;
 pub use gpunex_domain::payouts::{BankAddress, BankDetails, PayoutMethod, Schedule};
 
 /// `PUT /v1/providers/{id}/payout-settings`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PayoutSettingsRequest {
     pub schedule: Schedule,
     pub method: PayoutMethod,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PayoutSettingsView {
     pub provider_id: Uuid,
     pub schedule: Schedule,
@@ -28,7 +28,7 @@ pub struct PayoutSettingsView {
 pub use gpunex_domain::payouts::Rail;
 
 /// `POST /v1/payout-batches` (finance, admin): build the batch of a date.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     /// `YYYY-MM-DD`.
@@ -39,7 +39,7 @@ pub struct BatchRequest {
 }
 
 /// A payout as a batch, a provider's history and finance see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PayoutView {
     pub payout_id: Uuid,
     pub batch_id: Uuid,
@@ -84,7 +84,7 @@ pub struct PayoutView {
 }
 
 /// A provider whose balance rolls forward.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RolledForwardView {
     pub provider_id: Uuid,
     pub schedule: Schedule,
@@ -93,7 +93,7 @@ pub struct RolledForwardView {
 }
 
 /// A date's batch: what it pays, what rolls forward.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchView {
     pub batch_id: Uuid,
     pub date: String,
@@ -119,7 +119,7 @@ pub struct BatchView {
 }
 
 /// `GET /v1/payout-batches`: one batch, without its payouts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchSummary {
     pub batch_id: Uuid,
     pub date: String,
@@ -134,7 +134,7 @@ pub struct BatchSummary {
 }
 
 /// A provider's payouts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PayoutHistory {
     pub provider_id: Uuid,
     /// Not yet in a payout.
@@ -147,7 +147,7 @@ pub struct PayoutHistory {
 }
 
 /// One earnings line a payout settled.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SettledLineView {
     pub position: u64,
     pub at: String,
@@ -160,7 +160,7 @@ pub struct SettledLineView {
 }
 
 /// `GET /v1/payouts/{id}/proof`: the lines a payout settled and the arithmetic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PayoutProof {
     pub payout: PayoutView,
     pub lines: Vec<SettledLineView>,
@@ -173,7 +173,7 @@ pub struct PayoutProof {
 }
 
 /// `POST /v1/payout-batches/{date}/bank-files` (finance).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BankFileRequest {
     /// Euros per USDC, at most 6 decimals (as text: `"0.9234"`).
@@ -183,7 +183,7 @@ pub struct BankFileRequest {
     pub execution_date: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BankFileView {
     pub message_id: String,
     pub batch_id: Uuid,
@@ -199,14 +199,14 @@ pub struct BankFileView {
 }
 
 /// `POST /v1/payouts/{id}/confirm` (finance, bank transfers).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfirmRequest {
     pub bank_reference: String,
 }
 
 /// `POST /v1/payouts/{id}/return` (finance, bank transfers).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReturnRequest {
     /// The ISO 20022 return reason code (`AC01`, `AC04`, `MD07`, ...).
@@ -215,7 +215,7 @@ pub struct ReturnRequest {
 }
 
 /// One transfer of a status report still in progress at the bank.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PendingTransferView {
     pub payout_id: Uuid,
     /// The ISO 20022 status the bank sent (`ACSP`, `PDNG`, ...).
@@ -223,7 +223,7 @@ pub struct PendingTransferView {
 }
 
 /// `POST /v1/bank-status-reports` (finance): what a pain.002 report settled.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StatusReportView {
     /// The report's `MsgId`: the bank reference of the payouts it confirms.
     pub message_id: String,

@@ -10,7 +10,7 @@ pub use gpunex_domain::rental::{EndCause, JobEvidence, Workload};
 /// `POST /v1/rentals`: either `gpu_uuids` (GPUs of one machine, as listed by `GET /v1/listings`)
 /// or `gpus` and a `filter` (the search parameters of `GET /v1/listings`: the best-ranked machine
 /// with that many matching GPUs listed is taken), and the workload to run on them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RentRequest {
     #[serde(default)]
@@ -23,14 +23,14 @@ pub struct RentRequest {
 }
 
 /// `POST /v1/rentals/{id}/end`
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EndRequest {
     #[serde(default)]
     pub evidence: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RentalView {
     pub rental_id: Uuid,
     pub renter_id: Uuid,
