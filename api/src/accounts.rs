@@ -229,7 +229,11 @@ pub async fn sign_up(
     operation_id = "accounts_sign_in",
     tag = "accounts",
     summary = "sign in: an expiring session token",
-    responses((status = 201, description = "sign in", body = wire::Session)),
+    responses(
+        (status = 201, description = "a session token", body = wire::Session),
+        (status = 401, description = "unauthorized: a wrong email or password (which is not said)", body = wire::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "too_many_attempts: 5 failures within 15 minutes; retry after `Retry-After`", body = wire::Problem, content_type = "application/problem+json"),
+    ),
 )]
 pub async fn sign_in(
     State(state): State<AppState>,

@@ -54,6 +54,20 @@ pub fn view(application: &Application) -> wire::ApplicationView {
             .iter()
             .filter_map(|v| serde_json::to_value(v).ok())
             .collect(),
+        unlisted_models: application
+            .form
+            .gpus
+            .iter()
+            .enumerate()
+            .filter_map(|(i, entry)| match &entry.model {
+                onboarding::GpuModelChoice::Unlisted(name) => Some(wire::UnlistedModel {
+                    field: format!("/gpus/{i}/model"),
+                    name: name.clone(),
+                    note: "not a catalog model nor one of its names (GET /v1/catalog/models): it is evaluated case by case, and the Enterprise tier needs catalog models until a reviewer adds it".to_owned(),
+                }),
+                onboarding::GpuModelChoice::Catalog(_) => None,
+            })
+            .collect(),
     }
 }
 

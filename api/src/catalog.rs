@@ -15,6 +15,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::server::AppState;
 use crate::tokens::now;
+use gpunex_domain::gpu::Resolution;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CatalogModel {
@@ -23,6 +24,9 @@ pub struct CatalogModel {
     pub vram_gb: u32,
     /// Part of the built-in catalog (with reference figures) rather than added by an admin.
     pub built_in: bool,
+    /// Other names applications, prices and searches may use for it (case, spaces, hyphens and
+    /// the maker's name do not matter).
+    pub aliases: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
@@ -30,6 +34,27 @@ pub struct NewModel {
     pub model_id: String,
     pub name: String,
     pub vram_gb: u32,
+}
+
+/// The catalog id `text` names (an id, a name or an alias), or the refusal in words:
+/// `ambiguous_model` or `unknown_model`.
+pub fn resolve_model(state: &AppState, text: &str) -> Result<String, (ErrorCode, String)> {
+    let added = state.credentials.added_models();
+    match (gpunex_domain::gpu::Catalog { added: &added }).resolve(text) {
+        Resolution::Found(id) => Ok(id.to_owned()),
+        Resolution::Ambiguous(ids) => Err((
+            ErrorCode::AmbiguousModel,
+            format!(
+                "`{}` could be {}: name one",
+                crate::params::echo(text),
+                ids.join(" or ")
+            ),
+        )),
+        Resolution::Unknown => Err((
+            ErrorCode::UnknownModel,
+            "a catalog model id, name or alias (GET /v1/catalog/models)".to_owned(),
+        )),
+    }
 }
 
 #[utoipa::path(
@@ -46,6 +71,11 @@ pub async fn list(State(state): State<AppState>) -> Json<Vec<CatalogModel>> {
         name: m.name.to_owned(),
         vram_gb: m.vram_gb,
         built_in: true,
+        aliases: gpunex_domain::gpu::MODEL_ALIASES
+            .iter()
+            .filter(|(id, _)| *id == m.id)
+            .flat_map(|(_, aliases)| aliases.iter().map(|a| (*a).to_owned()))
+            .collect(),
     });
     let added = state
         .credentials
@@ -56,6 +86,7 @@ pub async fn list(State(state): State<AppState>) -> Json<Vec<CatalogModel>> {
             name: m.name,
             vram_gb: m.vram_gb,
             built_in: false,
+            aliases: Vec::new(),
         });
     Json(built_in.chain(added).collect())
 }
@@ -121,6 +152,7 @@ pub async fn add(
             name: added.name,
             vram_gb: added.vram_gb,
             built_in: false,
+            aliases: Vec::new(),
         }),
     ))
 }

@@ -46,6 +46,10 @@ pub enum Command {
         /// Address to listen on.
         #[arg(long, env = "GPUNEX_LISTEN", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// Where people and agents reach the platform (`https://api.gpunex.com`), as the steps
+        /// in notifications name it; default `http://` and the address listened on.
+        #[arg(long, env = "GPUNEX_PUBLIC_URL")]
+        public_url: Option<String>,
         /// Where notifications are delivered: a Maildir-style directory (`new/<id>.eml`).
         #[arg(long, env = "GPUNEX_MAILBOX_DIR", default_value = "./data/mailbox")]
         mailbox_dir: std::path::PathBuf,

@@ -30,8 +30,9 @@ pub const REQUEST_BODY_BYTES_MAX: usize = 1024 * 1024;
 
 /// Object keys under which strings are free text a person wrote (line breaks and tabs allowed):
 /// a string is free text when any key on its path is one of these.
-pub const FREE_TEXT_FIELDS: [&str; 9] = [
+pub const FREE_TEXT_FIELDS: [&str; 10] = [
     "maintenance_notes",
+    "text",
     "reason",
     "evidence",
     "answer",

@@ -44,6 +44,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve {
             listen,
+            public_url,
             mailbox_dir,
             mail_from,
             smtp_url,
@@ -75,7 +76,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     gpunex_api::outbox::Mailbox::open(&mailbox_dir, &mail_from)?,
                 )),
             };
-            gpunex_api::server::serve(store, listen, notifications, fleet, payouts, limits).await?;
+            gpunex_api::server::serve(
+                store,
+                listen,
+                notifications,
+                fleet,
+                payouts,
+                limits,
+                public_url,
+            )
+            .await?;
         }
         Command::Migrate => {
             let store = cli::open_store(&cli.database_url).await?;

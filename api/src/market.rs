@@ -281,12 +281,18 @@ pub async fn set_price(
         .as_deref()
         .map(|text| parse_time("/effective_at", text))
         .transpose()?;
-    let model_id = gpunex_domain::gpu::Catalog {
-        added: &state.credentials.added_models(),
-    }
-    .find_id(&request.model_id)
-    .map(str::to_owned)
-    .unwrap_or_else(|| request.model_id.clone());
+    let model_id = match crate::catalog::resolve_model(&state, &request.model_id) {
+        Ok(id) => id,
+        Err((ErrorCode::AmbiguousModel, message)) => {
+            return Err(ApiError::body(
+                "/model_id",
+                ErrorCode::AmbiguousModel,
+                message,
+            ));
+        }
+        // Not a catalog model: only an unlisted model the provider offers can be priced.
+        Err(_) => request.model_id.clone(),
+    };
     if !offered_models(&state.credentials, provider_id).contains(&model_id) {
         return Err(rejection(MarketRejection::ModelNotOffered(
             request.model_id.chars().take(64).collect(),
@@ -771,20 +777,13 @@ pub(crate) fn parse_search(
         None => None,
     };
     let model = match query.get("model") {
-        Some(text) => {
-            let added = state.credentials.added_models();
-            match (gpunex_domain::gpu::Catalog { added: &added }).find_id(text) {
-                Some(id) => Some(id.to_owned()),
-                None => {
-                    bad(
-                        "model",
-                        ErrorCode::UnknownModel,
-                        "a catalog model id or name (GET /v1/catalog/models)".to_owned(),
-                    );
-                    None
-                }
+        Some(text) => match crate::catalog::resolve_model(state, text) {
+            Ok(id) => Some(id),
+            Err((code, message)) => {
+                bad("model", code, message);
+                None
             }
-        }
+        },
         None => None,
     };
     let sort = match query.get("sort").map(String::as_str) {

@@ -71,17 +71,22 @@ impl Email {
 }
 
 /// The notification an application event sends, if any.
+/// `public_url` is where people reach the platform (`--public-url`): the steps in a message
+/// name it.
 pub fn notification(
     event_id: Uuid,
     event: &ApplicationEvent,
     application: &Application,
+    public_url: &str,
 ) -> Option<Email> {
+    let url = public_url.trim_end_matches('/');
     let (subject, body) = match event {
         ApplicationEvent::InformationRequested(requested) => (
             "GPUnex: more information needed for your provider application".to_owned(),
             format!(
-                "The GPUnex team needs more information to review your application {}:\n\n{}\n\nAnswer from your application page; the review continues as soon as you do.",
-                application.application_id, requested.message
+                "The GPUnex team needs more information to review your application {id}:\n\n{message}\n\nAnswer signed in, with your session token; the review continues as soon as you do:\n\n\x20  curl -X POST {url}/v1/applications/{id}/answer -H 'Authorization: Bearer <session token>' -H 'Content-Type: application/json' -d '{{\"text\": \"...\"}}'",
+                id = application.application_id,
+                message = requested.message
             ),
         ),
         ApplicationEvent::Approved(approved) => (
@@ -93,8 +98,27 @@ pub fn notification(
                 }
             ),
             format!(
-                "Welcome to GPUnex. Your provider id is {}.\n\nTake your first provider API token from your application page (it is shown once), then install the GPUnex agent on your machines.",
-                approved.provider_id
+                "Welcome to GPUnex. Your provider id is {provider}.\n\n\
+                 1. Claim your provider token. It is shown once: keep it safe. Sign in, then claim it\n\
+                 with your session token:\n\n\
+                 \x20  curl -X POST {url}/v1/sessions -H 'Content-Type: application/json' -d '{{\"email\": \"{email}\", \"password\": \"...\"}}'\n\
+                 \x20  curl -X POST {url}/v1/applications/{application}/provider-token -H 'Authorization: Bearer <session token>'\n\n\
+                 2. For each machine, issue an agent token with your provider token. The platform gives\n\
+                 the machine its id (role.machine_id in the answer); the agent token is shown once:\n\n\
+                 \x20  curl -X POST {url}/v1/tokens -H 'Authorization: Bearer <provider token>' -H 'Content-Type: application/json' -d '{{\"role\": {{\"kind\": \"agent\"}}}}'\n\n\
+                 3. On the machine: check the NVIDIA driver and the NVIDIA Container Toolkit, then install\n\
+                 the agent with its token (it asks for the token if you leave it out):\n\n\
+                 \x20  nvidia-smi\n\
+                 \x20  docker run --rm --gpus all nvidia/cuda:12.4.0-base-ubuntu22.04 nvidia-smi\n\
+                 \x20  GPUNEX_AGENT_TOKEN=<agent token> agent/docker/install.sh --server {url}\n\
+                 \x20  docker ps | grep gpunex-agent\n\n\
+                 4. Within minutes the machine shows online, with its GPUs as the agent detected them:\n\n\
+                 \x20  curl {url}/v1/providers/{provider}/machines -H 'Authorization: Bearer <provider token>'\n\n\
+                 Then set your prices (POST {url}/v1/providers/{provider}/prices) and your payout\n\
+                 settings (PUT {url}/v1/providers/{provider}/payout-settings).",
+                provider = approved.provider_id,
+                application = application.application_id,
+                email = application.form.email,
             ),
         ),
         ApplicationEvent::Rejected(rejected) => (
@@ -297,6 +321,7 @@ pub async fn deliver_pending(
     store: &Store,
     registry: &CredentialCache,
     transport: &Transport,
+    public_url: &str,
 ) -> Result<u64, OutboxError> {
     let mut position = store.consumer_checkpoint(OUTBOX).await?;
     let mut delivered = 0;
@@ -327,7 +352,9 @@ pub async fn deliver_pending(
             let application = registry
                 .application(&id)
                 .ok_or(OutboxError::RegistryBehind(event.position))?;
-            let Some(email) = notification(event.event_id, &application_event, &application) else {
+            let Some(email) =
+                notification(event.event_id, &application_event, &application, public_url)
+            else {
                 continue;
             };
             let sent = transport.deliver(store, email).await?;
@@ -340,12 +367,17 @@ pub async fn deliver_pending(
 
 /// The server's outbox loop: deliver, wait for new events (or a poll interval), repeat;
 /// failures are retried with backoff.
-pub async fn run(store: Store, registry: CredentialCache, transport: Transport) {
+pub async fn run(
+    store: Store,
+    registry: CredentialCache,
+    transport: Transport,
+    public_url: String,
+) {
     let mut head = store.head_watch().await;
     let mut retry_delay = Duration::from_millis(200);
     loop {
         head.borrow_and_update();
-        match deliver_pending(&store, &registry, &transport).await {
+        match deliver_pending(&store, &registry, &transport, &public_url).await {
             Ok(delivered) => {
                 if delivered > 0 {
                     tracing::info!(delivered, "notifications delivered");

@@ -110,20 +110,12 @@ pub async fn recommendations(
             "known: model, region",
         ));
     }
-    let added = state.credentials.added_models();
     let model = query
         .get("model")
         .ok_or_else(|| ApiError::query("model", ErrorCode::Required, "a catalog model id"))?;
-    let model_id = (gpunex_domain::gpu::Catalog { added: &added })
-        .find_id(model)
-        .ok_or_else(|| {
-            ApiError::query(
-                "model",
-                ErrorCode::UnknownModel,
-                "a catalog model id or name (GET /v1/catalog/models)",
-            )
-        })?
-        .to_owned();
+    let added = state.credentials.added_models();
+    let model_id = crate::catalog::resolve_model(&state, model)
+        .map_err(|(code, message)| ApiError::query("model", code, message))?;
     let region = query.get("region").map(|r| r.trim().to_owned());
     if region
         .as_deref()

@@ -170,6 +170,8 @@ impl Routes {
         for (name, schema) in problem_schemas() {
             schemas.insert(name, schema);
         }
+        flatten_all_of(&mut schemas);
+        close_objects(&mut schemas);
         json!({
             "openapi": "3.1.0",
             "info": {
@@ -252,6 +254,159 @@ fn with_contract(mut operation: Value, method: &str, roles: Roles) -> Value {
         }
     }
     operation
+}
+
+/// Replaces each `allOf` (how utoipa spells a flattened type or a tagged newtype variant) by the
+/// one object it means, distributing over a part that is a `oneOf`: `{id} + oneOf[a, b]` becomes
+/// `oneOf[{id, a}, {id, b}]`. Client generators read plain objects and unions far better than
+/// intersections, and the meaning is the same.
+fn flatten_all_of(schemas: &mut serde_json::Map<String, Value>) {
+    let snapshot = schemas.clone();
+    for schema in schemas.values_mut() {
+        flatten(schema, &snapshot);
+    }
+}
+
+fn flatten(schema: &mut Value, components: &serde_json::Map<String, Value>) {
+    match schema {
+        Value::Object(object) => {
+            object
+                .values_mut()
+                .for_each(|value| flatten(value, components));
+            if let Some(Value::Array(parts)) = object.remove("allOf") {
+                let description = object.remove("description");
+                let mut merged = merge_parts(&parts, components);
+                if let (Some(description), Value::Object(merged)) = (description, &mut merged) {
+                    merged.insert("description".to_owned(), description);
+                }
+                object.clear();
+                if let Value::Object(merged) = merged {
+                    object.extend(merged);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| flatten(item, components)),
+        _ => {}
+    }
+}
+
+/// The schema a part stands for: a `$ref` to a component resolved, once flattened itself.
+fn resolve(part: &Value, components: &serde_json::Map<String, Value>) -> Value {
+    let mut resolved = match part["$ref"].as_str().and_then(|r| r.rsplit('/').next()) {
+        Some(name) => components.get(name).cloned().unwrap_or(Value::Null),
+        None => part.clone(),
+    };
+    flatten(&mut resolved, components);
+    resolved
+}
+
+fn merge_parts(parts: &[Value], components: &serde_json::Map<String, Value>) -> Value {
+    let resolved: Vec<Value> = parts.iter().map(|p| resolve(p, components)).collect();
+    if let Some(index) = resolved.iter().position(|p| p.get("oneOf").is_some()) {
+        let branches = resolved[index]["oneOf"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let others: Vec<Value> = resolved
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != index)
+            .map(|(_, p)| p.clone())
+            .collect();
+        let one_of: Vec<Value> = branches
+            .into_iter()
+            .map(|branch| {
+                let mut parts = others.clone();
+                parts.push(resolve(&branch, components));
+                merge_parts(&parts, components)
+            })
+            .collect();
+        return json!({"oneOf": one_of});
+    }
+    let mut properties = serde_json::Map::new();
+    let mut required: Vec<Value> = Vec::new();
+    for part in &resolved {
+        if let Some(Value::Object(part_properties)) = part.get("properties") {
+            properties.extend(part_properties.clone());
+        }
+        for name in part["required"].as_array().into_iter().flatten() {
+            if !required.contains(name) {
+                required.push(name.clone());
+            }
+        }
+    }
+    let mut object = json!({"type": "object", "properties": properties});
+    if !required.is_empty() {
+        object["required"] = Value::Array(required);
+    }
+    object
+}
+
+/// Marks every object schema closed (`additionalProperties: false`): request bodies refuse
+/// unknown fields (`docs/api.md`), and responses carry exactly their types' fields. A schema
+/// that is one part of an `allOf` (a flattened type) stays open, and the `allOf` is closed as a
+/// whole (`unevaluatedProperties: false`), so the parts' properties count together.
+fn close_objects(schemas: &mut serde_json::Map<String, Value>) {
+    // Schemas named from an `allOf`: their own top level (and its `oneOf` branches) stays open.
+    let mut open = std::collections::HashSet::new();
+    for schema in schemas.values() {
+        collect_all_of_references(schema, &mut open);
+    }
+    for (name, schema) in schemas.iter_mut() {
+        close(schema, open.contains(name));
+    }
+}
+
+fn collect_all_of_references(schema: &Value, open: &mut std::collections::HashSet<String>) {
+    match schema {
+        Value::Object(object) => {
+            if let Some(Value::Array(parts)) = object.get("allOf") {
+                for part in parts {
+                    if let Some(name) = part["$ref"].as_str().and_then(|r| r.rsplit('/').next()) {
+                        open.insert(name.to_owned());
+                    }
+                }
+            }
+            object
+                .values()
+                .for_each(|value| collect_all_of_references(value, open));
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|item| collect_all_of_references(item, open)),
+        _ => {}
+    }
+}
+
+/// Closes `schema` and what it nests; `open` leaves its own level (and its alternatives) open.
+fn close(schema: &mut Value, open: bool) {
+    let Value::Object(object) = schema else {
+        return;
+    };
+    if object.contains_key("allOf") {
+        object.insert("unevaluatedProperties".to_owned(), Value::Bool(false));
+        if let Some(Value::Array(parts)) = object.get_mut("allOf") {
+            parts.iter_mut().for_each(|part| close(part, true));
+        }
+    } else if object.contains_key("properties")
+        && !object.contains_key("additionalProperties")
+        && !open
+    {
+        object.insert("additionalProperties".to_owned(), Value::Bool(false));
+    }
+    for key in ["oneOf", "anyOf"] {
+        if let Some(Value::Array(branches)) = object.get_mut(key) {
+            branches.iter_mut().for_each(|branch| close(branch, open));
+        }
+    }
+    if let Some(Value::Object(properties)) = object.get_mut("properties") {
+        properties
+            .values_mut()
+            .for_each(|property| close(property, false));
+    }
+    if let Some(items) = object.get_mut("items") {
+        close(items, false);
+    }
 }
 
 /// A problem response of `status`, listing the codes it can carry.

@@ -487,12 +487,15 @@ pub async fn serve(
     fleet: crate::fleet::FleetConfig,
     payouts: Payouts,
     limits: crate::http_server::ServerLimits,
+    public_url: Option<String>,
 ) -> anyhow::Result<()> {
     let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let local = listener.local_addr()?;
+    // Where people reach the platform, for the steps notifications give.
+    let public_url = public_url.unwrap_or_else(|| format!("http://{local}"));
     tracing::info!(
         address = %local,
         database = ?store.backend(),
@@ -533,6 +536,7 @@ pub async fn serve(
             state.store.clone(),
             state.credentials.clone(),
             transport,
+            public_url.clone(),
         ))
     });
     let app = router(state).layer(axum::middleware::from_fn(log_request));

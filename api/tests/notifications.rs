@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 
 mod common;
 
+const PUBLIC_URL: &str = "https://gpunex.example";
+
 conformance!(each_notification_is_delivered_exactly_once_across_restarts);
 
 fn form() -> Value {
@@ -90,7 +92,7 @@ async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb
     let mailbox =
         Transport::Mailbox(Mailbox::open(dir.path(), "GPUnex <no-reply@gpunex.local>").unwrap());
     assert_eq!(
-        deliver_pending(&state.store, &state.credentials, &mailbox)
+        deliver_pending(&state.store, &state.credentials, &mailbox, PUBLIC_URL)
             .await
             .unwrap(),
         3
@@ -107,10 +109,30 @@ async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb
             .all(|m| m.contains("To: ada@example.com\r\n"))
     );
     assert!(messages.iter().any(|m| m.contains("Photo of the rack?")));
+    let approval = messages
+        .iter()
+        .find(|m| m.contains("approved (Enterprise tier)"))
+        .expect("the approval message");
+    // It carries the steps: claim the token, issue an agent token, install the agent, see the
+    // machine online, each against the platform's public address.
+    for step in [
+        "/v1/applications/",
+        "/provider-token",
+        "https://gpunex.example/v1/sessions",
+        "{\"role\": {\"kind\": \"agent\"}}",
+        "nvidia-smi",
+        "install.sh --server https://gpunex.example",
+        "docker ps | grep gpunex-agent",
+        "/machines",
+    ] {
+        assert!(
+            approval.contains(step),
+            "the approval message lacks `{step}`:\n{approval}"
+        );
+    }
     assert!(
-        messages
-            .iter()
-            .any(|m| m.contains("approved (Enterprise tier)"))
+        !approval.contains("application page"),
+        "no page that does not exist"
     );
     assert!(
         messages
@@ -131,9 +153,14 @@ async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb
     let mailbox =
         Transport::Mailbox(Mailbox::open(dir.path(), "GPUnex <no-reply@gpunex.local>").unwrap());
     assert_eq!(
-        deliver_pending(&restarted.store, &restarted.credentials, &mailbox)
-            .await
-            .unwrap(),
+        deliver_pending(
+            &restarted.store,
+            &restarted.credentials,
+            &mailbox,
+            PUBLIC_URL
+        )
+        .await
+        .unwrap(),
         0
     );
     assert_eq!(
@@ -159,9 +186,14 @@ async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb
     .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
-        deliver_pending(&restarted.store, &restarted.credentials, &mailbox)
-            .await
-            .unwrap(),
+        deliver_pending(
+            &restarted.store,
+            &restarted.credentials,
+            &mailbox,
+            PUBLIC_URL
+        )
+        .await
+        .unwrap(),
         1
     );
     assert_eq!(delivered(dir.path()).len(), 4);
@@ -229,7 +261,7 @@ async fn smtp_delivery_sends_each_notification_once() {
         .unwrap(),
     );
     assert_eq!(
-        deliver_pending(&state.store, &state.credentials, &smtp)
+        deliver_pending(&state.store, &state.credentials, &smtp, PUBLIC_URL)
             .await
             .unwrap(),
         1
@@ -258,7 +290,7 @@ async fn smtp_delivery_sends_each_notification_once() {
     )
     .await;
     assert_eq!(
-        deliver_pending(&state.store, &state.credentials, &smtp)
+        deliver_pending(&state.store, &state.credentials, &smtp, PUBLIC_URL)
             .await
             .unwrap(),
         0

@@ -441,6 +441,12 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
         .text()
         .await
         .unwrap();
+    // For the contract checks (`scripts/contract.sh`): validated against pain.001.001.09.
+    let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/contract/sepa");
+    std::fs::create_dir_all(&samples).unwrap();
+    let partial = samples.join(format!(".{}.xml", Uuid::now_v7()));
+    std::fs::write(&partial, &xml).unwrap();
+    std::fs::rename(&partial, samples.join("api-batch-GPUNEX-20261102-01.xml")).unwrap();
     let end_to_end = Uuid::parse_str(paid_bank["payout_id"].as_str().unwrap())
         .unwrap()
         .simple()

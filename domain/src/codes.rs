@@ -35,6 +35,7 @@ error_codes! {
     AlreadyRevoked = "already_revoked",
     AlreadySignedOut = "already_signed_out",
     AlreadySubmitted = "already_submitted",
+    AmbiguousModel = "ambiguous_model",
     AmountOutOfRange = "amount_out_of_range",
     BankFileChanged = "bank_file_changed",
     BankFileInvalid = "bank_file_invalid",

@@ -175,13 +175,77 @@ pub const GPU_CATALOG: &[GpuModel] = &[
     },
 ];
 
-/// The catalog model named by its id or its display name, ignoring case (`H100-80GB` and
-/// `NVIDIA H100 80GB` both find `h100-80gb`).
+/// Names people write for catalog models (the provider guide writes "H100" and "A100 80GB"),
+/// besides each model's id and display name. Matched by [`model_key`].
+pub const MODEL_ALIASES: &[(&str, &[&str])] = &[
+    (
+        "h100-80gb",
+        &[
+            "H100",
+            "H100 80GB",
+            "H100 SXM",
+            "H100 SXM5",
+            "H100 PCIe",
+            "H100 HBM3",
+        ],
+    ),
+    (
+        "a100-40gb",
+        &["A100 40GB", "A100 SXM4 40GB", "A100 PCIe 40GB"],
+    ),
+    (
+        "a100-80gb",
+        &["A100 80GB", "A100 SXM4 80GB", "A100 PCIe 80GB"],
+    ),
+    ("l40s", &["L40S", "L40S 48GB"]),
+    ("l4", &["L4", "L4 24GB"]),
+    (
+        "rtx-4090",
+        &["RTX 4090", "GeForce RTX 4090", "4090", "RTX 4090 24GB"],
+    ),
+    ("rtx-a6000", &["RTX A6000", "A6000", "RTX A6000 48GB"]),
+];
+
+/// Names that fit more than one catalog model: the name alone cannot say which.
+pub const AMBIGUOUS_NAMES: &[(&str, &[&str])] = &[("A100", &["a100-40gb", "a100-80gb"])];
+
+/// How a model name compares: lower case, without the maker's names (`nvidia`, `geforce`),
+/// spaces, hyphens, parentheses or any other punctuation. `NVIDIA H100 (80 GB)`, `h100 80gb` and
+/// `H100-80GB` are all `h10080gb`.
+pub fn model_key(text: &str) -> String {
+    let lower = text.to_lowercase();
+    let mut key = String::with_capacity(lower.len());
+    for word in lower.split(|c: char| !c.is_alphanumeric()) {
+        if word != "nvidia" && word != "geforce" {
+            key.push_str(word);
+        }
+    }
+    key
+}
+
+/// The catalog model named by its id, its display name or an alias, in any spelling
+/// [`model_key`] folds (`H100-80GB`, `NVIDIA H100 80GB` and `H100` all find `h100-80gb`).
 pub fn find_model(id_or_name: &str) -> Option<&'static GpuModel> {
-    let wanted = id_or_name.trim();
+    let wanted = model_key(id_or_name);
+    if wanted.is_empty() {
+        return None;
+    }
     GPU_CATALOG.iter().find(|model| {
-        model.id.eq_ignore_ascii_case(wanted) || model.name.eq_ignore_ascii_case(wanted)
+        model_key(model.id) == wanted
+            || model_key(model.name) == wanted
+            || MODEL_ALIASES.iter().any(|(id, aliases)| {
+                *id == model.id && aliases.iter().any(|alias| model_key(alias) == wanted)
+            })
     })
+}
+
+/// What a model name resolves to in a catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution<'a> {
+    Found(&'a str),
+    /// The name fits several models (`A100`): these ids.
+    Ambiguous(&'static [&'static str]),
+    Unknown,
 }
 
 #[cfg(test)]
@@ -245,6 +309,41 @@ mod tests {
             Err(CatalogRejection::InvalidVram)
         );
         assert_eq!(find_model("H100-80GB").map(|m| m.id), Some("h100-80gb"));
+        for (written, id) in [
+            ("H100", "h100-80gb"),
+            ("H100 80GB", "h100-80gb"),
+            ("NVIDIA H100 (80 GB)", "h100-80gb"),
+            ("h100 sxm", "h100-80gb"),
+            ("A100 80GB", "a100-80gb"),
+            ("a100-40gb", "a100-40gb"),
+            ("RTX 4090", "rtx-4090"),
+            ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+            ("RTX A6000 (48 GB)", "rtx-a6000"),
+            ("L40S", "l40s"),
+        ] {
+            assert_eq!(
+                Catalog::BUILT_IN.resolve(written),
+                Resolution::Found(id),
+                "{written}"
+            );
+        }
+        assert_eq!(
+            Catalog::BUILT_IN.resolve("A100"),
+            Resolution::Ambiguous(&["a100-40gb", "a100-80gb"])
+        );
+        for unknown in ["MI300X", "", "H1000", "   "] {
+            assert_eq!(
+                Catalog::BUILT_IN.resolve(unknown),
+                Resolution::Unknown,
+                "{unknown}"
+            );
+        }
+        // Every alias finds its own model and no other.
+        for (id, aliases) in MODEL_ALIASES {
+            for alias in *aliases {
+                assert_eq!(find_model(alias).map(|m| m.id), Some(*id), "{alias}");
+            }
+        }
         assert_eq!(
             find_model("nvidia rtx a6000").map(|m| m.id),
             Some("rtx-a6000")
@@ -298,21 +397,42 @@ pub struct Catalog<'a> {
 impl<'a> Catalog<'a> {
     pub const BUILT_IN: Catalog<'static> = Catalog { added: &[] };
 
-    /// The catalog id of the model named by `id_or_name` (either, any case).
+    /// The catalog id of the model named by `id_or_name` (its id, name or an alias, in any
+    /// spelling [`model_key`] folds); `None` if unknown or ambiguous.
     pub fn find_id(&self, id_or_name: &str) -> Option<&'a str>
     where
         'static: 'a,
     {
-        if let Some(model) = find_model(id_or_name) {
-            return Some(model.id);
+        match self.resolve(id_or_name) {
+            Resolution::Found(id) => Some(id),
+            Resolution::Ambiguous(_) | Resolution::Unknown => None,
         }
-        let wanted = id_or_name.trim();
+    }
+
+    /// What `id_or_name` names: one model, several (an ambiguous name), or none.
+    pub fn resolve(&self, id_or_name: &str) -> Resolution<'a>
+    where
+        'static: 'a,
+    {
+        if let Some(model) = find_model(id_or_name) {
+            return Resolution::Found(model.id);
+        }
+        let wanted = model_key(id_or_name);
+        if let Some((_, ids)) = AMBIGUOUS_NAMES
+            .iter()
+            .find(|(name, _)| model_key(name) == wanted)
+        {
+            return Resolution::Ambiguous(ids);
+        }
         self.added
             .iter()
             .find(|m| {
-                m.model_id.eq_ignore_ascii_case(wanted) || m.name.eq_ignore_ascii_case(wanted)
+                !wanted.is_empty()
+                    && (model_key(&m.model_id) == wanted || model_key(&m.name) == wanted)
             })
-            .map(|m| m.model_id.as_str())
+            .map_or(Resolution::Unknown, |m| {
+                Resolution::Found(m.model_id.as_str())
+            })
     }
 
     /// Checks and builds a `model_added` event.

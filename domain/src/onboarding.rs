@@ -297,9 +297,17 @@ fn validate_entry(
     catalog: &Catalog<'_>,
 ) -> GpuEntry {
     let model_name = entry.model.trim();
-    let model = match catalog.find_id(model_name) {
-        Some(id) => GpuModelChoice::Catalog(id.to_owned()),
-        None => {
+    let model = match catalog.resolve(model_name) {
+        crate::gpu::Resolution::Found(id) => GpuModelChoice::Catalog(id.to_owned()),
+        crate::gpu::Resolution::Ambiguous(ids) => {
+            errors.push(error(
+                &format!("{at}/model"),
+                ErrorCode::AmbiguousModel,
+                format!("`{model_name}` could be {}: name one", ids.join(" or ")),
+            ));
+            GpuModelChoice::Unlisted(model_name.to_owned())
+        }
+        crate::gpu::Resolution::Unknown => {
             if model_name.is_empty()
                 || model_name.chars().count() > MODEL_NAME_CHARS_MAX
                 || has_forbidden_characters(model_name, false)

@@ -263,6 +263,12 @@ pub(crate) mod tests {
             xml.contains("urn:iso:std:iso:20022:tech:xsd:pain.001.001.09"),
             "{xml}"
         );
+        // For the contract checks (`scripts/contract.sh`), which validate it against the
+        // pain.001.001.09 schema PyPI's sepaxml ships.
+        let samples =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/contract/sepa");
+        std::fs::create_dir_all(&samples).unwrap();
+        std::fs::write(samples.join("two-transfers.xml"), &xml).unwrap();
         let document = Element::parse(&xml);
         let initiation = document.at("CstmrCdtTrfInitn");
         let header = initiation.at("GrpHdr");

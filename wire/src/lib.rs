@@ -253,6 +253,19 @@ pub struct ApplicationView {
     pub form: serde_json::Value,
     /// Where a rule of the requested tier is not met (for reviewers), empty otherwise.
     pub enterprise_violations: Vec<serde_json::Value>,
+    /// GPU entries whose model is not in the catalog (nor one of its aliases): flagged to the
+    /// applicant and the reviewer.
+    pub unlisted_models: Vec<UnlistedModel>,
+}
+
+/// A GPU entry naming a model the catalog does not know.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct UnlistedModel {
+    /// A JSON Pointer to the entry's model in the form, e.g. `/gpus/0/model`.
+    pub field: String,
+    /// The model as written.
+    pub name: String,
+    pub note: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The contract checks that need tools beyond cargo (installed by scripts/tools.sh), run after
+# `cargo test` has built the binaries:
+#   1. the served OpenAPI document validates with openapi-spec-validator;
+#   2. the SEPA files the tests wrote validate against the pain.001.001.09 schema (sepaxml's);
+#   3. schemathesis fuzzes every operation against the served document, on SQLite and on
+#      PostgreSQL, with response conformance on: no 5xx, no undocumented status, no response
+#      that breaks its schema; then `gpunex audit verify` and `audit reconcile` must be clean;
+#   4. a client generated from the served document (openapi-python-client) drives the guide's
+#      story, from application to first earnings (contract/story.py).
+#
+#   scripts/contract.sh            everything
+#   FUZZ_SECONDS=N                 fuzzing time per database (default 150)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+bin_dir=$(bash scripts/tools.sh)
+gpunex="$root/target/debug/gpunex"
+[[ -x $gpunex ]] || cargo build --locked -p gpunex-api --bin gpunex
+fuzz_seconds=${FUZZ_SECONDS:-150}
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+    [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Starts `gpunex serve` on DATABASE_URL=$1 in $work/$2; sets base and server_pid.
+start_server() {
+    local url=$1 name=$2 port
+    port=$(free_port)
+    mkdir -p "$work/$name"
+    DATABASE_URL=$url "$gpunex" serve --listen "127.0.0.1:$port" --no-outbox \
+        --no-payout-scheduler --log-format json >"$work/$name/server.log" 2>&1 &
+    server_pid=$!
+    base="http://127.0.0.1:$port"
+    for _ in $(seq 1 100); do
+        curl -fsS "$base/healthz" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "the server on $url did not start" >&2
+    cat "$work/$name/server.log" >&2
+    return 1
+}
+
+stop_server() {
+    kill "$server_pid" && wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+}
+
+echo "== OpenAPI document"
+start_server "sqlite://$work/doc.sqlite" doc
+curl -fsS "$base/v1/openapi.json" >"$work/openapi.json"
+stop_server
+"$bin_dir/openapi-spec-validator" "$work/openapi.json"
+python3 - "$work/openapi.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ops = [o for item in d["paths"].values() for o in item.values()]
+params = sum(len(o.get("parameters", [])) for o in ops)
+print(f"{len(ops)} operations, {params} parameters, {len(d['components']['schemas'])} schemas")
+PY
+
+echo "== SEPA files against pain.001.001.09"
+"$bin_dir/python" - "$root/target/contract/sepa" <<'PY'
+import glob, os, sys
+import sepaxml, xmlschema
+schema = xmlschema.XMLSchema(os.path.join(os.path.dirname(sepaxml.__file__), "schemas", "pain.001.001.09.xsd"))
+files = sorted(glob.glob(os.path.join(sys.argv[1], "*.xml")))
+if not files:
+    sys.exit("no SEPA files were written by the tests")
+for f in files:
+    schema.validate(f)
+    print("valid:", os.path.basename(f))
+PY
+
+# Fuzzes a fresh database at $1 ($2 names it); fails on any 5xx or conformance failure.
+fuzz() {
+    local url=$1 name=$2 admin
+    echo "== schemathesis on $name ($fuzz_seconds s)"
+    admin=$(DATABASE_URL=$url "$gpunex" admin create-token --role admin --label fuzz 2>/dev/null)
+    start_server "$url" "$name"
+    local started=$SECONDS status=0
+    "$bin_dir/schemathesis" run "$base/v1/openapi.json" \
+        --header "Authorization: Bearer $admin" \
+        --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
+        --phases examples,coverage,fuzzing --max-time "$fuzz_seconds" --workers 2 \
+        --seed 42 --no-color --suppress-health-check all \
+        --report ndjson --report-dir "$work/$name/report" >"$work/$name/schemathesis.txt" 2>&1 || status=$?
+    grep -E "^(API Operations|Test cases| +[0-9]+ generated|  Tested|  Selected)|generated" "$work/$name/schemathesis.txt" | head -5 || true
+    tail -n 25 "$work/$name/schemathesis.txt"
+    echo "schemathesis on $name: exit $status after $((SECONDS - started)) s"
+    if grep -q '"status": *5[0-9][0-9]\|"status_code": *5[0-9][0-9]' "$work/$name/server.log"; then
+        echo "the server answered 5xx during fuzzing:" >&2
+        grep '"status":5\|"status": 5' "$work/$name/server.log" | head -20 >&2
+    fi
+    stop_server
+    [[ $status -eq 0 ]] || { cat "$work/$name/schemathesis.txt" >&2; return 1; }
+    DATABASE_URL=$url "$gpunex" audit verify
+    DATABASE_URL=$url "$gpunex" audit reconcile
+}
+
+fuzz "sqlite://$work/fuzz.sqlite" sqlite
+if [[ -n ${GPUNEX_TEST_POSTGRES_URL:-} ]]; then
+    admin_url=$GPUNEX_TEST_POSTGRES_URL
+    db="gpunex_fuzz_$$"
+    psql "$admin_url" -v ON_ERROR_STOP=1 -q -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
+    fuzz "${admin_url%/*}/$db" postgres
+    psql "$admin_url" -q -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
+elif [[ ${CI:-} == true ]]; then
+    echo "CI=true and GPUNEX_TEST_POSTGRES_URL is unset: the PostgreSQL fuzzing is mandatory" >&2
+    exit 1
+fi
+
+echo "== the guide's story through a generated client"
+client_dir="$work/client"
+"$bin_dir/openapi-python-client" generate --path "$work/openapi.json" --output-path "$client_dir" \
+    --meta none --overwrite >"$work/client.log" 2>&1 || { cat "$work/client.log" >&2; exit 1; }
+start_server "sqlite://$work/story.sqlite" story
+admin=$(DATABASE_URL="sqlite://$work/story.sqlite" "$gpunex" admin create-token --role admin --label story 2>/dev/null)
+PYTHONPATH="$work" GPUNEX_BASE=$base GPUNEX_ADMIN=$admin "$bin_dir/python" contract/story.py
+stop_server
+echo "contract checks passed"
