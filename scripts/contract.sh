@@ -84,18 +84,34 @@ fuzz() {
     admin=$(DATABASE_URL=$url "$gpunex" admin create-token --role admin --label fuzz 2>/dev/null)
     start_server "$url" "$name"
     local started=$SECONDS status=0
+    local checks=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
+    # The coverage phase (boundary values) first, then fuzzing for the time budget. The coverage
+    # phase skips the application form: schemathesis 4.32's coverage generator crashes inside
+    # Python on its nesting (a tool bug, not an API failure); fuzzing covers it.
     "$bin_dir/schemathesis" run "$base/v1/openapi.json" \
-        --header "Authorization: Bearer $admin" \
-        --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
-        --phases examples,coverage,fuzzing --max-time "$fuzz_seconds" --workers 2 \
+        --header "Authorization: Bearer $admin" --checks "$checks" \
+        --phases coverage --exclude-operation-id applications_submit --workers 2 \
+        --seed 42 --no-color --suppress-health-check all \
+        >"$work/$name/coverage.txt" 2>&1 || status=$?
+    tail -n 12 "$work/$name/coverage.txt"
+    [[ $status -eq 0 ]] || { cat "$work/$name/coverage.txt" >&2; stop_server; return 1; }
+    "$bin_dir/schemathesis" run "$base/v1/openapi.json" \
+        --header "Authorization: Bearer $admin" --checks "$checks" \
+        --phases examples,fuzzing --max-time "$fuzz_seconds" --workers 2 \
         --seed 42 --no-color --suppress-health-check all \
         --report ndjson --report-dir "$work/$name/report" >"$work/$name/schemathesis.txt" 2>&1 || status=$?
     grep -E "^(API Operations|Test cases| +[0-9]+ generated|  Tested|  Selected)|generated" "$work/$name/schemathesis.txt" | head -5 || true
     tail -n 25 "$work/$name/schemathesis.txt"
     echo "schemathesis on $name: exit $status after $((SECONDS - started)) s"
-    if grep -q '"status": *5[0-9][0-9]\|"status_code": *5[0-9][0-9]' "$work/$name/server.log"; then
-        echo "the server answered 5xx during fuzzing:" >&2
-        grep '"status":5\|"status": 5' "$work/$name/server.log" | head -20 >&2
+    # Every 5xx the server gave, from its request log: 503 (database or registry busy) is
+    # allowed and counted; any other fails the run.
+    local unavailable errors
+    unavailable=$(grep -c '"status":503' "$work/$name/server.log" || true)
+    errors=$(grep -cE '"status":5(0[0-24-9]|[1-9][0-9])' "$work/$name/server.log" || true)
+    echo "requests answered 503: $unavailable; other 5xx: $errors"
+    if [[ $errors -ne 0 ]]; then
+        grep -E '"status":5(0[0-24-9]|[1-9][0-9])' "$work/$name/server.log" | head -20 >&2
+        status=1
     fi
     stop_server
     [[ $status -eq 0 ]] || { cat "$work/$name/schemathesis.txt" >&2; return 1; }
@@ -104,19 +120,21 @@ fuzz() {
 }
 
 fuzz "sqlite://$work/fuzz.sqlite" sqlite
-if [[ -n ${GPUNEX_TEST_POSTGRES_URL:-} ]]; then
-    admin_url=$GPUNEX_TEST_POSTGRES_URL
+admin_url=${GPUNEX_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+if psql "$admin_url" -qAt -c 'SELECT 1' >/dev/null 2>&1; then
     db="gpunex_fuzz_$$"
     psql "$admin_url" -v ON_ERROR_STOP=1 -q -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
     fuzz "${admin_url%/*}/$db" postgres
     psql "$admin_url" -q -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
 elif [[ ${CI:-} == true ]]; then
-    echo "CI=true and GPUNEX_TEST_POSTGRES_URL is unset: the PostgreSQL fuzzing is mandatory" >&2
+    echo "CI=true and PostgreSQL at $admin_url is unreachable: the PostgreSQL fuzzing is mandatory" >&2
     exit 1
+else
+    echo "NOTICE: PostgreSQL at $admin_url is unreachable: fuzzing SQLite only"
 fi
 
 echo "== the guide's story through a generated client"
-client_dir="$work/client"
+client_dir="$work/gpunex_client"
 "$bin_dir/openapi-python-client" generate --path "$work/openapi.json" --output-path "$client_dir" \
     --meta none --overwrite >"$work/client.log" 2>&1 || { cat "$work/client.log" >&2; exit 1; }
 start_server "sqlite://$work/story.sqlite" story

@@ -64,23 +64,20 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
     }
 }
 
-/// An optional body: none when the request has neither a body nor a content type.
+/// An optional body: none when the request has no body (empty, whatever its content type).
 impl<T: DeserializeOwned, S: Send + Sync> OptionalFromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, _state: &S) -> Result<Option<Json<T>>, ApiError> {
-        let typed = request.headers().contains_key(header::CONTENT_TYPE);
+        let typed = check_content_type(request.headers());
         let bytes = read(request).await?;
-        if bytes.is_empty() && !typed {
+        if bytes.is_empty() {
             return Ok(None);
         }
-        if !typed {
-            return Err(ApiError::UnsupportedMediaType);
-        }
+        typed?;
         decode(&bytes).map(|value| Some(Json(value)))
     }
 }
-
 /// An XML body (a bank's status report): `Content-Type: application/xml` or `text/xml`, read
 /// under the same size limit and deadline as JSON.
 #[derive(Debug, Clone)]

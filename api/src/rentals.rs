@@ -117,7 +117,7 @@ const _: () = assert!(
     operation_id = "rentals_rent",
     tag = "rentals",
     summary = "rent listed GPUs of one machine at the price in force",
-    responses((status = 200, description = "rent listed GPUs of one machine at the price in force", body = wr::RentalView)),
+    responses((status = 201, description = "the rental, active: its GPUs leave the listings", body = wr::RentalView)),
 )]
 pub async fn rent(
     State(state): State<AppState>,

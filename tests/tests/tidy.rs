@@ -142,11 +142,17 @@ fn every_event_type_is_documented() {
 fn ci_runs_the_readme_test_command() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
-    let command = "cargo test --workspace --locked";
+    let command = "bash scripts/test.sh";
     assert!(readme.contains(command), "README.md shows `{command}`");
     assert!(
         ci.lines().any(|l| l.trim().starts_with(command)),
         ".ci/run runs `{command}`"
+    );
+    let script = std::fs::read_to_string(root().join("scripts/test.sh")).unwrap();
+    assert!(
+        script.contains("cargo test --workspace --locked")
+            && script.contains("scripts/contract.sh"),
+        "scripts/test.sh runs cargo's tests and the contract checks"
     );
 }
 

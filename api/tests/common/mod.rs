@@ -52,12 +52,49 @@ pub async fn request(
     }
     let response = request.send().await.unwrap();
     let (status, headers) = (response.status(), response.headers().clone());
+    assert_documented(method.as_str(), path, status);
     let bytes = response.bytes().await.unwrap();
     (
         status,
         headers,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
+}
+
+/// Every answer a test sees must be one the OpenAPI document declares for its operation: the
+/// API tests double as a check that the document tells the truth about statuses.
+pub fn assert_documented(method: &str, path: &str, status: StatusCode) {
+    static DOCUMENT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    let document = DOCUMENT.get_or_init(|| gpunex_api::server::endpoints().document());
+    let path = path.split('?').next().unwrap_or(path);
+    let method = method.to_lowercase();
+    let segments: Vec<&str> = path.split('/').collect();
+    let operation = document["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find_map(|(template, item)| {
+            let parts: Vec<&str> = template.split('/').collect();
+            let matches = parts.len() == segments.len()
+                && parts
+                    .iter()
+                    .zip(&segments)
+                    .all(|(p, s)| p.starts_with('{') || p == s);
+            matches.then(|| item.get(&method)).flatten()
+        });
+    // Unknown paths and methods are the router's own 404 and 405.
+    let Some(operation) = operation else {
+        return;
+    };
+    let documented = operation["responses"]
+        .as_object()
+        .unwrap()
+        .contains_key(status.as_str());
+    assert!(
+        documented,
+        "{method} {path} answered {status}, which its operation {} does not document",
+        operation["operationId"]
+    );
 }
 
 /// A POST with an `Idempotency-Key`.
@@ -77,6 +114,7 @@ pub async fn post_with_key(
     }
     let response = request.send().await.unwrap();
     let (status, headers) = (response.status(), response.headers().clone());
+    assert_documented("POST", path, status);
     let bytes = response.bytes().await.unwrap();
     (
         status,

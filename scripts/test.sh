@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Every test, as CI runs it (.ci/run calls this after fmt and clippy): installs the Python tools
+# the contract checks need (scripts/tools.sh, from PyPI), runs `cargo test` against SQLite and the
+# PostgreSQL on 127.0.0.1:5432 (GPUNEX_TEST_POSTGRES_URL to use another), then the contract checks
+# (scripts/contract.sh: the OpenAPI document, SEPA schemas, fuzzing, the guide's story through a
+# generated client).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/tools.sh >/dev/null
+cargo test --workspace --locked
+bash scripts/contract.sh
