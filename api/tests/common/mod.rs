@@ -37,8 +37,8 @@ pub async fn request(
     body: Option<Value>,
 ) -> (StatusCode, HeaderMap, Value) {
     let client = reqwest::Client::new();
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut request = client.request(method, format!("{base}{path}"));
+    let verb = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = client.request(verb, format!("{base}{path}"));
     if let Some(token) = token {
         let header = if token.contains(' ') {
             token.to_owned()
@@ -52,7 +52,7 @@ pub async fn request(
     }
     let response = request.send().await.unwrap();
     let (status, headers) = (response.status(), response.headers().clone());
-    assert_documented(method.as_str(), path, status);
+    assert_documented(method, path, status);
     let bytes = response.bytes().await.unwrap();
     (
         status,
