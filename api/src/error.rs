@@ -193,6 +193,7 @@ pub const fn status_of(code: ErrorCode) -> StatusCode {
         | C::NothingToFile
         | C::PayoutNotSubmitted
         | C::ReportContradictsPayout
+        | C::RequestCommitted
         | C::RequestInProgress
         | C::ResponseTooLarge
         | C::SelfReview
@@ -379,6 +380,10 @@ pub(crate) fn append_failure(error: gpunex_store::AppendError) -> ApiError {
     use gpunex_store::{AppendError, ConflictReason, InvalidAppend};
     match error {
         AppendError::Store(error) => error.into(),
+        AppendError::ReservationLost => ApiError::refused(
+            ErrorCode::RequestInProgress,
+            "another server took over this request's Idempotency-Key while it ran; nothing was written: retry",
+        ),
         AppendError::WrongExpectedVersion { .. } => ApiError::refused(
             ErrorCode::ConcurrentChange,
             "the resource changed while this request ran; read it again and retry",

@@ -27,7 +27,7 @@ pub const KEY_BYTES_MAX: usize = 255;
 const BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
 
 pub async fn idempotency(state: AppState, request: Request, next: Next) -> Response {
-    if request.method() != Method::POST {
+    if request.method() != Method::POST && request.method() != Method::PUT {
         return next.run(request).await;
     }
     let Some(key) = request.headers().get(IDEMPOTENCY_KEY).cloned() else {
@@ -61,6 +61,8 @@ pub async fn idempotency(state: AppState, request: Request, next: Next) -> Respo
         Err(error) => return error.into_response(),
     };
     let mut fingerprint = Sha256::new();
+    fingerprint.update(parts.method.as_str().as_bytes());
+    fingerprint.update([0]);
     fingerprint.update(parts.uri.path().as_bytes());
     fingerprint.update([0]);
     fingerprint.update(&bytes);
@@ -71,7 +73,9 @@ pub async fn idempotency(state: AppState, request: Request, next: Next) -> Respo
         .await
     {
         Err(error) => ApiError::from(error).into_response(),
-        Ok(KeyState::InProgress { request_sha256 }) | Ok(KeyState::Done { request_sha256, .. })
+        Ok(KeyState::InProgress { request_sha256 })
+        | Ok(KeyState::Done { request_sha256, .. })
+        | Ok(KeyState::Committed { request_sha256, .. })
             if request_sha256 != fingerprint =>
         {
             ApiError::Refused {
@@ -98,17 +102,60 @@ pub async fn idempotency(state: AppState, request: Request, next: Next) -> Respo
             }
             replay(status, body)
         }
+        Ok(KeyState::Committed { position, .. }) => ApiError::Refused {
+            code: ErrorCode::RequestCommitted,
+            detail: format!(
+                "a request with this Idempotency-Key was recorded (log position {position}) before the server handling it stopped, and its answer was lost; it is not run again: read the resource it changed"
+            ),
+        }
+        .into_response(),
         Ok(KeyState::Reserved) => {
             // Detached: the handler and the record of its answer finish even if the client
-            // goes away, so a committed action is never left behind an open reservation.
+            // goes away, so a committed action is never left behind an open reservation. Every
+            // append it makes records its commit on the reservation (`in_request`), and the
+            // reservation's lease is renewed while it runs.
             let request = Request::from_parts(parts, Body::from(bytes));
             let task = tokio::spawn(async move {
-                let response = next.run(request).await;
+                let renewing = renew_lease(state.clone(), caller.clone(), key.clone());
+                let response = gpunex_store::idempotency::in_request(
+                    &state.store,
+                    &caller,
+                    &key,
+                    next.run(request),
+                )
+                .await;
+                renewing.abort();
                 settle(&state, &caller, &key, &fingerprint, response).await
             });
             task.await
                 .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
         }
+    }
+}
+
+/// Renews this process's lease on the reservation until aborted.
+fn renew_lease(state: AppState, caller: String, key: String) -> tokio::task::JoinHandle<()> {
+    let period = std::time::Duration::from_micros(
+        gpunex_store::idempotency::IDEMPOTENCY_LEASE_RENEW_US.unsigned_abs(),
+    );
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if let Err(error) = state.store.renew_idempotency_lease(&caller, &key).await {
+                tracing::warn!(%error, "cannot renew an Idempotency-Key lease");
+            }
+        }
+    })
+}
+
+/// Prepares the answer of a request with an `Idempotency-Key`, to be recorded with the append
+/// that commits it (so a retry after a crash gets it, not a second run). Call right before the
+/// request's last append; the body must hold no secret.
+pub fn prepare_response<T: serde::Serialize>(status: StatusCode, body: &T) {
+    if let Ok(body) = serde_json::to_string(body) {
+        gpunex_store::idempotency::prepare_response(status.as_u16(), body);
     }
 }
 

@@ -238,8 +238,15 @@ fn price_view(set: &market::PriceSet) -> wm::PriceView {
 }
 
 fn prices_view(registry: &CredentialCache, provider_id: Uuid) -> wm::ProviderPrices {
-    let at = now();
     let models = registry.with_market(|m| m.prices_of(provider_id));
+    prices_view_of(provider_id, models)
+}
+
+fn prices_view_of(
+    provider_id: Uuid,
+    models: std::collections::BTreeMap<String, Vec<gpunex_domain::market::PriceSet>>,
+) -> wm::ProviderPrices {
+    let at = now();
     wm::ProviderPrices {
         provider_id,
         models: models
@@ -307,6 +314,12 @@ pub async fn set_price(
         &caller.actor(),
     )
     .map_err(rejection)?;
+    // The answer is the prices with this one: prepared before the append, so a retry after a
+    // crash between the commit and the answer gets exactly it.
+    let mut models = state.credentials.with_market(|m| m.prices_of(provider_id));
+    models.entry(model_id).or_default().push(set.clone());
+    let view = prices_view_of(provider_id, models);
+    crate::idempotency::prepare_response(StatusCode::OK, &view);
     let position = append(
         &state,
         &caller,
@@ -315,7 +328,7 @@ pub async fn set_price(
     )
     .await?;
     state.listings.wait_for(position).await;
-    Ok(Json(prices_view(&state.credentials, provider_id)))
+    Ok(Json(view))
 }
 
 /// `GET /v1/providers/{provider_id}/prices`

@@ -128,6 +128,10 @@ pub async fn set(
     };
     let stream = StreamId::parse(format!("payout_settings-{provider_id}"))
         .unwrap_or_else(|_| unreachable!("a uuid makes a valid stream id"));
+    // Prepared before the append, so a retry after a crash between the commit and the answer
+    // gets exactly it.
+    let answer = view(&state.payouts.policy, &changed);
+    crate::idempotency::prepare_response(axum::http::StatusCode::OK, &answer);
     append_one(
         &state,
         stream,
@@ -136,7 +140,7 @@ pub async fn set(
         &caller.actor(),
     )
     .await?;
-    Ok(Json(view(&state.payouts.policy, &changed)))
+    Ok(Json(answer))
 }
 
 fn parse_date(

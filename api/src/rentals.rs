@@ -200,7 +200,7 @@ pub async fn rent(
     let mut streams = vec![StreamAppend {
         stream_id: stream(format!("rental-{rental_id}")),
         expected: ExpectedVersion::NoStream,
-        events: vec![event(RentalEvent::Started(started))],
+        events: vec![event(RentalEvent::Started(started.clone()))],
     }];
     for (uuid, (version, _)) in request.gpu_uuids.iter().zip(&versions) {
         streams.push(StreamAppend {
@@ -217,6 +217,10 @@ pub async fn rent(
             }))],
         });
     }
+    // The answer is the new rental: prepared before the append, so a retry after a crash
+    // between the commit and the answer gets exactly it.
+    let answer = view(&RentalState::started(started));
+    crate::idempotency::prepare_response(StatusCode::CREATED, &answer);
     let committed = state
         .store
         .append_streams(streams)
@@ -234,11 +238,7 @@ pub async fn rent(
     let position = committed.last_position();
     state.credentials.wait_for(position).await?;
     state.listings.wait_for(position).await;
-    let rental = state
-        .credentials
-        .with_market(|m| m.rental(&rental_id).cloned())
-        .ok_or(ApiError::NotFound("rental"))?;
-    Ok((StatusCode::CREATED, Json(view(&rental))))
+    Ok((StatusCode::CREATED, Json(answer)))
 }
 
 /// `GET /v1/rentals/{rental_id}`

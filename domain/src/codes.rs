@@ -147,6 +147,7 @@ error_codes! {
     ReportTransactionTwice = "report_transaction_twice",
     ReportTransactionUnknown = "report_transaction_unknown",
     ReportTransactionUnmatched = "report_transaction_unmatched",
+    RequestCommitted = "request_committed",
     RequestInProgress = "request_in_progress",
     RequestTimeout = "request_timeout",
     Required = "required",

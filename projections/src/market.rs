@@ -56,6 +56,20 @@ pub struct RentalState {
     pub job_ended: Option<JobEnded>,
 }
 
+impl RentalState {
+    /// A rental as it stands when `started` is its only event.
+    pub fn started(started: RentalStarted) -> RentalState {
+        RentalState {
+            started,
+            ended: None,
+            meter: Meter::default(),
+            stream_version: 1,
+            job_started: None,
+            job_ended: None,
+        }
+    }
+}
+
 impl Market {
     /// Applies one event of the log; `stream_version` is the row's.
     pub fn apply(&mut self, stream_version: u64, event: &DomainEvent) {
@@ -128,12 +142,8 @@ impl Market {
                 self.rentals.insert(
                     started.rental_id,
                     RentalState {
-                        started: started.clone(),
-                        ended: None,
-                        meter: Meter::default(),
                         stream_version,
-                        job_started: None,
-                        job_ended: None,
+                        ..RentalState::started(started.clone())
                     },
                 );
             }

@@ -1,21 +1,33 @@
-//! The `Idempotency-Key` table (a reservation before a POST is handled, its response after) and
+//! The `Idempotency-Key` table (a reservation before a request is handled, its response after) and
 //! the record of notifications sent by SMTP.
+//!
+//! A reservation belongs to a live owner: the process handling it renews a short lease while the
+//! request runs. Every append the request makes (within [`in_request`]) writes, in the same
+//! transaction as its events, the position it committed and, if the handler prepared it, the
+//! response; and only while this process still owns the reservation. So a retry after a crash
+//! finds either nothing committed (and takes over at once, the lease having lapsed), the
+//! original response (committed with the events), or a committed request without its response
+//! (`Committed`: never run again).
 //! The SQL uses `$N` placeholders on both databases (SQLite reads them as numbered parameters).
+
+use std::sync::{Arc, Mutex};
 
 use crate::store::{Db, now_us};
 use crate::{Store, StoreError};
 
 /// How long a stored response answers retries.
 pub const IDEMPOTENCY_RETENTION_US: i64 = 24 * 3_600 * 1_000_000;
-/// A reservation older than this is from a request that died mid-way: it may be taken over.
-/// Handlers finish even when the client goes away (the middleware runs them detached), so a
-/// reservation this old means the process died mid-request.
-pub const IDEMPOTENCY_PENDING_STALE_US: i64 = 10 * 60 * 1_000_000;
+/// How long a reservation stays its owner's without a renewal. The owner renews it every
+/// [`IDEMPOTENCY_LEASE_RENEW_US`] while the request runs, so a lapsed lease means the owner died.
+pub const IDEMPOTENCY_LEASE_US: i64 = 5 * 1_000_000;
+/// How often the owner of a reservation renews its lease.
+pub const IDEMPOTENCY_LEASE_RENEW_US: i64 = 1_000_000;
 
 /// What a key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyState {
-    /// Nobody used it (or its record expired): this request now holds it.
+    /// Nobody used it, its record expired, or its owner died before committing anything: this
+    /// request now holds it.
     Reserved,
     /// Another request with this key is being handled now.
     InProgress { request_sha256: String },
@@ -25,6 +37,74 @@ pub enum KeyState {
         status: u16,
         body: String,
     },
+    /// A request whose owner died after it committed (at `position`) and before its response was
+    /// recorded: it must not run again.
+    Committed {
+        request_sha256: String,
+        position: u64,
+    },
+}
+
+/// The reservation an append belongs to, with the response its handler prepared (recorded with
+/// the append that commits it).
+#[derive(Debug, Clone)]
+pub struct KeyMark {
+    pub caller: String,
+    pub key: String,
+    pub owner: String,
+    pub response: Option<(u16, String)>,
+}
+
+/// The request in scope: its reservation, and the response the handler prepares.
+#[derive(Debug, Clone)]
+struct Scope {
+    caller: String,
+    key: String,
+    owner: String,
+    response: Arc<Mutex<Option<(u16, String)>>>,
+}
+
+tokio::task_local! {
+    static REQUEST: Scope;
+}
+
+/// Runs `future` (a request's handler) as the request holding `key` for `caller`: each append it
+/// makes records its commit on the reservation.
+pub async fn in_request<F: std::future::Future>(
+    store: &Store,
+    caller: &str,
+    key: &str,
+    future: F,
+) -> F::Output {
+    let scope = Scope {
+        caller: caller.to_owned(),
+        key: key.to_owned(),
+        owner: store.inner.instance.clone(),
+        response: Arc::default(),
+    };
+    REQUEST.scope(scope, future).await
+}
+
+/// Prepares the response of the request in scope, to be recorded with its next append: a retry
+/// after a crash then gets exactly it. Does nothing outside a request with a key.
+pub fn prepare_response(status: u16, body: String) {
+    let _ = REQUEST.try_with(|scope| {
+        if let Ok(mut response) = scope.response.lock() {
+            *response = Some((status, body));
+        }
+    });
+}
+
+/// The reservation of the request in scope, taking its prepared response.
+pub(crate) fn current_mark() -> Option<KeyMark> {
+    REQUEST
+        .try_with(|scope| KeyMark {
+            caller: scope.caller.clone(),
+            key: scope.key.clone(),
+            owner: scope.owner.clone(),
+            response: scope.response.lock().ok().and_then(|mut r| r.take()),
+        })
+        .ok()
 }
 
 impl Store {
@@ -36,23 +116,26 @@ impl Store {
         request_sha256: &str,
     ) -> Result<KeyState, StoreError> {
         let now = now_us();
-        // Expired records and stale reservations give way to this request.
-        // Expired records of every caller go too, so the table holds at most a day of keys.
-        let sql_delete = "DELETE FROM idempotency_keys WHERE created_at_us < $3 OR \
-                          (caller = $1 AND key = $2 AND status = 0 AND created_at_us < $4)";
-        let sql_insert = "INSERT INTO idempotency_keys (caller, key, request_sha256, status, body, created_at_us) \
-                          VALUES ($1, $2, $3, 0, '', $4) ON CONFLICT (caller, key) DO NOTHING";
-        let sql_select = "SELECT request_sha256, status, body FROM idempotency_keys WHERE caller = $1 AND key = $2";
+        let owner = self.inner.instance.as_str();
+        // Expired records of every caller go, so the table holds at most a day of keys.
+        let sql_delete = "DELETE FROM idempotency_keys WHERE created_at_us < $1";
+        let sql_insert = "INSERT INTO idempotency_keys \
+                          (caller, key, request_sha256, status, body, created_at_us, owner, lease_until_us, committed_position) \
+                          VALUES ($1, $2, $3, 0, '', $4, $5, $6, 0) ON CONFLICT (caller, key) DO NOTHING";
+        let sql_select = "SELECT request_sha256, status, body, lease_until_us, committed_position \
+                          FROM idempotency_keys WHERE caller = $1 AND key = $2";
+        // A lapsed reservation with nothing committed passes to this request (same fingerprint).
+        let sql_take_over = "UPDATE idempotency_keys SET owner = $3, lease_until_us = $4 \
+                             WHERE caller = $1 AND key = $2 AND status = 0 AND committed_position = 0 \
+                             AND lease_until_us < $5 AND request_sha256 = $6";
         let expired = now - IDEMPOTENCY_RETENTION_US;
-        let stale = now - IDEMPOTENCY_PENDING_STALE_US;
-        let (inserted, row): (u64, Option<(String, i64, String)>) = match &self.inner.db {
+        let lease = now + IDEMPOTENCY_LEASE_US;
+        type Row = (String, i64, String, i64, i64);
+        let (inserted, taken_over, row): (u64, u64, Option<Row>) = match &self.inner.db {
             Db::Sqlite(db) => {
                 let mut tx = db.write.begin_with("BEGIN IMMEDIATE").await?;
                 sqlx::query(sql_delete)
-                    .bind(caller)
-                    .bind(key)
                     .bind(expired)
-                    .bind(stale)
                     .execute(&mut *tx)
                     .await?;
                 let inserted = sqlx::query(sql_insert)
@@ -60,24 +143,37 @@ impl Store {
                     .bind(key)
                     .bind(request_sha256)
                     .bind(now)
+                    .bind(owner)
+                    .bind(lease)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
+                let taken_over = if inserted == 0 {
+                    sqlx::query(sql_take_over)
+                        .bind(caller)
+                        .bind(key)
+                        .bind(owner)
+                        .bind(lease)
+                        .bind(now)
+                        .bind(request_sha256)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected()
+                } else {
+                    0
+                };
                 let row = sqlx::query_as(sql_select)
                     .bind(caller)
                     .bind(key)
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;
-                (inserted, row)
+                (inserted, taken_over, row)
             }
             Db::Postgres(db) => {
                 let mut tx = db.pool.begin().await?;
                 sqlx::query(sql_delete)
-                    .bind(caller)
-                    .bind(key)
                     .bind(expired)
-                    .bind(stale)
                     .execute(&mut *tx)
                     .await?;
                 let inserted = sqlx::query(sql_insert)
@@ -85,24 +181,52 @@ impl Store {
                     .bind(key)
                     .bind(request_sha256)
                     .bind(now)
+                    .bind(owner)
+                    .bind(lease)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
-                let row: Option<(String, i32, String)> = sqlx::query_as(sql_select)
+                let taken_over = if inserted == 0 {
+                    sqlx::query(sql_take_over)
+                        .bind(caller)
+                        .bind(key)
+                        .bind(owner)
+                        .bind(lease)
+                        .bind(now)
+                        .bind(request_sha256)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected()
+                } else {
+                    0
+                };
+                let row: Option<(String, i32, String, i64, i64)> = sqlx::query_as(sql_select)
                     .bind(caller)
                     .bind(key)
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;
-                (inserted, row.map(|(h, s, b)| (h, i64::from(s), b)))
+                (
+                    inserted,
+                    taken_over,
+                    row.map(|(h, s, b, l, c)| (h, i64::from(s), b, l, c)),
+                )
             }
         };
-        if inserted == 1 {
+        if inserted == 1 || taken_over == 1 {
             return Ok(KeyState::Reserved);
         }
         Ok(match row {
-            Some((request_sha256, 0, _)) => KeyState::InProgress { request_sha256 },
-            Some((request_sha256, status, body)) => KeyState::Done {
+            Some((request_sha256, 0, _, lease_until, committed))
+                if committed > 0 && lease_until < now =>
+            {
+                KeyState::Committed {
+                    request_sha256,
+                    position: u64::try_from(committed).unwrap_or(0),
+                }
+            }
+            Some((request_sha256, 0, _, _, _)) => KeyState::InProgress { request_sha256 },
+            Some((request_sha256, status, body, _, _)) => KeyState::Done {
                 request_sha256,
                 status: u16::try_from(status).unwrap_or(500),
                 body,
@@ -112,6 +236,35 @@ impl Store {
                 request_sha256: String::new(),
             },
         })
+    }
+
+    /// Renews this process's lease on a reservation its request is still handling.
+    pub async fn renew_idempotency_lease(&self, caller: &str, key: &str) -> Result<(), StoreError> {
+        let sql = "UPDATE idempotency_keys SET lease_until_us = $1 \
+                   WHERE caller = $2 AND key = $3 AND owner = $4 AND status = 0";
+        let lease = now_us() + IDEMPOTENCY_LEASE_US;
+        let owner = self.inner.instance.as_str();
+        match &self.inner.db {
+            Db::Sqlite(db) => {
+                sqlx::query(sql)
+                    .bind(lease)
+                    .bind(caller)
+                    .bind(key)
+                    .bind(owner)
+                    .execute(&db.write)
+                    .await?;
+            }
+            Db::Postgres(db) => {
+                sqlx::query(sql)
+                    .bind(lease)
+                    .bind(caller)
+                    .bind(key)
+                    .bind(owner)
+                    .execute(&db.pool)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Stores the response of a reserved key.
@@ -151,23 +304,32 @@ impl Store {
         Ok(())
     }
 
-    /// Releases a reservation whose request failed on the server side, so a retry runs again.
+    /// Releases a reservation whose request failed on the server side, so a retry runs again;
+    /// one whose request already committed stays (its lease ended at once), so a retry learns it
+    /// was recorded instead of running it twice.
     pub async fn release_idempotency_key(&self, caller: &str, key: &str) -> Result<(), StoreError> {
-        let sql = "DELETE FROM idempotency_keys WHERE caller = $1 AND key = $2 AND status = 0";
+        let sql_delete = "DELETE FROM idempotency_keys \
+                          WHERE caller = $1 AND key = $2 AND status = 0 AND committed_position = 0";
+        let sql_end = "UPDATE idempotency_keys SET lease_until_us = 0 \
+                       WHERE caller = $1 AND key = $2 AND status = 0";
         match &self.inner.db {
             Db::Sqlite(db) => {
-                sqlx::query(sql)
-                    .bind(caller)
-                    .bind(key)
-                    .execute(&db.write)
-                    .await?;
+                for sql in [sql_delete, sql_end] {
+                    sqlx::query(sql)
+                        .bind(caller)
+                        .bind(key)
+                        .execute(&db.write)
+                        .await?;
+                }
             }
             Db::Postgres(db) => {
-                sqlx::query(sql)
-                    .bind(caller)
-                    .bind(key)
-                    .execute(&db.pool)
-                    .await?;
+                for sql in [sql_delete, sql_end] {
+                    sqlx::query(sql)
+                        .bind(caller)
+                        .bind(key)
+                        .execute(&db.pool)
+                        .await?;
+                }
             }
         }
         Ok(())

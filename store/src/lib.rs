@@ -143,6 +143,10 @@ pub enum AppendError {
         event_id: Uuid,
         reason: ConflictReason,
     },
+    #[error(
+        "the request's Idempotency-Key reservation was taken over by another server; nothing was written"
+    )]
+    ReservationLost,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -154,6 +158,7 @@ impl AppendError {
             AppendError::Invalid(_) => ErrorCode::InvalidAppend,
             AppendError::WrongExpectedVersion { .. } => ErrorCode::WrongExpectedVersion,
             AppendError::IdempotencyConflict { .. } => ErrorCode::IdempotencyConflict,
+            AppendError::ReservationLost => ErrorCode::RequestInProgress,
             AppendError::Store(_) => ErrorCode::StoreUnavailable,
         }
     }

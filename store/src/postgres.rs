@@ -12,10 +12,11 @@ use sqlx::{Postgres, Row};
 use uuid::Uuid;
 
 use crate::envelope::ValidatedStream;
+use crate::idempotency::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
 use crate::sqlite::{EVENT_COLUMNS, hash32, parse_side, schema_version, side_text};
 use crate::store::{LedgerTables, now_us};
-use crate::writer::{GroupCommit, GroupOutcome};
+use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
 /// Every read-write transaction states its isolation: the head lock and the checkpoint
@@ -359,7 +360,8 @@ async fn claim_rebuild(
 impl GroupCommit for PgBackend {
     async fn commit_group(
         &self,
-        requests: &[Vec<ValidatedStream>],
+        all_requests: &[Vec<ValidatedStream>],
+        all_marks: &[Option<KeyMark>],
     ) -> Result<GroupOutcome, StoreError> {
         let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
         let row = sqlx::query(
@@ -368,17 +370,106 @@ impl GroupCommit for PgBackend {
         .fetch_one(&mut *tx)
         .await?;
         let head = head_from_row(&row)?;
+        let owned = owned_requests(&mut tx, all_marks).await?;
+        // Almost always every request is owned: then the group is planned as it came.
+        let filtered: Vec<Vec<ValidatedStream>>;
+        let requests: &[Vec<ValidatedStream>] = if owned.iter().all(|owned| *owned) {
+            all_requests
+        } else {
+            filtered = all_requests
+                .iter()
+                .zip(&owned)
+                .filter(|(_, owned)| **owned)
+                .map(|(request, _)| request.clone())
+                .collect();
+            &filtered
+        };
+        let marks: Vec<&Option<KeyMark>> = all_marks
+            .iter()
+            .zip(&owned)
+            .filter(|(_, owned)| **owned)
+            .map(|(mark, _)| mark)
+            .collect();
         let (ids, streams) = group_keys(requests);
         let (existing, versions) = identities_and_versions(&mut tx, &ids, &streams).await?;
         let plan = plan_group(head, requests, existing, versions, now_us());
         if plan.rows.is_empty() {
             tx.rollback().await?;
-            return Ok((plan.outcomes, head.position));
+            return Ok((merge_owned(&owned, plan.outcomes), head.position));
         }
         insert_rows_and_move_head(&mut tx, &plan.rows, plan.head).await?;
+        record_commits(&mut tx, &marks, &plan.outcomes).await?;
         tx.commit().await?;
-        Ok((plan.outcomes, plan.head.position))
+        crate::writer::crash_point(&marks);
+        Ok((merge_owned(&owned, plan.outcomes), plan.head.position))
     }
+}
+
+/// For each request, whether this process may write it: unmarked ones always, marked ones while
+/// their `Idempotency-Key` reservation is still this process's (another may have taken it over).
+async fn owned_requests(
+    conn: &mut PgConnection,
+    marks: &[Option<KeyMark>],
+) -> Result<Vec<bool>, StoreError> {
+    let mut owned = Vec::with_capacity(marks.len());
+    for mark in marks {
+        owned.push(match mark {
+            None => true,
+            Some(mark) => {
+                let owner: Option<String> = sqlx::query_scalar(
+                    "SELECT owner FROM idempotency_keys WHERE caller = $1 AND key = $2",
+                )
+                .bind(&mark.caller)
+                .bind(&mark.key)
+                .fetch_optional(&mut *conn)
+                .await?;
+                owner.as_deref() == Some(mark.owner.as_str())
+            }
+        });
+    }
+    Ok(owned)
+}
+
+/// Records on each marked reservation the position its append committed, and the response its
+/// handler prepared: in the transaction of the events.
+async fn record_commits(
+    conn: &mut PgConnection,
+    marks: &[&Option<KeyMark>],
+    outcomes: &[Result<crate::Committed, crate::AppendError>],
+) -> Result<(), StoreError> {
+    for (mark, outcome) in marks.iter().zip(outcomes) {
+        let (Some(mark), Ok(committed)) = (mark, outcome) else {
+            continue;
+        };
+        if committed.replayed {
+            continue;
+        }
+        let position = to_i64(committed.last_position());
+        sqlx::query(
+            "UPDATE idempotency_keys SET committed_position = $1 \
+             WHERE caller = $2 AND key = $3 AND owner = $4",
+        )
+        .bind(position)
+        .bind(&mark.caller)
+        .bind(&mark.key)
+        .bind(&mark.owner)
+        .execute(&mut *conn)
+        .await?;
+        if let Some((status, body)) = &mark.response {
+            sqlx::query(
+                "UPDATE idempotency_keys SET status = $1, body = $2 \
+                 WHERE caller = $3 AND key = $4 AND owner = $5 AND status = 0",
+            )
+            .bind(i32::from(*status))
+            .bind(body)
+            .bind(&mark.caller)
+            .bind(&mark.key)
+            .bind(&mark.owner)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 pub(crate) async fn read_all<'e, E>(

@@ -76,6 +76,8 @@ pub(crate) enum Db {
 
 pub(crate) struct Inner {
     pub db: Db,
+    /// This process's name as an owner of `Idempotency-Key` reservations.
+    pub instance: String,
     writer: mpsc::Sender<Pending>,
     pub head: watch::Sender<u64>,
     listener: OnceCell<()>,
@@ -127,6 +129,7 @@ impl Store {
         Ok(Store {
             inner: Arc::new(Inner {
                 db,
+                instance: uuid::Uuid::new_v4().to_string(),
                 writer,
                 head,
                 listener: OnceCell::new(),
@@ -179,10 +182,15 @@ impl Store {
         streams: Vec<StreamAppend>,
     ) -> Result<Committed, AppendError> {
         let streams = validate(streams)?;
+        let mark = crate::idempotency::current_mark();
         let (reply, receive) = oneshot::channel();
         self.inner
             .writer
-            .send(Pending { streams, reply })
+            .send(Pending {
+                streams,
+                mark,
+                reply,
+            })
             .await
             .map_err(|_| StoreError::WriterStopped)?;
         receive.await.map_err(|_| StoreError::WriterStopped)?

@@ -20,6 +20,8 @@ pub(crate) type Reply = oneshot::Sender<Result<Committed, AppendError>>;
 
 pub(crate) struct Pending {
     pub streams: Vec<ValidatedStream>,
+    /// The `Idempotency-Key` reservation this append belongs to, if any.
+    pub mark: Option<crate::idempotency::KeyMark>,
     pub reply: Reply,
 }
 
@@ -29,9 +31,13 @@ pub(crate) type GroupOutcome = (Vec<Result<Committed, AppendError>>, u64);
 pub(crate) trait GroupCommit: Send + Sync + 'static {
     /// Commits a group in one transaction and returns one outcome per request plus the new head
     /// position. An `Err` means nothing of the group was written.
+    /// `marks[i]` is request `i`'s reservation: the request is written only while this process
+    /// still owns it, and the reservation records the commit (and a prepared response) in the
+    /// same transaction.
     fn commit_group(
         &self,
         requests: &[Vec<ValidatedStream>],
+        marks: &[Option<crate::idempotency::KeyMark>],
     ) -> impl Future<Output = Result<GroupOutcome, StoreError>> + Send;
 }
 
@@ -66,9 +72,15 @@ async fn run<C: GroupCommit>(
 }
 
 async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch::Sender<u64>) {
-    let (requests, replies): (Vec<_>, Vec<_>) =
-        group.into_iter().map(|p| (p.streams, p.reply)).unzip();
-    match committer.commit_group(&requests).await {
+    let mut requests = Vec::with_capacity(group.len());
+    let mut marks = Vec::with_capacity(group.len());
+    let mut replies = Vec::with_capacity(group.len());
+    for pending in group {
+        requests.push(pending.streams);
+        marks.push(pending.mark);
+        replies.push(pending.reply);
+    }
+    match committer.commit_group(&requests, &marks).await {
         Ok((outcomes, position)) => {
             advance(head, position);
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -95,9 +107,9 @@ async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch
         Err(error) => {
             // One request must not fail its neighbours: retry each on its own.
             tracing::warn!(%error, requests = requests.len(), "group commit failed, retrying appends one by one");
-            for (request, reply) in requests.into_iter().zip(replies) {
+            for ((request, mark), reply) in requests.into_iter().zip(marks).zip(replies) {
                 let single = vec![request];
-                let outcome = match committer.commit_group(&single).await {
+                let outcome = match committer.commit_group(&single, &[mark]).await {
                     Ok((mut outcomes, position)) => {
                         advance(head, position);
                         outcomes
@@ -110,6 +122,41 @@ async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch
             }
         }
     }
+}
+
+/// The requests of a group this process may still write (`owned[i]`), their outcomes merged back
+/// with a refusal for the others: a request whose reservation another process took over (this
+/// one was presumed dead) must not write.
+pub(crate) fn merge_owned(
+    owned: &[bool],
+    outcomes: Vec<Result<Committed, AppendError>>,
+) -> Vec<Result<Committed, AppendError>> {
+    let mut outcomes = outcomes.into_iter();
+    owned
+        .iter()
+        .map(|owned| match owned {
+            true => outcomes
+                .next()
+                .unwrap_or(Err(AppendError::Store(StoreError::WriterStopped))),
+            false => Err(AppendError::ReservationLost),
+        })
+        .collect()
+}
+
+/// A deliberate crash for the tests of exactly-once across a crash: with
+/// `GPUNEX_TEST_CRASH_AFTER_COMMIT=1`, a debug build aborts the process right after committing
+/// an append that belongs to an `Idempotency-Key` reservation, before anyone hears of it.
+/// Compiled out of release builds, which are what run in production.
+pub(crate) fn crash_point(marks: &[&Option<crate::idempotency::KeyMark>]) {
+    #[cfg(debug_assertions)]
+    if marks.iter().any(|m| m.is_some())
+        && std::env::var("GPUNEX_TEST_CRASH_AFTER_COMMIT").is_ok_and(|v| v == "1")
+    {
+        eprintln!("GPUNEX_TEST_CRASH_AFTER_COMMIT: aborting after the commit");
+        std::process::abort();
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = marks;
 }
 
 /// Publishes a new head to subscribers in this process; never moves it backwards.
