@@ -76,6 +76,8 @@ pub struct CredentialCache {
     market: Arc<RwLock<Market>>,
     /// Providers' earnings lines (only from the subscription).
     earnings: Arc<RwLock<gpunex_projections::earnings::Earnings>>,
+    /// Ledger adjustment proposals and decisions (only from the subscription).
+    adjustments: Arc<RwLock<gpunex_projections::adjustments::Adjustments>>,
     /// Sticky: a credential event this binary cannot read.
     undecodable: Arc<AtomicBool>,
     /// Cleared while the follower cannot read the log.
@@ -93,6 +95,7 @@ impl Default for CredentialCache {
             fleet: Arc::default(),
             market: Arc::default(),
             earnings: Arc::default(),
+            adjustments: Arc::default(),
             undecodable: Arc::default(),
             behind: Arc::default(),
         }
@@ -171,7 +174,7 @@ impl CredentialCache {
                 || e.event_type.starts_with("market.")
                 || e.event_type.starts_with("rental.")
                 || e.event_type.starts_with("payout.")
-                || e.event_type == gpunex_domain::events::ADJUSTMENT_POSTED
+                || e.event_type.starts_with("ledger.adjustment_")
         };
         for event in events.iter().filter(relevant) {
             match event.decode() {
@@ -188,6 +191,9 @@ impl CredentialCache {
                     }
                     if let Ok(mut earnings) = self.earnings.write() {
                         earnings.apply(event.position, event.recorded_at_us, &decoded);
+                    }
+                    if let Ok(mut adjustments) = self.adjustments.write() {
+                        adjustments.apply(event.position, &decoded);
                     }
                 }
                 Err(error) => {
@@ -248,6 +254,17 @@ impl CredentialCache {
     ) -> T {
         match self.earnings.read() {
             Ok(earnings) => read(&earnings),
+            Err(poisoned) => read(&poisoned.into_inner()),
+        }
+    }
+
+    /// Reads the ledger adjustment proposals as of the registry's position.
+    pub fn with_adjustments<T>(
+        &self,
+        read: impl FnOnce(&gpunex_projections::adjustments::Adjustments) -> T,
+    ) -> T {
+        match self.adjustments.read() {
+            Ok(adjustments) => read(&adjustments),
             Err(poisoned) => read(&poisoned.into_inner()),
         }
     }

@@ -163,11 +163,13 @@ pub const fn status_of(code: ErrorCode) -> StatusCode {
         | C::OtherProvider
         | C::MachineNotOwned
         | C::RoleNotIssuable
-        | C::NotTheApplicant => StatusCode::FORBIDDEN,
+        | C::NotTheApplicant
+        | C::SamePerson => StatusCode::FORBIDDEN,
         C::NotFound => StatusCode::NOT_FOUND,
         C::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         C::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-        C::AlreadyDelisted
+        C::AlreadyDecided
+        | C::AlreadyDelisted
         | C::AlreadyEnded
         | C::AlreadyIssued
         | C::AlreadyListed
@@ -202,7 +204,8 @@ pub const fn status_of(code: ErrorCode) -> StatusCode {
         | C::WrongExpectedVersion => StatusCode::CONFLICT,
         C::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         C::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        C::AmountOutOfRange
+        C::AccountNotAdjustable
+        | C::AmountOutOfRange
         | C::BankFileInvalid
         | C::BankRailNotConfigured
         | C::DateInFuture

@@ -9,6 +9,7 @@
 )]
 
 pub mod accounts;
+pub mod adjustments;
 pub mod applications;
 pub mod auth;
 pub mod bench;

@@ -28,6 +28,8 @@ macro_rules! error_codes {
 }
 
 error_codes! {
+    AccountNotAdjustable = "account_not_adjustable",
+    AlreadyDecided = "already_decided",
     AlreadyDelisted = "already_delisted",
     AlreadyEnded = "already_ended",
     AlreadyIssued = "already_issued",
@@ -153,6 +155,7 @@ error_codes! {
     Required = "required",
     ResponseTooLarge = "response_too_large",
     RoleNotIssuable = "role_not_issuable",
+    SamePerson = "same_person",
     SelfReview = "self_review",
     ServerBusy = "server_busy",
     StatusReportTooLarge = "status_report_too_large",
@@ -164,7 +167,9 @@ error_codes! {
     TooManyRequests = "too_many_requests",
     TooManyTokens = "too_many_tokens",
     Unauthorized = "unauthorized",
+    UnbalancedEntry = "unbalanced_entry",
     UndecodableEvent = "undecodable_event",
+    UnknownAccountOwner = "unknown_account_owner",
     UnknownField = "unknown_field",
     UnknownGpu = "unknown_gpu",
     UnknownMachine = "unknown_machine",

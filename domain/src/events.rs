@@ -41,6 +41,8 @@ pub struct EventSpec {
 }
 
 pub const ADJUSTMENT_POSTED: &str = "ledger.adjustment_posted";
+pub const ADJUSTMENT_PROPOSED: &str = "ledger.adjustment_proposed";
+pub const ADJUSTMENT_DECIDED: &str = "ledger.adjustment_decided";
 
 /// Every event type the store accepts. An append of any other type is rejected.
 pub const EVENT_CATALOG: &[EventSpec] = &[
@@ -49,6 +51,8 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
         oldest_version: 1,
         current_version: 2,
     },
+    v1(ADJUSTMENT_PROPOSED),
+    v1(ADJUSTMENT_DECIDED),
     v1(APPLICATION_SUBMITTED),
     v1(APPLICATION_INFORMATION_REQUESTED),
     v1(APPLICATION_INFORMATION_PROVIDED),
@@ -189,6 +193,7 @@ pub enum DecodeError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DomainEvent {
     AdjustmentPosted(AdjustmentPosted),
+    Adjustment(crate::adjustments::AdjustmentEvent),
     Application(ApplicationEvent),
     Credential(CredentialEvent),
     Account(AccountEvent),
@@ -224,6 +229,12 @@ impl DomainEvent {
     pub fn event_type(&self) -> &'static str {
         match self {
             DomainEvent::AdjustmentPosted(_) => ADJUSTMENT_POSTED,
+            DomainEvent::Adjustment(crate::adjustments::AdjustmentEvent::Proposed(_)) => {
+                ADJUSTMENT_PROPOSED
+            }
+            DomainEvent::Adjustment(crate::adjustments::AdjustmentEvent::Decided(_)) => {
+                ADJUSTMENT_DECIDED
+            }
             DomainEvent::Application(event) => match event {
                 ApplicationEvent::Submitted(_) => APPLICATION_SUBMITTED,
                 ApplicationEvent::InformationRequested(_) => APPLICATION_INFORMATION_REQUESTED,
@@ -288,6 +299,12 @@ impl DomainEvent {
     pub fn to_payload(&self) -> Value {
         let encoded = match self {
             DomainEvent::AdjustmentPosted(event) => serde_json::to_value(event),
+            DomainEvent::Adjustment(crate::adjustments::AdjustmentEvent::Proposed(e)) => {
+                serde_json::to_value(e)
+            }
+            DomainEvent::Adjustment(crate::adjustments::AdjustmentEvent::Decided(e)) => {
+                serde_json::to_value(e)
+            }
             DomainEvent::Application(event) => match event {
                 ApplicationEvent::Submitted(e) => serde_json::to_value(e),
                 ApplicationEvent::InformationRequested(e) => serde_json::to_value(e),
@@ -369,7 +386,8 @@ impl DomainEvent {
                 crate::payouts::entry_id(event.payout_id, "failed"),
                 &event.postings,
             )),
-            DomainEvent::Application(_)
+            DomainEvent::Adjustment(_)
+            | DomainEvent::Application(_)
             | DomainEvent::Credential(_)
             | DomainEvent::Account(_)
             | DomainEvent::ModelAdded(_)
@@ -456,6 +474,12 @@ fn decode_with(
             validate_reason(&event.reason).map_err(malformed)?;
             DomainEvent::AdjustmentPosted(event)
         }
+        (ADJUSTMENT_PROPOSED, _) => DomainEvent::Adjustment(
+            crate::adjustments::AdjustmentEvent::Proposed(source.parse().map_err(json)?),
+        ),
+        (ADJUSTMENT_DECIDED, _) => DomainEvent::Adjustment(
+            crate::adjustments::AdjustmentEvent::Decided(source.parse().map_err(json)?),
+        ),
         (APPLICATION_SUBMITTED, _) => application(ApplicationEvent::Submitted(
             source.parse::<ApplicationSubmitted>().map_err(json)?,
         )),

@@ -9,6 +9,7 @@
 )]
 
 pub mod accounts;
+pub mod adjustments;
 pub mod calendar;
 pub mod codes;
 pub mod credentials;

@@ -11,6 +11,7 @@
 )]
 
 pub mod accounts;
+pub mod adjustments;
 pub mod applications;
 pub mod credentials;
 pub mod earnings;

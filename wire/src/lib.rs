@@ -294,3 +294,58 @@ pub mod market;
 pub mod payouts;
 
 pub mod rentals;
+
+/// One line of a proposed adjustment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdjustmentLine {
+    /// An account: `provider_payable:<provider id>`, `renter_receivable:<user id>`,
+    /// `platform_revenue` or `platform_adjustments`.
+    pub account: String,
+    /// `debit` or `credit`.
+    pub side: String,
+    pub amount_micro_usdc: i64,
+}
+
+/// `POST /v1/ledger/adjustments`: propose a balanced entry, with why and what supports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProposeAdjustment {
+    pub reason: String,
+    pub evidence: String,
+    pub postings: Vec<AdjustmentLine>,
+}
+
+/// `POST /v1/ledger/adjustments/{id}/approve` and `/reject`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecideAdjustment {
+    /// Required to reject.
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// A proposed adjustment and its decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AdjustmentView {
+    pub proposal_id: Uuid,
+    /// The entry id the posting carries once approved.
+    pub entry_id: Uuid,
+    /// `proposed`, `approved` or `rejected`.
+    pub status: String,
+    pub reason: String,
+    pub evidence: String,
+    pub postings: Vec<AdjustmentLine>,
+    pub total_micro_usdc: i64,
+    pub total_usdc: String,
+    pub proposed_by: String,
+    pub proposed_at: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub decision_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AdjustmentList {
+    pub adjustments: Vec<AdjustmentView>,
+}
