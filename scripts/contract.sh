@@ -5,7 +5,8 @@
 #   2. the SEPA files the tests wrote validate against the pain.001.001.09 schema (sepaxml's);
 #   3. schemathesis fuzzes every operation against the served document, on SQLite and on
 #      PostgreSQL, with response conformance on: no 5xx, no undocumented status, no response
-#      that breaks its schema; then `gpunex audit verify` and `audit reconcile` must be clean;
+#      that breaks its schema; its /metrics, read with Prometheus's own parser, must agree;
+#      then `gpunex audit verify` and `audit reconcile` must be clean;
 #   4. a client generated from the served document (openapi-python-client) drives the guide's
 #      story, from application to first earnings (contract/story.py).
 #
@@ -109,6 +110,8 @@ fuzz() {
     unavailable=$(grep -c '"status":503' "$work/$name/server.log" || true)
     errors=$(grep -cE '"status":5(0[0-24-9]|[1-9][0-9])' "$work/$name/server.log" || true)
     echo "requests answered 503: $unavailable; other 5xx: $errors"
+    # The server's own count agrees, read as Prometheus would read it.
+    GPUNEX_BASE=$base "$bin_dir/python" contract/metrics.py || status=1
     if [[ $errors -ne 0 ]]; then
         grep -E '"status":5(0[0-24-9]|[1-9][0-9])' "$work/$name/server.log" | head -20 >&2
         status=1

@@ -420,6 +420,8 @@ impl Allow {
 pub struct Guard {
     pub state: AppState,
     pub roles: crate::routes::Roles,
+    /// The route also admits loopback requests without credentials (when the server allows).
+    pub loopback: bool,
     /// The query parameters the route's operation declares.
     pub query_parameters: Arc<Vec<String>>,
 }
@@ -434,7 +436,7 @@ pub async fn guard(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    if !guard.roles.is_empty() {
+    if !guard.roles.is_empty() && !loopback_admitted(&guard, &request) {
         let caller = match authenticate(request.headers(), &guard.state) {
             Ok(caller) => caller,
             Err(error) => return error.into_response(),
@@ -468,6 +470,21 @@ pub async fn guard(
         return error.into_response();
     }
     crate::idempotency::idempotency(guard.state, request, next).await
+}
+
+/// Whether a route that admits loopback requests has one: no credentials, from 127.0.0.0/8 or
+/// ::1 (the server loop records each connection's peer), and the server allows it. A request
+/// with credentials is authenticated as any other.
+fn loopback_admitted(guard: &Guard, request: &axum::extract::Request) -> bool {
+    guard.loopback
+        && guard.state.metrics_loopback
+        && !request
+            .headers()
+            .contains_key(axum::http::header::AUTHORIZATION)
+        && request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .is_some_and(|peer| peer.0.ip().to_canonical().is_loopback())
 }
 
 /// Refuses a query parameter the route's operation does not declare: what the document lists

@@ -228,6 +228,11 @@ pub struct ServerArgs {
     /// Most requests one token may have in flight at once (`429 too_many_requests`).
     #[arg(long, env = "GPUNEX_REQUESTS_IN_FLIGHT_PER_TOKEN", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub requests_in_flight_per_token: u32,
+    /// Whether `GET /metrics` answers requests from the loopback interface without credentials
+    /// (a Prometheus on the same host). Turn it off when a proxy on the same host forwards
+    /// outside traffic: every request would then come from loopback. Admins always may.
+    #[arg(long, env = "GPUNEX_METRICS_LOOPBACK", default_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub metrics_loopback: bool,
 }
 
 impl ServerArgs {

@@ -8,8 +8,11 @@
 //!   answered `503 server_busy` with `Retry-After` and closed. So partial requests cannot lock normal
 //!   clients out (the descriptors they hold are reclaimed first), and the process never runs out
 //!   of file descriptors because of them.
-//! - A client has [`ServerLimits::header_read_timeout`] to send a request's headers (hyper's
-//!   own timer), and a connection idle longer than [`ServerLimits::idle_timeout`] is closed.
+//! - A client has [`ServerLimits::header_read_timeout`] to send a request's headers: from the
+//!   connection's opening for its first request, from the first byte for a later one. A
+//!   keep-alive connection with nothing sent for longer than [`ServerLimits::idle_timeout`] is
+//!   closed. (hyper's own header timer is not used: it also runs while a keep-alive connection
+//!   waits for its next request, which would cut every idle connection at the header deadline.)
 //! - Body reads have their own deadline in the extractors (`json::Json`, `408`).
 //!
 //! Every limit is a named setting of `gpunex serve` (`docs/api.md`, "Limits").
@@ -25,6 +28,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
+
+use crate::metrics::ConnectionStats;
 
 /// How many clients, and how slow, the server tolerates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +143,9 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 struct Slot {
     in_flight: Arc<AtomicUsize>,
     reading_body: Arc<AtomicUsize>,
+    /// Milliseconds since the table's epoch, plus one, when the client began sending the
+    /// headers of a request not yet started; 0 when it is not sending any.
+    headers_since_ms: Arc<AtomicU64>,
     /// Milliseconds since the table's epoch of the last request start or end.
     last_activity_ms: Arc<AtomicU64>,
     close: tokio::sync::watch::Sender<Close>,
@@ -155,6 +163,8 @@ struct Table {
     limits: ServerLimits,
     /// Notified whenever a slot is freed.
     released: Arc<tokio::sync::Notify>,
+    /// What `GET /metrics` reports of connections.
+    stats: Arc<ConnectionStats>,
 }
 
 /// What a connection task holds of its slot.
@@ -162,18 +172,20 @@ struct Admitted {
     id: u64,
     in_flight: Arc<AtomicUsize>,
     reading_body: Arc<AtomicUsize>,
+    headers_since_ms: Arc<AtomicU64>,
     last_activity_ms: Arc<AtomicU64>,
     close: tokio::sync::watch::Receiver<Close>,
 }
 
 impl Table {
-    fn new(limits: ServerLimits) -> Table {
+    fn new(limits: ServerLimits, stats: Arc<ConnectionStats>) -> Table {
         Table {
             slots: Arc::default(),
             next_id: Arc::default(),
             epoch: Instant::now(),
             limits,
             released: Arc::default(),
+            stats,
         }
     }
 
@@ -219,6 +231,7 @@ impl Table {
                     "closing a connection to make room"
                 );
                 let _ = slot.close.send(Close::Idle);
+                self.stats.closed_for_room.fetch_add(1, Ordering::Relaxed);
                 true
             }
             None => false,
@@ -236,6 +249,8 @@ impl Table {
         let slot = Slot {
             in_flight: Arc::default(),
             reading_body: Arc::default(),
+            // A new connection owes its first request's headers from now.
+            headers_since_ms: Arc::new(AtomicU64::new(self.now_ms() + 1)),
             last_activity_ms: Arc::new(AtomicU64::new(self.now_ms())),
             close,
             closing: false,
@@ -245,34 +260,55 @@ impl Table {
             id,
             in_flight: slot.in_flight.clone(),
             reading_body: slot.reading_body.clone(),
+            headers_since_ms: slot.headers_since_ms.clone(),
             last_activity_ms: slot.last_activity_ms.clone(),
             close: watch,
         };
         slots.insert(id, slot);
+        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        self.stats.open.fetch_add(1, Ordering::Relaxed);
         Some(admitted)
     }
 
     /// Frees a connection's slot once its socket is closed.
     fn release(&self, id: u64) {
-        self.slots
+        let removed = self
+            .slots
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
+        if removed.is_some() {
+            self.stats.open.fetch_sub(1, Ordering::Relaxed);
+        }
         self.released.notify_waiters();
     }
 
-    /// Closes connections idle longer than the idle timeout.
+    /// Closes connections idle longer than the idle timeout, and those whose request headers
+    /// have not all arrived within the header deadline.
     fn sweep(&self) {
         let idle_ms = u64::try_from(self.limits.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+        let headers_ms =
+            u64::try_from(self.limits.header_read_timeout.as_millis()).unwrap_or(u64::MAX);
         let now = self.now_ms();
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         for slot in slots.values_mut() {
-            let idle = slot.in_flight.load(Ordering::SeqCst) == 0
-                && now.saturating_sub(slot.last_activity_ms.load(Ordering::SeqCst)) > idle_ms;
-            if idle && !slot.closing {
-                slot.closing = true;
-                let _ = slot.close.send(Close::Idle);
+            if slot.closing || slot.in_flight.load(Ordering::SeqCst) != 0 {
+                continue;
             }
+            let headers_since = slot.headers_since_ms.load(Ordering::SeqCst);
+            let counter =
+                if headers_since != 0 && now.saturating_sub(headers_since - 1) > headers_ms {
+                    &self.stats.closed_header_timeout
+                } else if headers_since == 0
+                    && now.saturating_sub(slot.last_activity_ms.load(Ordering::SeqCst)) > idle_ms
+                {
+                    &self.stats.closed_idle
+                } else {
+                    continue;
+                };
+            slot.closing = true;
+            let _ = slot.close.send(Close::Idle);
+            counter.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -364,13 +400,15 @@ fn busy_answer() -> Vec<u8> {
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
+/// Connection figures go to `stats` (`AppState::metrics`).
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limits: ServerLimits,
+    stats: Arc<ConnectionStats>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let table = Table::new(limits);
+    let table = Table::new(limits, stats);
     let busy = busy_answer();
     let sweeper = {
         let table = table.clone();
@@ -412,6 +450,7 @@ pub async fn serve(
         };
         let Some(admitted) = table.admit(peer) else {
             tracing::warn!(%peer, open = table.open(), "no connection to spare: answered server_busy");
+            table.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
             let answer = busy.clone();
             tokio::spawn(async move {
                 let _ = stream.write_all(&answer).await;
@@ -460,10 +499,17 @@ async fn connection(
     let Admitted {
         in_flight,
         reading_body,
+        headers_since_ms,
         last_activity_ms,
         mut close,
         ..
     } = admitted;
+    let stream = Watched {
+        inner: stream,
+        in_flight: in_flight.clone(),
+        headers_since_ms: headers_since_ms.clone(),
+        epoch: table.epoch,
+    };
     let epoch = table.epoch;
     let body_read_timeout = table.limits.body_read_timeout;
     let service = tower::service_fn(
@@ -477,6 +523,8 @@ async fn connection(
                 .insert(BodyReading(reading_body.clone()));
             // Held until the response's body is sent or dropped: the connection is busy till then.
             let busy = Busy::start(in_flight.clone(), last_activity_ms.clone(), epoch);
+            // The headers are in.
+            headers_since_ms.store(0, Ordering::SeqCst);
             let app = app.clone();
             async move {
                 let response = app.oneshot(request).await?;
@@ -490,9 +538,10 @@ async fn connection(
         },
     );
     let mut builder = hyper::server::conn::http1::Builder::new();
+    // The header deadline is the sweep's (see the module's notes); hyper's is off.
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(table.limits.header_read_timeout)
+        .header_read_timeout(None)
         .keep_alive(true);
     let conn = builder.serve_connection(
         TokioIo::new(stream),
@@ -512,5 +561,75 @@ async fn connection(
                 let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
             }
         }
+    }
+}
+
+/// A connection's socket, noting when a client that has no request in flight starts sending one
+/// (its first bytes start the header deadline).
+struct Watched {
+    inner: tokio::net::TcpStream,
+    in_flight: Arc<AtomicUsize>,
+    headers_since_ms: Arc<AtomicU64>,
+    epoch: Instant,
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(poll, std::task::Poll::Ready(Ok(())))
+            && buf.filled().len() > before
+            && self.in_flight.load(Ordering::SeqCst) == 0
+        {
+            let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+            // Only the first bytes of a request start its deadline.
+            let _ = self.headers_since_ms.compare_exchange(
+                0,
+                now.saturating_add(1),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
+        poll
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

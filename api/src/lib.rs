@@ -26,6 +26,7 @@ pub mod http_server;
 pub mod idempotency;
 pub mod json;
 pub mod market;
+pub mod metrics;
 pub mod outbox;
 pub mod params;
 pub mod payout_run;

@@ -57,7 +57,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             solana,
         } => {
             let fleet = fleet.config()?;
-            let limits = server.limits()?;
+            let http = gpunex_api::server::Http {
+                limits: server.limits()?,
+                metrics_loopback: server.metrics_loopback,
+            };
             let payouts = gpunex_api::server::Payouts {
                 config: gpunex_api::payout_run::PayoutConfig::new(
                     payouts.policy()?,
@@ -82,7 +85,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 notifications,
                 fleet,
                 payouts,
-                limits,
+                http,
                 public_url,
             )
             .await?;

@@ -59,6 +59,9 @@ pub struct Endpoint {
     pub operation_id: String,
     pub summary: String,
     pub roles: Roles,
+    /// Also admits requests from the loopback interface without credentials (`GET /metrics`,
+    /// for a Prometheus on the same host), when the server allows it.
+    pub loopback: bool,
     /// The query parameters it declares (the guard refuses others).
     pub query_parameters: Vec<String>,
     /// The document's operation object.
@@ -78,7 +81,16 @@ pub struct Routes {
 
 impl Routes {
     /// Adds one handler (`routes!(handler)`) admitting `roles`.
-    pub fn add(mut self, roles: Roles, (schemas, paths, router): Route) -> Routes {
+    pub fn add(self, roles: Roles, route: Route) -> Routes {
+        self.push(roles, false, route)
+    }
+
+    /// Adds one handler admitting `roles`, and loopback requests without credentials.
+    pub fn add_loopback(self, roles: Roles, route: Route) -> Routes {
+        self.push(roles, true, route)
+    }
+
+    fn push(mut self, roles: Roles, loopback: bool, (schemas, paths, router): Route) -> Routes {
         let paths = serde_json::to_value(&paths).unwrap_or_default();
         let (path, item) = paths
             .as_object()
@@ -101,7 +113,7 @@ impl Routes {
             .filter(|p| p["in"] == "query")
             .filter_map(|p| p["name"].as_str().map(str::to_owned))
             .collect();
-        let operation = with_contract(operation, &method, roles);
+        let operation = with_contract(operation, &method, roles, loopback);
         self.endpoints.push(Endpoint {
             summary: operation["summary"].as_str().unwrap_or_default().to_owned(),
             operation_id: operation["operationId"]
@@ -111,6 +123,7 @@ impl Routes {
             method,
             path,
             roles,
+            loopback,
             query_parameters,
             operation,
         });
@@ -136,6 +149,7 @@ impl Routes {
             let guard = crate::auth::Guard {
                 state: state.clone(),
                 roles: endpoint.roles,
+                loopback: endpoint.loopback,
                 query_parameters: std::sync::Arc::new(endpoint.query_parameters),
             };
             let route = route.route_layer(axum::middleware::from_fn_with_state(
@@ -224,10 +238,14 @@ const TAGS: [(&str, &str); 13] = [
 
 /// The operation with what the list adds: the roles as security, and the problem responses the
 /// route can give (by status; each lists the codes of its status).
-fn with_contract(mut operation: Value, method: &str, roles: Roles) -> Value {
+fn with_contract(mut operation: Value, method: &str, roles: Roles, loopback: bool) -> Value {
     let names: Vec<&str> = roles.iter().map(|r| r.name()).collect();
     operation["x-gpunex-roles"] = json!(names);
-    if !roles.is_empty() {
+    if loopback {
+        // An empty requirement: no credentials (from the loopback interface).
+        operation["x-gpunex-loopback"] = json!(true);
+        operation["security"] = json!([{"bearer": names}, {}]);
+    } else if !roles.is_empty() {
         operation["security"] = json!([{"bearer": names}]);
     }
     let has_body = operation.get("requestBody").is_some();

@@ -34,6 +34,10 @@ pub struct AppState {
     pub limits: crate::http_server::ServerLimits,
     /// Requests in flight per token.
     pub token_load: crate::http_server::TokenLoad,
+    /// What `GET /metrics` reports.
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Whether `GET /metrics` answers requests from the loopback interface without credentials.
+    pub metrics_loopback: bool,
 }
 
 impl AppState {
@@ -55,7 +59,15 @@ impl AppState {
             payouts: std::sync::Arc::default(),
             limits: crate::http_server::ServerLimits::default(),
             token_load: crate::http_server::TokenLoad::default(),
+            metrics: std::sync::Arc::default(),
+            metrics_loopback: true,
         })
+    }
+
+    /// Sets whether `GET /metrics` admits loopback requests without credentials.
+    pub fn with_metrics_loopback(mut self, admitted: bool) -> AppState {
+        self.metrics_loopback = admitted;
+        self
     }
 
     /// Sets the payout rules and the platform's bank account.
@@ -95,6 +107,7 @@ pub fn endpoints() -> crate::routes::Routes {
         .add(PUBLIC, routes!(readyz))
         .add(PUBLIC, routes!(crate::docs::errors))
         .add(PUBLIC, routes!(crate::routes::openapi))
+        .add_loopback(ADMIN, routes!(crate::metrics::endpoint))
         .add(ADMIN, routes!(list_events))
         .add(ADMIN_FINANCE, routes!(projections))
         .add(ADMIN_FINANCE, routes!(balances))
@@ -173,11 +186,18 @@ pub fn endpoints() -> crate::routes::Routes {
 }
 
 pub fn router(state: AppState) -> Router {
+    let metrics = state.metrics.clone();
     endpoints()
         .into_router(&state)
         .fallback(|| async { ApiError::NoRoute })
         .with_state(state)
         .layer(axum::middleware::from_fn(crate::error::problem_bodies))
+        // Outermost, so it counts the status that is sent; `Router::layer` runs after routing,
+        // so the matched route template is known.
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            crate::metrics::record,
+        ))
 }
 
 #[utoipa::path(
@@ -485,15 +505,27 @@ pub struct Payouts {
     pub solana: Option<crate::payout_send::SolanaRail>,
 }
 
+/// How the HTTP side runs: its limits, and who reads `/metrics`.
+#[derive(Debug, Clone, Copy)]
+pub struct Http {
+    pub limits: crate::http_server::ServerLimits,
+    /// `GET /metrics` admits loopback requests without credentials.
+    pub metrics_loopback: bool,
+}
+
 pub async fn serve(
     store: Store,
     listen: std::net::SocketAddr,
     notifications: Option<crate::outbox::Transport>,
     fleet: crate::fleet::FleetConfig,
     payouts: Payouts,
-    limits: crate::http_server::ServerLimits,
+    http: Http,
     public_url: Option<String>,
 ) -> anyhow::Result<()> {
+    let Http {
+        limits,
+        metrics_loopback,
+    } = http;
     let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -514,7 +546,8 @@ pub async fn serve(
         .await?
         .with_fleet_config(fleet)
         .with_payout_config(payouts.config.clone())
-        .with_limits(limits);
+        .with_limits(limits)
+        .with_metrics_loopback(metrics_loopback);
     let scheduler = payouts.scheduler.then(|| {
         tokio::spawn(crate::payout_run::run_scheduler(
             state.store.clone(),
@@ -544,8 +577,9 @@ pub async fn serve(
             public_url.clone(),
         ))
     });
+    let connections = state.metrics.connections.clone();
     let app = router(state).layer(axum::middleware::from_fn(log_request));
-    crate::http_server::serve(listener, app, limits, shutdown_signal()).await?;
+    crate::http_server::serve(listener, app, limits, connections, shutdown_signal()).await?;
     runner.abort();
     watchdog.abort();
     for task in [scheduler, sender].into_iter().flatten() {

@@ -121,6 +121,19 @@ async fn partial_requests_do_not_lock_out_normal_clients() {
         Some(""),
         "the oldest partial request was closed"
     );
+    // The server's own figures say the same (a Prometheus on this host reads them anonymously).
+    let metrics = common::scrape(&base, None).await;
+    let room = metrics
+        .value(
+            "gpunex_http_connections_closed_total",
+            &[("reason", "room")],
+        )
+        .unwrap();
+    assert!(
+        room >= 364.0 - 128.0,
+        "{room} connections closed to make room"
+    );
+    assert!(metrics.value("gpunex_http_connections_open", &[]).unwrap() <= 128.0);
     drop(held);
     server.start_kill().unwrap();
     let output = server.wait_with_output().await.unwrap();
@@ -146,7 +159,7 @@ async fn headers_bodies_and_idle_connections_have_deadlines() {
     let (_, base) = limited(ServerLimits {
         header_read_timeout: Duration::from_millis(500),
         body_read_timeout: Duration::from_millis(500),
-        idle_timeout: Duration::from_millis(800),
+        idle_timeout: Duration::from_millis(1_500),
         ..ServerLimits::default()
     })
     .await;
@@ -169,6 +182,16 @@ async fn headers_bodies_and_idle_connections_have_deadlines() {
         "{answer}"
     );
 
+    // A connection that never sends a request owes its first headers from the start.
+    let mut silent = partial(&address, b"").await;
+    let started = Instant::now();
+    assert!(
+        read_to_close(&mut silent, Duration::from_secs(5))
+            .await
+            .is_some()
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+
     let mut idle = partial(
         &address,
         b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
@@ -180,9 +203,35 @@ async fn headers_bodies_and_idle_connections_have_deadlines() {
         .expect("an idle keep-alive connection is closed");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let after = started.elapsed();
+    // The idle timeout, not the header deadline, ends a keep-alive connection's wait for its
+    // next request.
     assert!(
-        after >= Duration::from_millis(500) && after < Duration::from_secs(4),
+        after >= Duration::from_millis(1_500) && after < Duration::from_secs(4),
         "{after:?}"
+    );
+    let metrics = common::scrape(&base, None).await;
+    let closed = |reason| {
+        metrics
+            .value(
+                "gpunex_http_connections_closed_total",
+                &[("reason", reason)],
+            )
+            .unwrap()
+    };
+    assert!(closed("header_timeout") >= 1.0);
+    assert!(closed("idle") >= 1.0);
+    // The slow body's answer is counted like any other.
+    assert!(
+        metrics
+            .value(
+                "gpunex_http_requests_total",
+                &[
+                    ("route", "/v1/accounts"),
+                    ("method", "POST"),
+                    ("status", "408")
+                ],
+            )
+            .is_some()
     );
 }
 

@@ -251,6 +251,22 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     assert_eq!(again["payouts"], monday["payouts"]);
     assert_eq!(store.head_position().await.unwrap(), head);
 
+    // The payout queues in the metrics: one scheduled payout per rail, to the micro-USDC.
+    let metrics = common::scrape(&base, Some(&admin)).await;
+    for (rail, micros) in [("solana", 25_123_200.0), ("bank", 31_410_000.0)] {
+        let labels = [("rail", rail), ("status", "scheduled")];
+        assert_eq!(
+            metrics.value("gpunex_payouts", &labels),
+            Some(1.0),
+            "{rail}"
+        );
+        assert_eq!(
+            metrics.value("gpunex_payouts_micro_usdc", &labels),
+            Some(micros),
+            "{rail}"
+        );
+    }
+
     // Finance pages through a batch's payouts, and lists batches without them.
     let path = "/v1/payout-batches/2026-11-02";
     let (status, _, first) =

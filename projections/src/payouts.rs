@@ -308,4 +308,36 @@ impl PayoutBook {
         open.sort_by_key(|r| (r.scheduled.payout_date, r.scheduled.payout_id));
         open
     }
+
+    /// How many payouts, and how much, stand at each status on each rail: the payout queues
+    /// (scheduled: waiting for its rail; submitted: waiting to settle).
+    pub fn queues(&self) -> Vec<PayoutQueue> {
+        let mut queues: BTreeMap<(u8, u8), PayoutQueue> = BTreeMap::new();
+        for record in self.payouts.values() {
+            let rail = record.scheduled.method.rail();
+            let status = record.status();
+            let queue = queues
+                .entry((rail as u8, status as u8))
+                .or_insert(PayoutQueue {
+                    rail,
+                    status,
+                    payouts: 0,
+                    micro_usdc: 0,
+                });
+            queue.payouts += 1;
+            queue.micro_usdc = queue
+                .micro_usdc
+                .saturating_add(record.scheduled.amount.micros());
+        }
+        queues.into_values().collect()
+    }
+}
+
+/// The payouts at one status on one rail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayoutQueue {
+    pub rail: gpunex_domain::payouts::Rail,
+    pub status: PayoutStatus,
+    pub payouts: u64,
+    pub micro_usdc: i64,
 }

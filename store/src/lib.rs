@@ -26,6 +26,7 @@ mod plan;
 mod postgres;
 mod sqlite;
 mod sqlite_scan;
+pub mod stats;
 mod store;
 mod subscription;
 mod writer;

@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     /// This process's name as an owner of `Idempotency-Key` reservations.
     pub instance: String,
     writer: mpsc::Sender<Pending>,
+    /// What the writer has done since the process started.
+    stats: Arc<crate::stats::WriterStats>,
     pub head: watch::Sender<u64>,
     listener: OnceCell<()>,
 }
@@ -108,16 +110,17 @@ impl Store {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
         let scheme = url.split_once(':').map_or(url, |(scheme, _)| scheme);
         let (head, _) = watch::channel(0);
+        let stats = Arc::new(crate::stats::WriterStats::default());
         let (db, writer) = match scheme {
             "sqlite" => {
                 let backend = Arc::new(SqliteBackend::connect(url).await?);
-                let writer = writer::spawn(Arc::clone(&backend), head.clone());
+                let writer = writer::spawn(Arc::clone(&backend), head.clone(), Arc::clone(&stats));
                 (Db::Sqlite(backend), writer)
             }
             "postgres" | "postgresql" => {
                 let backend =
                     Arc::new(PgBackend::connect(url, options.postgres_connections_max).await?);
-                let writer = writer::spawn(Arc::clone(&backend), head.clone());
+                let writer = writer::spawn(Arc::clone(&backend), head.clone(), Arc::clone(&stats));
                 (Db::Postgres(backend), writer)
             }
             other => {
@@ -131,6 +134,7 @@ impl Store {
                 db,
                 instance: uuid::Uuid::new_v4().to_string(),
                 writer,
+                stats,
                 head,
                 listener: OnceCell::new(),
             }),
@@ -152,6 +156,19 @@ impl Store {
         let head = self.head_position().await?;
         writer::advance(&self.inner.head, head);
         Ok(())
+    }
+
+    /// The writer's counters: appends, group commits, events, group sizes, commit times.
+    pub fn writer_stats(&self) -> &crate::stats::WriterStats {
+        &self.inner.stats
+    }
+
+    /// Appends waiting for the writer right now.
+    pub fn append_queue_len(&self) -> usize {
+        self.inner
+            .writer
+            .max_capacity()
+            .saturating_sub(self.inner.writer.capacity())
     }
 
     pub fn backend(&self) -> Backend {

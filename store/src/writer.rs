@@ -5,10 +5,13 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::envelope::ValidatedStream;
+use crate::stats::WriterStats;
 use crate::{AppendError, Committed, StoreError};
 
 /// Appends waiting for the writer before callers are made to wait for room.
@@ -44,9 +47,10 @@ pub(crate) trait GroupCommit: Send + Sync + 'static {
 pub(crate) fn spawn<C: GroupCommit>(
     committer: Arc<C>,
     head: watch::Sender<u64>,
+    stats: Arc<WriterStats>,
 ) -> mpsc::Sender<Pending> {
     let (sender, receiver) = mpsc::channel(QUEUE_APPENDS_MAX);
-    tokio::spawn(run(committer, receiver, head));
+    tokio::spawn(run(committer, receiver, head, stats));
     sender
 }
 
@@ -54,6 +58,7 @@ async fn run<C: GroupCommit>(
     committer: Arc<C>,
     mut receiver: mpsc::Receiver<Pending>,
     head: watch::Sender<u64>,
+    stats: Arc<WriterStats>,
 ) {
     while let Some(first) = receiver.recv().await {
         let mut events: usize = first.streams.iter().map(|s| s.events.len()).sum();
@@ -67,11 +72,22 @@ async fn run<C: GroupCommit>(
                 Err(_) => break,
             }
         }
-        commit(&*committer, group, &head).await;
+        commit(&*committer, group, &head, &stats).await;
     }
 }
 
-async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch::Sender<u64>) {
+/// Commits one group and answers each caller; every outcome is counted in `stats`.
+async fn commit<C: GroupCommit>(
+    committer: &C,
+    group: Vec<Pending>,
+    head: &watch::Sender<u64>,
+    stats: &WriterStats,
+) {
+    let answer = |reply: Reply, outcome: Result<Committed, AppendError>| {
+        stats.outcome(&outcome);
+        // The caller may have gone away (timeout, cancelled request); the append stands.
+        let _ = reply.send(outcome);
+    };
     let mut requests = Vec::with_capacity(group.len());
     let mut marks = Vec::with_capacity(group.len());
     let mut replies = Vec::with_capacity(group.len());
@@ -80,17 +96,30 @@ async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch
         marks.push(pending.mark);
         replies.push(pending.reply);
     }
-    match committer.commit_group(&requests, &marks).await {
+    let started = Instant::now();
+    let result = committer.commit_group(&requests, &marks).await;
+    match &result {
+        Ok(_) => {
+            stats.commits.fetch_add(1, Ordering::Relaxed);
+            stats.group_size.observe(requests.len() as u64);
+            stats
+                .commit_micros
+                .observe(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+        }
+        Err(_) => {
+            stats.commit_failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    match result {
         Ok((outcomes, position)) => {
             advance(head, position);
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                // The caller may have gone away (timeout, cancelled request); the append stands.
-                let _ = reply.send(outcome);
+                answer(reply, outcome);
             }
         }
         Err(error) if requests.len() == 1 => {
             if let Some(reply) = replies.into_iter().next() {
-                let _ = reply.send(Err(AppendError::Store(error)));
+                answer(reply, Err(AppendError::Store(error)));
             }
         }
         Err(error) if error.is_unavailable() => {
@@ -99,9 +128,10 @@ async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch
             tracing::warn!(%error, requests = requests.len(), "group commit failed: database unavailable");
             let message = error.to_string();
             for reply in replies {
-                let _ = reply.send(Err(AppendError::Store(StoreError::Unavailable(
-                    message.clone(),
-                ))));
+                answer(
+                    reply,
+                    Err(AppendError::Store(StoreError::Unavailable(message.clone()))),
+                );
             }
         }
         Err(error) => {
@@ -109,16 +139,25 @@ async fn commit<C: GroupCommit>(committer: &C, group: Vec<Pending>, head: &watch
             tracing::warn!(%error, requests = requests.len(), "group commit failed, retrying appends one by one");
             for ((request, mark), reply) in requests.into_iter().zip(marks).zip(replies) {
                 let single = vec![request];
+                let started = Instant::now();
                 let outcome = match committer.commit_group(&single, &[mark]).await {
                     Ok((mut outcomes, position)) => {
+                        stats.commits.fetch_add(1, Ordering::Relaxed);
+                        stats.group_size.observe(1);
+                        stats.commit_micros.observe(
+                            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                        );
                         advance(head, position);
                         outcomes
                             .pop()
                             .unwrap_or(Err(AppendError::Store(StoreError::WriterStopped)))
                     }
-                    Err(error) => Err(AppendError::Store(error)),
+                    Err(error) => {
+                        stats.commit_failures.fetch_add(1, Ordering::Relaxed);
+                        Err(AppendError::Store(error))
+                    }
                 };
-                let _ = reply.send(outcome);
+                answer(reply, outcome);
             }
         }
     }

@@ -14,11 +14,13 @@ pub async fn serve(state: AppState) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let limits = state.limits;
+    let connections = state.metrics.connections.clone();
     tokio::spawn(async move {
         gpunex_api::http_server::serve(
             listener,
             router(state),
             limits,
+            connections,
             std::future::pending::<()>(),
         )
         .await
@@ -410,4 +412,143 @@ pub fn heartbeat(machine: Uuid, gpus: u32) -> Value {
         "machine_id": machine,
         "gpus": (0..gpus).map(|i| sample(machine, i, 60 + i64::from(i))).collect::<Vec<_>>(),
     })
+}
+
+/// One sample of a `/metrics` exposition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub value: String,
+}
+
+/// A `/metrics` exposition, read and checked against the text format as it is read: every
+/// family has one `# HELP` and one `# TYPE` before its samples, every sample belongs to a
+/// declared family (a histogram's through `_bucket`, `_sum`, `_count`), names and labels are
+/// well formed, values are numbers, and no series appears twice.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    pub types: std::collections::BTreeMap<String, String>,
+    pub samples: Vec<Sample>,
+}
+
+impl Exposition {
+    pub fn parse(text: &str) -> Exposition {
+        let name_ok = |name: &str| {
+            !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        };
+        let mut exposition = Exposition::default();
+        let mut helped = std::collections::BTreeSet::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').unwrap();
+                assert!(name_ok(name) && !help.is_empty(), "{line}");
+                assert!(helped.insert(name.to_owned()), "HELP {name} twice");
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(helped.contains(name), "TYPE {name} before its HELP");
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                assert!(
+                    exposition
+                        .types
+                        .insert(name.to_owned(), kind.to_owned())
+                        .is_none(),
+                    "TYPE {name} twice"
+                );
+                continue;
+            }
+            assert!(!line.starts_with('#') && !line.is_empty(), "{line:?}");
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            assert!(
+                value == "+Inf" || value.parse::<f64>().is_ok(),
+                "value of {line}"
+            );
+            let (name, labels) = match series.split_once('{') {
+                Some((name, labels)) => (name, labels.strip_suffix('}').unwrap()),
+                None => (series, ""),
+            };
+            assert!(name_ok(name), "{line}");
+            let family = exposition.types.get(name).map(|_| name).or_else(|| {
+                ["_bucket", "_sum", "_count"].iter().find_map(|suffix| {
+                    name.strip_suffix(suffix).filter(|base| {
+                        exposition.types.get(*base).map(String::as_str) == Some("histogram")
+                    })
+                })
+            });
+            assert!(family.is_some(), "{name} has no TYPE");
+            let mut parsed = std::collections::BTreeMap::new();
+            let mut rest = labels;
+            while !rest.is_empty() {
+                let (label, after) = rest.split_once("=\"").unwrap();
+                assert!(name_ok(label), "label {label} in {line}");
+                let mut value = String::new();
+                let mut chars = after.char_indices();
+                let end = loop {
+                    match chars.next() {
+                        Some((_, '\\')) => match chars.next() {
+                            Some((_, 'n')) => value.push('\n'),
+                            Some((_, c)) => value.push(c),
+                            None => panic!("{line}"),
+                        },
+                        Some((i, '"')) => break i,
+                        Some((_, c)) => value.push(c),
+                        None => panic!("unterminated label in {line}"),
+                    }
+                };
+                assert!(parsed.insert(label.to_owned(), value).is_none(), "{line}");
+                rest = after[end + 1..]
+                    .strip_prefix(',')
+                    .unwrap_or(&after[end + 1..]);
+            }
+            assert!(seen.insert(series.to_owned()), "{series} twice");
+            exposition.samples.push(Sample {
+                name: name.to_owned(),
+                labels: parsed,
+                value: value.to_owned(),
+            });
+        }
+        exposition
+    }
+
+    /// The value of the one sample named `name` carrying every label of `labels`.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let matching: Vec<&Sample> = self
+            .samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
+            .collect();
+        assert!(matching.len() <= 1, "{name} {labels:?}: {matching:?}");
+        matching.first().map(|s| s.value.parse().unwrap())
+    }
+
+    pub fn all(&self, name: &str) -> Vec<&Sample> {
+        self.samples.iter().filter(|s| s.name == name).collect()
+    }
+}
+
+/// `GET /metrics`, checked as it is read; `token` as in [`request`].
+pub async fn scrape(base: &str, token: Option<&str>) -> Exposition {
+    let mut request = reqwest::Client::new().get(format!("{base}/metrics"));
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    Exposition::parse(&response.text().await.unwrap())
 }
