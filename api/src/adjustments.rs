@@ -222,7 +222,7 @@ pub async fn propose(
     operation_id = "adjustments_list",
     tag = "adjustments",
     summary = "ledger adjustments, oldest first, with their decisions",
-    params(("status" = Option<String>, Query, description = "only `proposed`, `approved` or `rejected` ones")),
+    params(("status" = Option<String>, Query, pattern = "^(proposed|approved|rejected)$", description = "only `proposed`, `approved` or `rejected` ones")),
     responses((status = 200, description = "the adjustments", body = wire::AdjustmentList)),
 )]
 pub async fn list(

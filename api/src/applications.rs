@@ -257,10 +257,10 @@ pub async fn read(
     tag = "applications",
     summary = "applications: all for reviewers, your own for people",
     params(
-        ("status" = Option<String>, Query, description = "only applications in this status: `under_review`, `information_requested`, `approved`, `rejected` or `withdrawn`"),
+        ("status" = Option<String>, Query, pattern = "^(under_review|information_requested|approved|rejected|withdrawn)$", description = "only applications in this status: `under_review`, `information_requested`, `approved`, `rejected` or `withdrawn`"),
         ("overdue" = Option<bool>, Query, description = "only applications past their review target (`true`)"),
         ("after" = Option<u64>, Query, description = "a submission position: the page starts after it (from `next_after`)"),
-        ("limit" = Option<u64>, Query, description = "1 to 100 (default 100)"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 100, description = "1 to 100 (default 100)"),
     ),
     responses((status = 200, description = "applications", body = wire::ApplicationList)),
 )]
@@ -281,7 +281,17 @@ pub async fn list(
         ),
         None => None,
     };
-    let overdue_only = query.get("overdue").is_some_and(|v| v == "true");
+    let overdue_only = match query.get("overdue").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => {
+            return Err(ApiError::query(
+                "overdue",
+                ErrorCode::InvalidFilter,
+                "true or false",
+            ));
+        }
+    };
     let limit = match query.get("limit") {
         Some(text) => text
             .parse::<usize>()

@@ -30,9 +30,13 @@ pub struct CatalogModel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[schema(examples(json!({"model_id": "b200-192gb", "name": "NVIDIA B200 192GB", "vram_gb": 192})))]
 pub struct NewModel {
+    #[schema(pattern = "^[a-z0-9-]{2,32}$")]
     pub model_id: String,
+    #[schema(min_length = 1, max_length = 100)]
     pub name: String,
+    #[schema(minimum = 1, maximum = 1024)]
     pub vram_gb: u32,
 }
 

@@ -167,8 +167,8 @@ fn dashboard_request(
     summary = "this week, this month, all time, pending balance, per GPU and per model (tz, from, to)",
     params(
         ("tz" = Option<String>, Query, description = "an IANA time zone for days, weeks and months (default the provider's)"),
-        ("from" = Option<String>, Query, description = "first day, YYYY-MM-DD"),
-        ("to" = Option<String>, Query, description = "last day, YYYY-MM-DD (at most 366 days after from)"),
+        ("from" = Option<String>, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "first day, YYYY-MM-DD"),
+        ("to" = Option<String>, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "last day, YYYY-MM-DD (at most 366 days after from)"),
     ),
     responses((status = 200, description = "this week, this month, all time, pending balance, per GPU and per model (tz, from, to)", body = we::EarningsSummary)),
 )]
@@ -235,8 +235,8 @@ pub async fn summary(
     summary = "earnings per local day over from..to (at most 366 days)",
     params(
         ("tz" = Option<String>, Query, description = "an IANA time zone for days, weeks and months (default the provider's)"),
-        ("from" = String, Query, description = "first day, YYYY-MM-DD"),
-        ("to" = String, Query, description = "last day, YYYY-MM-DD (at most 366 days after from)"),
+        ("from" = String, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "first day, YYYY-MM-DD"),
+        ("to" = String, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "last day, YYYY-MM-DD (at most 366 days after from)"),
     ),
     responses((status = 200, description = "earnings per local day over from..to (at most 366 days)", body = we::DailyEarnings)),
 )]
@@ -318,8 +318,8 @@ pub fn statement_row(line: &Line) -> String {
     summary = "every usage line of from..to as CSV, naming its rental and usage event",
     params(
         ("tz" = Option<String>, Query, description = "an IANA time zone for days, weeks and months (default the provider's)"),
-        ("from" = String, Query, description = "first day, YYYY-MM-DD"),
-        ("to" = String, Query, description = "last day, YYYY-MM-DD (at most 366 days after from)"),
+        ("from" = String, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "first day, YYYY-MM-DD"),
+        ("to" = String, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "last day, YYYY-MM-DD (at most 366 days after from)"),
     ),
     responses((status = 200, description = "one row per usage line, with a header row", content_type = "text/csv", body = String)),
 )]
@@ -381,8 +381,8 @@ pub async fn statement(
     summary = "every provider's earnings in a period, pending balances and platform totals",
     params(
         ("tz" = Option<String>, Query, description = "an IANA time zone for days, weeks and months (default the provider's)"),
-        ("from" = Option<String>, Query, description = "first day, YYYY-MM-DD"),
-        ("to" = Option<String>, Query, description = "last day, YYYY-MM-DD (at most 366 days after from)"),
+        ("from" = Option<String>, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "first day, YYYY-MM-DD"),
+        ("to" = Option<String>, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "last day, YYYY-MM-DD (at most 366 days after from)"),
     ),
     responses((status = 200, description = "every provider's earnings in a period, pending balances and platform totals", body = we::FinanceEarnings)),
 )]

@@ -1126,7 +1126,7 @@ pub const TELEMETRY_PAGE_MAX: u32 = 5_000;
     params(
         ("from" = Option<String>, Query, description = "RFC 3339 start (default an hour ago)"),
         ("until" = Option<String>, Query, description = "RFC 3339 end (default now)"),
-        ("limit" = Option<u64>, Query, description = "samples, 1 to 5,000"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 5000, description = "samples, 1 to 5,000"),
     ),
     responses((status = 200, description = "one GPU's telemetry samples in a time range", body = wf::TelemetrySeries)),
 )]
@@ -1197,13 +1197,13 @@ pub async fn telemetry(
     tag = "fleet",
     summary = "every machine, filtered by status, provider, model, simulated, condition",
     params(
-        ("status" = Option<String>, Query, description = "`online` or `offline`"),
+        ("status" = Option<String>, Query, pattern = "^(online|offline)$", description = "`online` or `offline`"),
         ("provider_id" = Option<uuid::Uuid>, Query, description = "one provider"),
         ("model" = Option<String>, Query, description = "a catalog model id"),
         ("simulated" = Option<bool>, Query, description = "simulated machines only, or none"),
-        ("condition" = Option<String>, Query, description = "machines with a GPU in this condition"),
+        ("condition" = Option<String>, Query, pattern = "^(hw_slowdown|thermal|power_brake|ecc_uncorrected|lost)$", description = "machines with a GPU in this condition"),
         ("after" = Option<uuid::Uuid>, Query, description = "a machine id: the page starts after it"),
-        ("limit" = Option<u64>, Query, description = "1 to 500"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 500, description = "1 to 500"),
     ),
     responses((status = 200, description = "every machine, filtered by status, provider, model, simulated, condition", body = wf::FleetPage)),
 )]

@@ -5,7 +5,8 @@
 //! - `Content-Type: application/json` (or a `+json` type); a charset, if named, is UTF-8.
 //! - At most [`REQUEST_BODY_BYTES_MAX`] bytes.
 //! - Strict JSON: UTF-8, numbers that fit a 64-bit float, nesting at most 128 deep, and no
-//!   object with the same key twice (`duplicate_key`).
+//!   object with the same key twice (`duplicate_key`). A number without a fractional part is
+//!   the integer it equals (`48.0` is `48`) up to 2^53; beyond, it is not an integer.
 //! - Every field must be one the endpoint knows (`unknown_field`).
 //! - No string holds a control character (U+0000 to U+001F, U+007F to U+009F) or a
 //!   bidirectional embedding, override or isolate (U+202A to U+202E, U+2066 to U+2069), except
@@ -276,6 +277,13 @@ impl<'de> Visitor<'de> for Strict<'_> {
     }
 
     fn visit_f64<E: de::Error>(self, value: f64) -> Result<Value, E> {
+        // A number with no fractional part is the integer it equals (as in JSON Schema, where
+        // `48.0` is an `integer`), where that is exact: up to 2^53 in size. Larger floats stand
+        // for several integers at once and stay floats (refused where an integer is due).
+        const EXACT_INTEGER_MAX: f64 = 9_007_199_254_740_992.0;
+        if value.fract() == 0.0 && value.abs() <= EXACT_INTEGER_MAX {
+            return Ok(Value::from(value as i64));
+        }
         serde_json::Number::from_f64(value)
             .map(Value::Number)
             .ok_or_else(|| E::custom("number out of range"))
@@ -517,6 +525,33 @@ fn in_words(expected: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The patterns the OpenAPI document gives request strings refuse exactly the characters
+    /// this policy refuses, in free text and elsewhere.
+    #[test]
+    fn the_documented_patterns_are_the_policy() {
+        let strict = regex::Regex::new(crate::routes::TEXT_PATTERN).unwrap();
+        let free = regex::Regex::new(crate::routes::FREE_TEXT_PATTERN).unwrap();
+        let path = |key: &str| vec![key.to_owned()];
+        let chars = (0_u32..0x3000)
+            .chain([0xFEFF, 0xFFFD, 0x1F600, 0x10FFFF])
+            .filter_map(char::from_u32);
+        for c in chars {
+            let text = format!("a{c}b");
+            assert_eq!(
+                strict.is_match(&text),
+                check_text(&path("label"), &text).is_none(),
+                "U+{:04X}",
+                u32::from(c)
+            );
+            assert_eq!(
+                free.is_match(&text),
+                check_text(&path("reason"), &text).is_none(),
+                "U+{:04X} in free text",
+                u32::from(c)
+            );
+        }
+    }
+
     use super::*;
     use serde::Deserialize;
 
@@ -574,6 +609,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(form.count, 3);
+        // A whole number written with a fraction is that integer, while it is exact.
+        let form: Form = decode(br#"{"name": "a", "count": 48.0}"#).unwrap();
+        assert_eq!(form.count, 48);
+        let form: Form = decode(br#"{"name": "a", "count": 4.8e1}"#).unwrap();
+        assert_eq!(form.count, 48);
+    }
+
+    #[test]
+    fn only_exact_whole_numbers_count_as_integers() {
+        check(r#"{"name": "a", "count": 48.5}"#, "/count", "invalid_type");
+        // 2^53 + 2 written as a float: past the exact range, not an integer.
+        check(
+            r#"{"name": "a", "count": 9007199254740994.0}"#,
+            "/count",
+            "invalid_type",
+        );
     }
 
     #[test]

@@ -248,8 +248,9 @@ fn page(query: &HashMap<String, String>) -> Result<crate::payout_run::Page, ApiE
     tag = "payouts",
     summary = "a date's payout batch: its payouts and the balances rolled forward",
     params(
+        ("date" = String, Path, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "the payout date, YYYY-MM-DD"),
         ("after" = Option<uuid::Uuid>, Query, description = "a payout id: the page of payouts starts after it (from `next_after`)"),
-        ("limit" = Option<u64>, Query, description = "payouts per page, 1 to 500 (default 500)"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 1000, description = "payouts per page, 1 to 1,000 (default 500)"),
     ),
     responses((status = 200, description = "a date's payout batch", body = wp::BatchView)),
 )]
@@ -636,6 +637,7 @@ fn sha256_hex(text: &str) -> String {
     operation_id = "payouts_create_bank_files",
     tag = "payouts",
     summary = "make the SEPA credit transfer files (pain.001.001.09) of a batch's bank payouts",
+    params(("date" = String, Path, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "the payout date, YYYY-MM-DD")),
     responses((status = 200, description = "make the SEPA credit transfer files (pain.001.001.09) of a batch's bank payouts", body = Vec<wp::BankFileView>)),
 )]
 pub async fn create_bank_files(
@@ -790,6 +792,7 @@ pub async fn make_bank_files(
     operation_id = "payouts_bank_file",
     tag = "payouts",
     summary = "download a SEPA credit transfer file, byte for byte as recorded",
+    params(("date" = String, Path, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "the payout date, YYYY-MM-DD"), ("message_id" = String, Path, description = "the file's message id, from the batch")),
     responses((status = 200, description = "the pain.001.001.09 file, byte for byte as recorded", content_type = "application/xml", body = String)),
 )]
 pub async fn bank_file(

@@ -774,7 +774,7 @@ fn version_of(assignments: &[gpunex_wire::fleet::Assignment]) -> String {
     summary = "the rentals this machine must run or stop (long poll with since and wait_seconds)",
     params(
         ("since" = Option<String>, Query, description = "the `version` of the last answer: wait until something changes after it"),
-        ("wait_seconds" = Option<u64>, Query, description = "how long to wait for a change, 0 to 30 (default 0)"),
+        ("wait_seconds" = Option<u64>, Query, minimum = 0, maximum = 30, description = "how long to wait for a change, 0 to 30 (default 0)"),
     ),
     responses((status = 200, description = "the rentals this machine must run or stop (long poll with since and wait_seconds)", body = gpunex_wire::fleet::Assignments)),
 )]

@@ -186,6 +186,7 @@ impl Routes {
         }
         flatten_all_of(&mut schemas);
         close_objects(&mut schemas);
+        text_policy(&mut schemas, &mut paths);
         json!({
             "openapi": "3.1.0",
             "info": {
@@ -393,6 +394,118 @@ fn collect_all_of_references(schema: &Value, open: &mut std::collections::HashSe
             .iter()
             .for_each(|item| collect_all_of_references(item, open)),
         _ => {}
+    }
+}
+
+/// The JSON policy's refused characters as patterns (ECMA-262): control characters and
+/// bidirectional embeddings, overrides and isolates; free-text fields may hold tab, line feed
+/// and carriage return. `api::json::check_text` enforces the same sets.
+pub const TEXT_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069]*$";
+pub const FREE_TEXT_PATTERN: &str = "^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069]*$";
+
+/// States the JSON policy's character rule in the schemas of request bodies: every string of a
+/// schema a request body reaches (and of inline request bodies) without a format, an enum or a
+/// pattern of its own gets [`TEXT_PATTERN`], or [`FREE_TEXT_PATTERN`] under a free-text field.
+/// So a client or fuzzer that follows the document sends what the server accepts.
+fn text_policy(
+    schemas: &mut serde_json::Map<String, Value>,
+    paths: &mut serde_json::Map<String, Value>,
+) {
+    let mut reached = std::collections::BTreeSet::new();
+    let mut pending: Vec<String> = Vec::new();
+    for item in paths.values_mut() {
+        for operation in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|o| o.values_mut())
+        {
+            // `get_mut`, not indexing: indexing a JSON value for writing adds what is missing.
+            let media_types = operation
+                .get_mut("requestBody")
+                .and_then(|body| body.get_mut("content"))
+                .and_then(Value::as_object_mut);
+            for media in media_types.into_iter().flat_map(|c| c.values_mut()) {
+                if let Some(schema) = media.get_mut("schema") {
+                    collect_references(schema, &mut pending);
+                    pattern_strings(schema, false);
+                }
+            }
+        }
+    }
+    while let Some(name) = pending.pop() {
+        if reached.insert(name.clone())
+            && let Some(schema) = schemas.get(&name)
+        {
+            collect_references(schema, &mut pending);
+        }
+    }
+    for name in reached {
+        if let Some(schema) = schemas.get_mut(&name) {
+            pattern_strings(schema, false);
+        }
+    }
+}
+
+fn collect_references(schema: &Value, into: &mut Vec<String>) {
+    match schema {
+        Value::Object(object) => {
+            if let Some(name) = object
+                .get("$ref")
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix("#/components/schemas/"))
+            {
+                into.push(name.to_owned());
+            }
+            object
+                .values()
+                .for_each(|value| collect_references(value, into));
+        }
+        Value::Array(items) => items.iter().for_each(|item| collect_references(item, into)),
+        _ => {}
+    }
+}
+
+fn pattern_strings(schema: &mut Value, free: bool) {
+    let Value::Object(object) = schema else {
+        return;
+    };
+    let is_string = match object.get("type") {
+        Some(Value::String(kind)) => kind == "string",
+        Some(Value::Array(kinds)) => kinds.iter().any(|k| k == "string"),
+        _ => false,
+    };
+    if is_string
+        && !["format", "enum", "pattern", "const"]
+            .iter()
+            .any(|key| object.contains_key(*key))
+    {
+        let pattern = if free {
+            FREE_TEXT_PATTERN
+        } else {
+            TEXT_PATTERN
+        };
+        object.insert("pattern".to_owned(), Value::String(pattern.to_owned()));
+    }
+    for (key, value) in object.iter_mut() {
+        match key.as_str() {
+            "properties" => {
+                if let Value::Object(properties) = value {
+                    for (name, property) in properties.iter_mut() {
+                        let free = free || crate::json::FREE_TEXT_FIELDS.contains(&name.as_str());
+                        pattern_strings(property, free);
+                    }
+                }
+            }
+            "items" | "additionalProperties" => pattern_strings(value, free),
+            "oneOf" | "anyOf" | "allOf" | "prefixItems" => {
+                if let Value::Array(parts) = value {
+                    parts
+                        .iter_mut()
+                        .for_each(|part| pattern_strings(part, free));
+                }
+            }
+            _ => {}
+        }
     }
 }
 

@@ -323,7 +323,7 @@ fn truncate(text: &str) -> String {
     summary = "the event log, in position order, paged",
     params(
         ("after" = Option<u64>, Query, description = "a log position: the page starts after it (from `next_after`)"),
-        ("limit" = Option<u64>, Query, description = "items per page, 1 to 1,000 (default 100)"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 1000, description = "items per page, 1 to 1,000 (default 100)"),
     ),
     responses((status = 200, description = "the event log, in position order, paged", body = wire::EventsPage)),
 )]
@@ -378,7 +378,7 @@ pub fn timestamp(us: i64) -> String {
     summary = "every account's balance, as of one position",
     params(
         ("after" = Option<String>, Query, description = "an account: the page starts after it (from `next_after`)"),
-        ("limit" = Option<u64>, Query, description = "accounts per page, 1 to 1,000 (default 100)"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 1000, description = "accounts per page, 1 to 1,000 (default 100)"),
     ),
     responses((status = 200, description = "every account's balance, as of one position", body = wire::AccountBalances)),
 )]
@@ -448,7 +448,7 @@ async fn balances(
     summary = "an account's journal lines, each with its event",
     params(
         ("after" = Option<u64>, Query, description = "a log position: the page starts after it (from `next_after`)"),
-        ("limit" = Option<u64>, Query, description = "items per page, 1 to 1,000 (default 100)"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 1000, description = "items per page, 1 to 1,000 (default 100)"),
     ),
     responses((status = 200, description = "an account's journal lines, each with its event", body = wire::JournalPage)),
 )]

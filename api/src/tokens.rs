@@ -474,7 +474,7 @@ pub const TOKENS_PAGE_MAX: usize = 100;
     summary = "tokens, without secrets",
     params(
         ("after" = Option<uuid::Uuid>, Query, description = "a token id: the page starts after it (from `next_after`)"),
-        ("limit" = Option<u64>, Query, description = "1 to 100 (default 100)"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 100, description = "1 to 100 (default 100)"),
     ),
     responses((status = 200, description = "tokens, without secrets", body = wire::TokenList)),
 )]

@@ -411,4 +411,8 @@ async fn reject_withdraw_and_who_sees_what(db: &TestDb) {
             .len(),
         0
     );
+    // A boolean filter is `true` or `false`, nothing else.
+    let (status, refused) = call(&app, "GET", "/v1/applications?overdue=15741", &admin, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused["errors"][0]["field"], "overdue", "{refused}");
 }

@@ -243,3 +243,174 @@ async fn undeclared_query_parameters_are_refused() {
         common::request(&base, "GET", "/v1/events?limit=5", Some(&admin), None).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// The constraints the document states are the ones the code enforces: lengths, ranges and
+/// grammars taken from the same constants and checked against the validators themselves.
+#[test]
+fn the_documented_constraints_are_the_rules() {
+    use gpunex_domain::{accounts, adjustments, credentials, market, onboarding};
+    let document = gpunex_api::server::endpoints().document();
+    let schemas = &document["components"]["schemas"];
+    let property = |schema: &str, field: &str| schemas[schema]["properties"][field].clone();
+    let query_maximum = |path: &str, method: &str, name: &str| {
+        document["paths"][path][method]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .map(|p| p["schema"]["maximum"].as_u64().unwrap())
+            .unwrap()
+    };
+
+    // Lengths.
+    for (schema, field, min, max) in [
+        (
+            "Credentials",
+            "password",
+            Some(accounts::PASSWORD_CHARS_MIN),
+            accounts::PASSWORD_CHARS_MAX,
+        ),
+        (
+            "IssueToken",
+            "label",
+            Some(1),
+            credentials::TOKEN_LABEL_CHARS_MAX,
+        ),
+        (
+            "ProposeAdjustment",
+            "reason",
+            Some(1),
+            adjustments::ADJUSTMENT_REASON_CHARS_MAX,
+        ),
+        (
+            "ProposeAdjustment",
+            "evidence",
+            Some(1),
+            adjustments::ADJUSTMENT_EVIDENCE_CHARS_MAX,
+        ),
+        ("Message", "text", Some(1), onboarding::TEXT_CHARS_MAX),
+        ("ListingChange", "reason", Some(1), market::REASON_CHARS_MAX),
+    ] {
+        let field_schema = property(schema, field);
+        assert_eq!(
+            field_schema["maxLength"].as_u64(),
+            Some(max as u64),
+            "{schema}.{field}"
+        );
+        assert_eq!(
+            field_schema["minLength"].as_u64(),
+            min.map(|m| m as u64),
+            "{schema}.{field}"
+        );
+    }
+    // Page sizes.
+    for (path, method, name, max) in [
+        (
+            "/v1/events",
+            "get",
+            "limit",
+            gpunex_api::server::PAGE_ITEMS_MAX,
+        ),
+        (
+            "/v1/applications",
+            "get",
+            "limit",
+            gpunex_api::applications::APPLICATIONS_PAGE_MAX as u64,
+        ),
+        (
+            "/v1/tokens",
+            "get",
+            "limit",
+            gpunex_api::tokens::TOKENS_PAGE_MAX as u64,
+        ),
+        (
+            "/v1/listings",
+            "get",
+            "limit",
+            gpunex_api::market::LISTING_PAGE_MAX as u64,
+        ),
+        (
+            "/v1/payout-batches/{date}",
+            "get",
+            "limit",
+            gpunex_api::payout_run::PAGE_MAX as u64,
+        ),
+        (
+            "/v1/agent/assignments",
+            "get",
+            "wait_seconds",
+            gpunex_api::rentals::ASSIGNMENTS_WAIT_MAX_SECONDS,
+        ),
+    ] {
+        assert_eq!(
+            query_maximum(path, method, name),
+            max,
+            "{method} {path} {name}"
+        );
+    }
+
+    // Grammars, against the validators.
+    let pattern = |schema: &str, field: &str| {
+        regex::Regex::new(property(schema, field)["pattern"].as_str().unwrap()).unwrap()
+    };
+    let email = pattern("Credentials", "email");
+    for address in [
+        "ada@example.com",
+        "a.b+c@sub.example.org",
+        "o'neil@example.ie",
+        ".ada@example.com",
+        "ada.@example.com",
+        "a..b@example.com",
+        "ada@example",
+        "ada@example.c0m",
+        "ada@-example.com",
+        "ada@example-.com",
+        "ada@exa_mple.com",
+        "ad a@example.com",
+        "ada@@example.com",
+    ] {
+        assert_eq!(
+            email.is_match(address),
+            onboarding::validate_email(address).is_ok(),
+            "{address}"
+        );
+    }
+    let date = pattern("BatchRequest", "date");
+    for (text, valid) in [
+        ("2026-11-02", true),
+        ("2000-01-01", true),
+        ("2099-12-31", true),
+        ("1999-12-31", false),
+        ("2100-01-01", false),
+        ("2026-13-01", false),
+        ("2026-00-10", false),
+        ("2026-1-02", false),
+    ] {
+        assert_eq!(date.is_match(text), valid, "{text}");
+        if valid {
+            assert!(gpunex_domain::calendar::date(text).is_ok(), "{text}");
+        }
+    }
+    // The attributes spell the date grammar out each time (they take literals): every date
+    // pattern of the document is this one.
+    fn patterns(value: &serde_json::Value, into: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(object) => {
+                if let Some(pattern) = object.get("pattern").and_then(|p| p.as_str()) {
+                    into.push(pattern.to_owned());
+                }
+                object.values().for_each(|v| patterns(v, into));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| patterns(v, into)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    patterns(&document, &mut all);
+    let dates: Vec<&String> = all
+        .iter()
+        .filter(|p| p.starts_with("^20[0-9]{2}-") && !p.contains('T'))
+        .collect();
+    assert!(dates.len() > 10, "{dates:?}");
+    assert!(dates.iter().all(|p| **p == date.as_str()), "{dates:?}");
+}

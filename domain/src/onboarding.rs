@@ -53,6 +53,13 @@ pub struct FieldError {
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ApplicationInput {
     pub full_legal_name: String,
+    #[cfg_attr(
+        feature = "schema",
+        schema(
+            max_length = 254,
+            pattern = "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z]{2,63}$"
+        )
+    )]
     pub email: String,
     #[serde(default)]
     pub company_name: Option<String>,
@@ -159,7 +166,9 @@ impl Availability {
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct WeeklyWindow {
     pub day: Weekday,
+    #[cfg_attr(feature = "schema", schema(maximum = 1439))]
     pub start_minute: u16,
+    #[cfg_attr(feature = "schema", schema(minimum = 1, maximum = 1440))]
     pub end_minute: u16,
 }
 

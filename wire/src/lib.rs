@@ -164,9 +164,11 @@ pub enum RequestedRole {
 /// (and machine).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"role": {"kind": "agent"}, "label": "rack 4, host gpu-07"}), json!({"role": {"kind": "renter"}})))]
 pub struct IssueToken {
     pub role: RequestedRole,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 100)]
     pub label: Option<String>,
 }
 
@@ -199,15 +201,23 @@ pub struct TokenList {
 
 /// `POST /v1/tokens/{id}/revoke`
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(examples(json!({"reason": "the host was decommissioned"})))]
 pub struct RevokeToken {
     #[serde(default)]
+    #[schema(max_length = 500)]
     pub reason: String,
 }
 
 /// `POST /v1/accounts` (sign up) and `POST /v1/sessions` (sign in).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(examples(json!({"email": "ada@example.com", "password": "correct horse battery staple"})))]
 pub struct Credentials {
+    #[schema(
+        max_length = 254,
+        pattern = "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z]{2,63}$"
+    )]
     pub email: String,
+    #[schema(min_length = 12, max_length = 128)]
     pub password: String,
 }
 
@@ -277,13 +287,17 @@ pub struct ApplicationList {
 
 /// `POST /v1/applications/{id}/request-information`, `/answer`, `/reject`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(examples(json!({"text": "Please send a photo of the UPS unit's label."})))]
 pub struct Message {
+    #[schema(min_length = 1, max_length = 4000)]
     pub text: String,
 }
 
 /// `POST /v1/applications/{id}/approve`: `"enterprise"` or `"community"`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(examples(json!({"tier": "community"})))]
 pub struct Approval {
+    #[schema(pattern = "^(enterprise|community)$")]
     pub tier: String,
 }
 
@@ -301,27 +315,41 @@ pub mod rentals;
 pub struct AdjustmentLine {
     /// An account: `provider_payable:<provider id>`, `renter_receivable:<user id>`,
     /// `platform_revenue` or `platform_adjustments`.
+    #[schema(
+        pattern = "^(provider_payable:[0-9a-fA-F-]{36}|renter_receivable:[0-9a-fA-F-]{36}|platform_revenue|platform_adjustments)$"
+    )]
     pub account: String,
     /// `debit` or `credit`.
+    #[schema(pattern = "^(debit|credit)$")]
     pub side: String,
+    #[schema(minimum = 1)]
     pub amount_micro_usdc: i64,
 }
 
 /// `POST /v1/ledger/adjustments`: propose a balanced entry, with why and what supports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"reason": "goodwill credit for the outage of 1 December", "evidence": "support ticket 4711", "postings": [
+    {"account": "platform_adjustments", "side": "debit", "amount_micro_usdc": 5000000},
+    {"account": "provider_payable:01939f0e-7b6a-7c2e-9a51-3f0c2d8e4b17", "side": "credit", "amount_micro_usdc": 5000000}
+]})))]
 pub struct ProposeAdjustment {
+    #[schema(min_length = 1, max_length = 500)]
     pub reason: String,
+    #[schema(min_length = 1, max_length = 2000)]
     pub evidence: String,
+    #[schema(min_items = 2, max_items = 64)]
     pub postings: Vec<AdjustmentLine>,
 }
 
 /// `POST /v1/ledger/adjustments/{id}/approve` and `/reject`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"reason": "the outage credit was already granted in November"})))]
 pub struct DecideAdjustment {
     /// Required to reject.
     #[serde(default)]
+    #[schema(max_length = 500)]
     pub reason: String,
 }
 

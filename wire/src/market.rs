@@ -9,11 +9,17 @@ pub use gpunex_domain::onboarding::{Availability, Tier, WeeklyWindow};
 /// `POST /v1/providers/{id}/prices`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"model_id": "H100", "price_usdc": "2.50"}), json!({"model_id": "rtx-4090-24gb", "price_usdc": "0.45", "effective_at": "2026-12-07T00:00:00Z"})))]
 pub struct SetPrice {
+    #[schema(min_length = 1, max_length = 100)]
     pub model_id: String,
     /// USDC per GPU per hour, a decimal string with at most 6 decimals, e.g. `"2.50"`.
+    #[schema(pattern = "^[0-9]{1,9}(\\.[0-9]{1,6})?$")]
     pub price_usdc: String,
     /// RFC 3339; default now. At most 90 days ahead.
+    #[schema(
+        pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+    )]
     pub effective_at: Option<String>,
 }
 
@@ -44,6 +50,7 @@ pub struct ProviderPrices {
 /// `POST /v1/providers/{id}/availability` and its answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"availability": {"kind": "always_on"}}), json!({"availability": {"kind": "weekly", "time_zone": "Europe/Madrid", "windows": [{"day": "saturday", "start_minute": 0, "end_minute": 1440}]}})))]
 pub struct SetAvailability {
     pub availability: Availability,
 }
@@ -59,11 +66,21 @@ pub struct AvailabilityView {
 /// `POST /v1/providers/{id}/maintenance`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"from": "2026-12-12T22:00:00Z", "until": "2026-12-13T04:00:00Z", "reason": "replacing a power supply"})))]
 pub struct AnnounceMaintenance {
     /// One machine, or every machine of the provider when absent.
     pub machine_id: Option<Uuid>,
+    /// RFC 3339.
+    #[schema(
+        pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+    )]
     pub from: String,
+    /// RFC 3339: after `from`, at most 14 days later.
+    #[schema(
+        pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+    )]
     pub until: String,
+    #[schema(min_length = 1, max_length = 500)]
     pub reason: String,
 }
 
@@ -162,7 +179,9 @@ pub struct ListingDetail {
 /// `POST /v1/gpus/{gpu_uuid}/delist` and `/relist`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"reason": "benchmark score below the model's floor three runs in a row"})))]
 pub struct ListingChange {
+    #[schema(min_length = 1, max_length = 500)]
     pub reason: String,
 }
 

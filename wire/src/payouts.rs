@@ -8,6 +8,7 @@ pub use gpunex_domain::payouts::{BankAddress, BankDetails, PayoutMethod, Schedul
 /// `PUT /v1/providers/{id}/payout-settings`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"schedule": "weekly", "method": {"kind": "solana", "wallet": "6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH"}})))]
 pub struct PayoutSettingsRequest {
     pub schedule: Schedule,
     pub method: PayoutMethod,
@@ -30,8 +31,10 @@ pub use gpunex_domain::payouts::Rail;
 /// `POST /v1/payout-batches` (finance, admin): build the batch of a date.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"date": "2026-11-02", "dry_run": true})))]
 pub struct BatchRequest {
     /// `YYYY-MM-DD`.
+    #[schema(pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$")]
     pub date: String,
     /// Show what would be paid; write nothing.
     #[serde(default)]
@@ -175,11 +178,14 @@ pub struct PayoutProof {
 /// `POST /v1/payout-batches/{date}/bank-files` (finance).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"eur_per_usdc": "0.9234", "execution_date": "2026-11-03"})))]
 pub struct BankFileRequest {
     /// Euros per USDC, at most 6 decimals (as text: `"0.9234"`).
+    #[schema(pattern = "^[0-9]{1,9}(\\.[0-9]{1,6})?$")]
     pub eur_per_usdc: String,
     /// `YYYY-MM-DD`; default: the batch's date, or today if later.
     #[serde(default)]
+    #[schema(pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$")]
     pub execution_date: Option<String>,
 }
 
@@ -201,16 +207,21 @@ pub struct BankFileView {
 /// `POST /v1/payouts/{id}/confirm` (finance, bank transfers).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"bank_reference": "NOTPROVIDED-20261103-000417"})))]
 pub struct ConfirmRequest {
+    #[schema(min_length = 1, max_length = 140)]
     pub bank_reference: String,
 }
 
 /// `POST /v1/payouts/{id}/return` (finance, bank transfers).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"reason_code": "AC04", "reason": "the account was closed"})))]
 pub struct ReturnRequest {
     /// The ISO 20022 return reason code (`AC01`, `AC04`, `MD07`, ...).
+    #[schema(pattern = "^[A-Z0-9]{4}$")]
     pub reason_code: String,
+    #[schema(min_length = 1, max_length = 500)]
     pub reason: String,
 }
 

@@ -12,6 +12,10 @@ pub use gpunex_domain::rental::{EndCause, JobEvidence, Workload};
 /// with that many matching GPUs listed is taken), and the workload to run on them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(
+    json!({"gpus": 1, "filter": {"model": "H100"}, "workload": {"image": "nvidia/cuda:12.4.1-base-ubuntu22.04", "command": ["nvidia-smi"]}}),
+    json!({"gpu_uuids": ["GPU-3b5c1a2e-6f0d-4c1e-9a77-1f2e3d4c5b6a"], "workload": {"image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "command": ["python", "-c", "import torch; print(torch.cuda.device_count())"], "env": {"HF_HOME": "/tmp/hf"}}})
+))]
 pub struct RentRequest {
     #[serde(default)]
     pub gpu_uuids: Vec<String>,
@@ -25,8 +29,10 @@ pub struct RentRequest {
 /// `POST /v1/rentals/{id}/end`
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"evidence": "the job finished; results downloaded"})))]
 pub struct EndRequest {
     #[serde(default)]
+    #[schema(max_length = 500)]
     pub evidence: String,
 }
 
