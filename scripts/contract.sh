@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The contract checks that need tools beyond cargo (installed by scripts/tools.sh), run after
 # `cargo test` has built the binaries:
-#   1. the served OpenAPI document validates with openapi-spec-validator;
+#   1. the served OpenAPI document validates with openapi-spec-validator, and its examples
+#      with their own schemas (contract/examples.py);
 #   2. the SEPA files the tests wrote validate against the pain.001.001.09 schema (sepaxml's);
 #   3. schemathesis fuzzes every operation against the served document, on SQLite and on
 #      PostgreSQL, with response conformance on: no 5xx, no undocumented status, no response
@@ -64,6 +65,7 @@ ops = [o for item in d["paths"].values() for o in item.values()]
 params = sum(len(o.get("parameters", [])) for o in ops)
 print(f"{len(ops)} operations, {params} parameters, {len(d['components']['schemas'])} schemas")
 PY
+"$bin_dir/python" contract/examples.py "$work/openapi.json"
 
 echo "== SEPA files against pain.001.001.09"
 "$bin_dir/python" - "$root/target/contract/sepa" <<'PY'

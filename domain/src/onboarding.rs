@@ -51,6 +51,19 @@ pub struct FieldError {
 /// The form as submitted, before validation. Speeds are decimal Gbps (`"2.5"` or `2.5`).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schema", schema(examples(json!({
+    "full_legal_name": "Grace Hopper",
+    "email": "grace@example.com",
+    "company_name": "Hopper Compute SL",
+    "gpus": [{
+        "model": "H100", "quantity": 8, "system_ram_gb": 1024, "upload_gbps": "10",
+        "download_gbps": "10", "availability": {"kind": "always_on"},
+        "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}
+    }],
+    "ups_protected": true,
+    "commitment_months": 12,
+    "maintenance_notes": "first Sunday of each month, 02:00 to 04:00 CET"
+}))))]
 pub struct ApplicationInput {
     pub full_legal_name: String,
     #[cfg_attr(

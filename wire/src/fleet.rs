@@ -116,6 +116,27 @@ pub struct GpuConditionReport {
 /// `POST /v1/agent/events`: up to [`AGENT_EVENTS_PER_REQUEST_MAX`] events, handled in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"events": [{
+    "event_id": "01939f0e-7b6a-7c2e-9a51-3f0c2d8e4b18",
+    "occurred_at": "2026-12-01T09:00:00Z",
+    "kind": "registration",
+    "body": {
+        "machine_id": "01939f0e-7b6a-7c2e-9a51-3f0c2d8e4b19",
+        "agent_version": "0.1.0",
+        "simulated": false,
+        "host": {"hostname": "gpu-07", "cpu_model": "AMD EPYC 9654", "cpu_cores": 192,
+                 "ram_mib": 2097152, "disk_total_gib": 7000, "disk_free_gib": 6500,
+                 "os": "Ubuntu 22.04.4 LTS", "kernel": "6.5.0-41-generic"},
+        "gpus": [{"gpu_uuid": "GPU-3b5c1a2e-6f0d-4c1e-9a77-1f2e3d4c5b6a", "index": 0,
+                  "name": "NVIDIA H100 80GB HBM3", "pci_device_id": 9008,
+                  "pci_bus_id": "00000000:18:00.0", "vram_mib": 81559,
+                  "driver_version": "550.54.15", "cuda_driver_version": "12.4",
+                  "pcie_current": {"generation": 5, "width": 16},
+                  "pcie_max": {"generation": 5, "width": 16},
+                  "power_limit_w": 700, "default_power_limit_w": 700,
+                  "ecc_enabled": true, "mig_enabled": false}]
+    }
+}]})))]
 pub struct AgentEventsRequest {
     pub events: Vec<AgentEvent>,
 }
@@ -143,6 +164,11 @@ pub struct AgentEventsResponse {
 /// `POST /v1/agent/heartbeat`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"machine_id": "01939f0e-7b6a-7c2e-9a51-3f0c2d8e4b19", "gpus": [{
+    "gpu_uuid": "GPU-3b5c1a2e-6f0d-4c1e-9a77-1f2e3d4c5b6a", "utilization_pct": 97,
+    "memory_used_mib": 70000, "temperature_c": 64, "power_draw_mw": 640000,
+    "sm_clock_mhz": 1980, "clock_event_reasons": 4, "ecc_corrected": 0, "ecc_uncorrected": 0
+}]})))]
 pub struct Heartbeat {
     pub machine_id: Uuid,
     pub gpus: Vec<GpuSample>,
