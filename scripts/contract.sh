@@ -5,14 +5,16 @@
 #      with their own schemas (contract/examples.py);
 #   2. the SEPA files the tests wrote validate against the pain.001.001.09 schema (sepaxml's);
 #   3. schemathesis fuzzes every operation against the served document, on SQLite and on
-#      PostgreSQL, with response conformance on: no 5xx, no undocumented status, no response
+#      PostgreSQL, as an admin and then, on the operations only a person may call, as a
+#      signed-in person, with response conformance on: no 5xx, no undocumented status, no response
 #      that breaks its schema; its /metrics, read with Prometheus's own parser, must agree;
 #      then `gpunex audit verify` and `audit reconcile` must be clean;
 #   4. a client generated from the served document (openapi-python-client) drives the guide's
 #      story, from application to first earnings (contract/story.py).
 #
 #   scripts/contract.sh            everything
-#   FUZZ_SECONDS=N                 fuzzing time per database (default 150)
+#   FUZZ_SECONDS=N                 fuzzing time per database as admin (default 150), and a
+#                                  third of it as a signed-in person
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -20,6 +22,7 @@ bin_dir=$(bash scripts/tools.sh)
 gpunex="$root/target/debug/gpunex"
 [[ -x $gpunex ]] || cargo build --locked -p gpunex-api --bin gpunex
 fuzz_seconds=${FUZZ_SECONDS:-150}
+user_fuzz_seconds=$(( fuzz_seconds / 3 ))
 work=$(mktemp -d)
 server_pid=""
 cleanup() {
@@ -88,12 +91,10 @@ fuzz() {
     start_server "$url" "$name"
     local started=$SECONDS status=0
     local checks=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
-    # The coverage phase (boundary values) first, then fuzzing for the time budget. The coverage
-    # phase skips the application form: schemathesis 4.32's coverage generator crashes inside
-    # Python on its nesting (a tool bug, not an API failure); fuzzing covers it.
+    # The coverage phase (boundary values) first, then fuzzing for the time budget.
     "$bin_dir/schemathesis" run "$base/v1/openapi.json" \
         --header "Authorization: Bearer $admin" --checks "$checks" \
-        --phases coverage --exclude-operation-id applications_submit --workers 2 \
+        --phases coverage --workers 2 \
         --seed 42 --no-color --suppress-health-check all \
         >"$work/$name/coverage.txt" 2>&1 || status=$?
     tail -n 12 "$work/$name/coverage.txt"
@@ -105,6 +106,41 @@ fuzz() {
         --report ndjson --report-dir "$work/$name/report" >"$work/$name/schemathesis.txt" 2>&1 || status=$?
     grep -E "^(API Operations|Test cases| +[0-9]+ generated|  Tested|  Selected)|generated" "$work/$name/schemathesis.txt" | head -5 || true
     tail -n 25 "$work/$name/schemathesis.txt"
+    # The operations only a signed-in person may call (applications, sign-in, own tokens,
+    # renting), as a person with a session: the admin token above only reaches their 403s.
+    # Sign-out is left out (it would end the session mid-run); the coverage phase leaves out
+    # the application answer (schemathesis 4.32's coverage generator raises a KeyError inside
+    # itself on it: a tool bug; fuzzing covers it).
+    if [[ $status -eq 0 ]]; then
+        local session user_ops
+        curl -fsS -X POST "$base/v1/accounts" -H 'Content-Type: application/json' \
+            -d '{"email": "fuzz@example.com", "password": "correct horse battery staple"}' >/dev/null
+        session=$(curl -fsS -X POST "$base/v1/sessions" -H 'Content-Type: application/json' \
+            -d '{"email": "fuzz@example.com", "password": "correct horse battery staple"}' \
+            | python3 -c 'import json, sys; print(json.load(sys.stdin)["token"])')
+        user_ops=$(curl -fsS "$base/v1/openapi.json" | python3 -c '
+import json, sys
+document = json.load(sys.stdin)
+for item in document["paths"].values():
+    for operation in item.values():
+        if "user" in operation.get("x-gpunex-roles", []) and operation["operationId"] != "accounts_sign_out":
+            print("--include-operation-id", operation["operationId"])')
+        # shellcheck disable=SC2086
+        "$bin_dir/schemathesis" run "$base/v1/openapi.json" \
+            --header "Authorization: Bearer $session" --checks "$checks" $user_ops \
+            --exclude-operation-id applications_answer --phases coverage --workers 2 \
+            --seed 42 --no-color --suppress-health-check all \
+            >"$work/$name/user-coverage.txt" 2>&1 || status=$?
+        # shellcheck disable=SC2086
+        "$bin_dir/schemathesis" run "$base/v1/openapi.json" \
+            --header "Authorization: Bearer $session" --checks "$checks" $user_ops \
+            --phases examples,fuzzing --max-time "$user_fuzz_seconds" --workers 2 \
+            --seed 42 --no-color --suppress-health-check all \
+            >"$work/$name/user.txt" 2>&1 || status=$?
+        echo "as a signed-in person:"
+        grep -hE "generated|failed" "$work/$name/user-coverage.txt" "$work/$name/user.txt" || true
+        [[ $status -eq 0 ]] || cat "$work/$name/user-coverage.txt" "$work/$name/user.txt" >&2
+    fi
     echo "schemathesis on $name: exit $status after $((SECONDS - started)) s"
     # Every 5xx the server gave, from its request log: 503 (database or registry busy) is
     # allowed and counted; any other fails the run.
