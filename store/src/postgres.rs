@@ -405,72 +405,7 @@ impl GroupCommit for PgBackend {
     }
 }
 
-/// For each request, whether this process may write it: unmarked ones always, marked ones while
-/// their `Idempotency-Key` reservation is still this process's (another may have taken it over).
-async fn owned_requests(
-    conn: &mut PgConnection,
-    marks: &[Option<KeyMark>],
-) -> Result<Vec<bool>, StoreError> {
-    let mut owned = Vec::with_capacity(marks.len());
-    for mark in marks {
-        owned.push(match mark {
-            None => true,
-            Some(mark) => {
-                let owner: Option<String> = sqlx::query_scalar(
-                    "SELECT owner FROM idempotency_keys WHERE caller = $1 AND key = $2",
-                )
-                .bind(&mark.caller)
-                .bind(&mark.key)
-                .fetch_optional(&mut *conn)
-                .await?;
-                owner.as_deref() == Some(mark.owner.as_str())
-            }
-        });
-    }
-    Ok(owned)
-}
-
-/// Records on each marked reservation the position its append committed, and the response its
-/// handler prepared: in the transaction of the events.
-async fn record_commits(
-    conn: &mut PgConnection,
-    marks: &[&Option<KeyMark>],
-    outcomes: &[Result<crate::Committed, crate::AppendError>],
-) -> Result<(), StoreError> {
-    for (mark, outcome) in marks.iter().zip(outcomes) {
-        let (Some(mark), Ok(committed)) = (mark, outcome) else {
-            continue;
-        };
-        if committed.replayed {
-            continue;
-        }
-        let position = to_i64(committed.last_position());
-        sqlx::query(
-            "UPDATE idempotency_keys SET committed_position = $1 \
-             WHERE caller = $2 AND key = $3 AND owner = $4",
-        )
-        .bind(position)
-        .bind(&mark.caller)
-        .bind(&mark.key)
-        .bind(&mark.owner)
-        .execute(&mut *conn)
-        .await?;
-        if let Some((status, body)) = &mark.response {
-            sqlx::query(
-                "UPDATE idempotency_keys SET status = $1, body = $2 \
-                 WHERE caller = $3 AND key = $4 AND owner = $5 AND status = 0",
-            )
-            .bind(i32::from(*status))
-            .bind(body)
-            .bind(&mark.caller)
-            .bind(&mark.key)
-            .bind(&mark.owner)
-            .execute(&mut *conn)
-            .await?;
-        }
-    }
-    Ok(())
-}
+reservation_writes!(PgConnection, i32);
 
 pub(crate) async fn read_all<'e, E>(
     executor: E,
