@@ -215,6 +215,18 @@ impl CredentialCache {
         }
     }
 
+    /// Waits until the registry has applied every event of `streams` committed so far: what a
+    /// command reading those streams' state needs, without waiting for everyone else's writes
+    /// (the log head).
+    pub async fn wait_for_streams(
+        &self,
+        store: &Store,
+        streams: &[&gpunex_domain::StreamId],
+    ) -> Result<(), ApiError> {
+        let position = store.streams_position(streams).await?;
+        self.wait_for(position).await
+    }
+
     pub fn application(&self, id: &Uuid) -> Option<gpunex_domain::onboarding::Application> {
         self.applications.read().ok()?.get(id).cloned()
     }

@@ -83,6 +83,10 @@ fn seconds(duration: Duration) -> u32 {
     u32::try_from(duration.as_secs()).unwrap_or(u32::MAX)
 }
 
+/// How many times a registration compares again after another registration of the same
+/// provider moved its fleet stream, before answering `concurrent_change`.
+const REGISTRATION_ATTEMPTS: usize = 5;
+
 fn machine_stream(machine_id: Uuid) -> StreamId {
     StreamId::parse(format!("machine-{machine_id}"))
         .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
@@ -571,10 +575,20 @@ async fn register(
     }
     let comparison_id =
         fleet::derived_event_id(delivered, u16::try_from(gpus.len() + 1).unwrap_or(u16::MAX));
-    for _attempt in 0..5 {
-        // Compare against the registry as of the log head, so no registration is missed.
-        let head = state.store.head_position().await?;
-        state.credentials.wait_for(head).await?;
+    for _attempt in 0..REGISTRATION_ATTEMPTS {
+        // Compare against the provider's machines as of its fleet stream's last event, so no
+        // registration is missed. (Its application was approved before the token this agent
+        // authenticated with was issued, so the registry already holds the declaration.)
+        state
+            .credentials
+            .wait_for_streams(
+                &state.store,
+                &[
+                    &machine_stream(machine_id),
+                    &provider_fleet_stream(provider_id),
+                ],
+            )
+            .await?;
         let mut streams = vec![StreamAppend {
             stream_id: machine_stream(machine_id),
             expected: ExpectedVersion::Any,

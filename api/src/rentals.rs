@@ -404,6 +404,25 @@ pub async fn end(
 /// `rental.ended`, appended at the rental stream's version as folded, with one release per GPU.
 /// Ending twice, or racing a usage report, fails on the version. Returns the last position,
 /// already folded.
+/// How many times a rental command decides again after another write moved a stream it
+/// appends to (a usage report, the renter ending it, a silent machine) before answering
+/// `concurrent_change`.
+const APPEND_ATTEMPTS: usize = 5;
+
+/// The streams ending a rental appends to at expected versions: the rental's and each of its
+/// GPUs' lease streams.
+fn rental_streams(rental: &RentalState) -> Vec<StreamId> {
+    let mut streams = vec![stream(format!("rental-{}", rental.started.rental_id))];
+    streams.extend(
+        rental
+            .started
+            .gpu_uuids
+            .iter()
+            .map(|uuid| stream(format!("gpu_lease-{uuid}"))),
+    );
+    streams
+}
+
 async fn finish(
     store: &gpunex_store::Store,
     registry: &crate::auth::CredentialCache,
@@ -514,9 +533,22 @@ pub async fn meter(
     gpu_seconds: u64,
 ) -> Result<(Option<u64>, &'static str), ApiError> {
     let fees = state.fleet.fees;
-    for _attempt in 0..5 {
-        let head = state.store.head_position().await?;
-        state.credentials.wait_for(head).await?;
+    let rental_stream = stream(format!("rental-{rental_id}"));
+    for _attempt in 0..APPEND_ATTEMPTS {
+        // The rental's state and the machine's presence, each as of its stream's last event.
+        // (The provider's tier was decided before the rental began, so it is already applied.)
+        state
+            .credentials
+            .wait_for_streams(&state.store, &[&rental_stream])
+            .await?;
+        let machine_id = state
+            .credentials
+            .with_market(|m| m.rental(&rental_id).map(|r| r.started.machine_id))
+            .ok_or(ApiError::NotFound("rental"))?;
+        state
+            .credentials
+            .wait_for_streams(&state.store, &[&stream(format!("machine-{machine_id}"))])
+            .await?;
         let rental = state
             .credentials
             .with_market(|m| m.rental(&rental_id).cloned())
@@ -608,7 +640,7 @@ async fn append_to_rental(
     meta: Metadata,
 ) -> Result<(u64, &'static str), ApiError> {
     let event = DomainEvent::Rental(event);
-    for _attempt in 0..5 {
+    for _attempt in 0..APPEND_ATTEMPTS {
         let version = state
             .credentials
             .with_market(|m| m.rental(&rental_id).map(|r| r.stream_version))
@@ -616,8 +648,10 @@ async fn append_to_rental(
         match append_at(state, rental_id, version, event_id, &event, meta.clone()).await? {
             Some((position, status)) => return Ok((position.unwrap_or(0), status)),
             None => {
-                let head = state.store.head_position().await?;
-                state.credentials.wait_for(head).await?;
+                state
+                    .credentials
+                    .wait_for_streams(&state.store, &[&stream(format!("rental-{rental_id}"))])
+                    .await?;
             }
         }
     }
@@ -671,7 +705,7 @@ pub async fn job_ended(
         report.gpu_seconds,
     )
     .await?;
-    for _attempt in 0..5 {
+    for _attempt in 0..APPEND_ATTEMPTS {
         let rental = state
             .credentials
             .with_market(|m| m.rental(&report.rental_id).cloned())
@@ -721,8 +755,12 @@ pub async fn job_ended(
                 if let Some(position) = state.store.event_position(event_id).await? {
                     return Ok((position, "duplicate"));
                 }
-                let head = state.store.head_position().await?;
-                state.credentials.wait_for(head).await?;
+                let streams = rental_streams(&rental);
+                let streams: Vec<&StreamId> = streams.iter().collect();
+                state
+                    .credentials
+                    .wait_for_streams(&state.store, &streams)
+                    .await?;
             }
             Err(other) => return Err(other),
         }

@@ -93,6 +93,18 @@ impl PgBackend {
         read_all(&self.pool, after, limit).await
     }
 
+    /// The position of a stream's last event, if it has any.
+    pub async fn stream_position(&self, stream_id: &str) -> Result<Option<u64>, StoreError> {
+        let position: Option<i64> = sqlx::query_scalar(
+            "SELECT position FROM events WHERE stream_id = $1 \
+             ORDER BY stream_version DESC LIMIT 1",
+        )
+        .bind(stream_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        position.map(|p| to_u64(p, 0, "position")).transpose()
+    }
+
     pub async fn read_stream(
         &self,
         stream_id: &str,

@@ -97,6 +97,18 @@ impl SqliteBackend {
         read_all(&self.read, after, limit).await
     }
 
+    /// The position of a stream's last event, if it has any.
+    pub async fn stream_position(&self, stream_id: &str) -> Result<Option<u64>, StoreError> {
+        let position: Option<i64> = sqlx::query_scalar(
+            "SELECT position FROM events WHERE stream_id = ? \
+             ORDER BY stream_version DESC LIMIT 1",
+        )
+        .bind(stream_id)
+        .fetch_optional(&self.read)
+        .await?;
+        position.map(|p| to_u64(p, 0, "position")).transpose()
+    }
+
     pub async fn read_stream(
         &self,
         stream_id: &str,

@@ -246,6 +246,21 @@ impl Store {
         }
     }
 
+    /// The position of the last event of any of `streams` (0 when none has events): what a read
+    /// model must have applied before a command that reads those streams decides on it. Unlike
+    /// the log head, it does not move with other streams' writes.
+    pub async fn streams_position(&self, streams: &[&StreamId]) -> Result<u64, StoreError> {
+        let mut last = 0;
+        for stream_id in streams {
+            let position = match &self.inner.db {
+                Db::Sqlite(db) => db.stream_position(stream_id.as_str()).await?,
+                Db::Postgres(db) => db.stream_position(stream_id.as_str()).await?,
+            };
+            last = last.max(position.unwrap_or(0));
+        }
+        Ok(last)
+    }
+
     /// The last committed position and the chain hash at it (hex).
     pub async fn head(&self) -> Result<(u64, String), StoreError> {
         let head = match &self.inner.db {
