@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::server::{AppState, timestamp};
-use crate::tokens::{TokenRequest, issue_token, now};
+use crate::tokens::{TokenRequest, issue_token};
 
 /// How long a session lasts.
 pub const SESSION_HOURS: i64 = 12;
@@ -181,7 +181,7 @@ pub async fn sign_up(
         user_id,
         email: email.clone(),
         password_hash: hash_password(request.password).await?,
-        registered_at: now(),
+        registered_at: state.clock.now(),
     }));
     let claimed = DomainEvent::Account(AccountEvent::EmailClaimed(EmailClaimed { user_id }));
     let actor = format!("user:{user_id}");
@@ -270,7 +270,7 @@ pub async fn sign_in(
         return Err(ApiError::Unauthorized);
     };
     state.login_limiter.clear(&address);
-    let at = now();
+    let at = state.clock.now();
     let expires_at =
         Timestamp::from_unix_micros(at.unix_micros() + SESSION_HOURS * 3_600 * MICROS_PER_SECOND);
     let actor = format!("user:{}", user.user_id);
@@ -318,7 +318,7 @@ pub async fn sign_out(
         caller.token_id,
         &caller.actor(),
         "signed out",
-        now(),
+        state.clock.now(),
     )
     .map_err(|e| ApiError::Refused {
         code: e.code(),

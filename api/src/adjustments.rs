@@ -18,7 +18,6 @@ use crate::error::{ApiError, ErrorCode};
 use crate::json::Json;
 use crate::params::{Path, Query};
 use crate::server::{AppState, timestamp};
-use crate::tokens::now;
 
 fn stream(proposal_id: Uuid) -> StreamId {
     StreamId::parse(format!("adjustment-{proposal_id}"))
@@ -186,7 +185,7 @@ pub async fn propose(
         &request.evidence,
         lines,
         &caller.actor(),
-        now(),
+        state.clock.now(),
     )
     .map_err(rejection)?;
     let answer = view(&Proposal {
@@ -298,7 +297,7 @@ async fn decide(
         same_person(&state, &caller, &current.proposed.proposed_by),
         &caller.actor(),
         &request.reason,
-        now(),
+        state.clock.now(),
     )
     .map_err(rejection)?;
     let answer = view(&Proposal {

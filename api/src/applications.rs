@@ -21,7 +21,8 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::server::{AppState, timestamp};
-use crate::tokens::{TokenRequest, issue_token, now};
+use crate::tokens::{TokenRequest, issue_token};
+use gpunex_domain::time::Timestamp;
 
 /// Largest page of applications.
 pub const APPLICATIONS_PAGE_MAX: usize = 100;
@@ -38,7 +39,7 @@ fn snake(value: impl serde::Serialize) -> String {
         .unwrap_or_default()
 }
 
-pub fn view(application: &Application) -> wire::ApplicationView {
+pub fn view(application: &Application, now: Timestamp) -> wire::ApplicationView {
     wire::ApplicationView {
         application_id: application.application_id,
         applicant_user_id: application.applicant_user_id,
@@ -48,7 +49,7 @@ pub fn view(application: &Application) -> wire::ApplicationView {
         tier: application.tier.map(snake),
         provider_id: application.provider_id,
         information_requests: application.information_requests,
-        overdue: application.is_overdue(now()),
+        overdue: application.is_overdue(now),
         form: serde_json::to_value(&application.form).unwrap_or_default(),
         enterprise_violations: onboarding::tier_violations(&application.form, Tier::Enterprise)
             .iter()
@@ -220,11 +221,14 @@ pub async fn submit(
         application_id,
         applicant_user_id,
         form,
-        at: now(),
+        at: state.clock.now(),
     };
     let application = execute(&state, &caller, application_id, None, 0, command).await?;
     // The registry shows it soon; the response does not wait for that.
-    Ok((StatusCode::CREATED, Json(view(&application))))
+    Ok((
+        StatusCode::CREATED,
+        Json(view(&application, state.clock.now())),
+    ))
 }
 
 #[utoipa::path(
@@ -245,7 +249,7 @@ pub async fn read(
         .application(&id)
         .ok_or(ApiError::NotFound("application"))?;
     visible(&caller, &application)?;
-    Ok(Json(view(&application)))
+    Ok(Json(view(&application, state.clock.now())))
 }
 
 /// `GET /v1/applications?status=&overdue=true&after=&limit=`: reviewers, oldest first. A
@@ -317,7 +321,7 @@ pub async fn list(
         })?),
         None => None,
     };
-    let at = now();
+    let at = state.clock.now();
     let mut page: Vec<(u64, Application)> = state
         .credentials
         .applications()
@@ -342,7 +346,10 @@ pub async fn list(
         } else {
             None
         },
-        applications: page.iter().map(|(_, a)| view(a)).collect(),
+        applications: page
+            .iter()
+            .map(|(_, a)| view(a, state.clock.now()))
+            .collect(),
     }))
 }
 
@@ -356,7 +363,7 @@ async fn step(
     visible(&caller, &application)?;
     let command = make(&caller)?;
     let application = execute(&state, &caller, id, Some(application), version, command).await?;
-    Ok(Json(view(&application)))
+    Ok(Json(view(&application, state.clock.now())))
 }
 
 #[utoipa::path(
@@ -372,10 +379,11 @@ pub async fn withdraw(
     caller: Caller,
     Path(id): Path<Uuid>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
+    let now = state.clock.now();
     step(state, caller, id, |caller| {
         Ok(ApplicationCommand::Withdraw {
             applicant_user_id: user_of(caller)?,
-            at: now(),
+            at: now,
         })
     })
     .await
@@ -395,11 +403,12 @@ pub async fn answer(
     Path(id): Path<Uuid>,
     Json(message): Json<wire::Message>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
+    let now = state.clock.now();
     step(state, caller, id, |caller| {
         Ok(ApplicationCommand::ProvideInformation {
             applicant_user_id: user_of(caller)?,
             answer: message.text,
-            at: now(),
+            at: now,
         })
     })
     .await
@@ -419,11 +428,12 @@ pub async fn request_information(
     Path(id): Path<Uuid>,
     Json(message): Json<wire::Message>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
+    let now = state.clock.now();
     step(state, caller, id, |caller| {
         Ok(ApplicationCommand::RequestInformation {
             reviewer_user_id: caller.token_id,
             message: message.text,
-            at: now(),
+            at: now,
         })
     })
     .await
@@ -443,11 +453,12 @@ pub async fn reject(
     Path(id): Path<Uuid>,
     Json(message): Json<wire::Message>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
+    let now = state.clock.now();
     step(state, caller, id, |caller| {
         Ok(ApplicationCommand::Reject {
             reviewer_user_id: caller.token_id,
             reason: message.text,
-            at: now(),
+            at: now,
         })
     })
     .await
@@ -469,12 +480,13 @@ pub async fn approve(
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
     let tier: Tier = serde_json::from_value(serde_json::Value::String(approval.tier))
         .map_err(|_| ApiError::body("/tier", ErrorCode::InvalidTier, "enterprise or community"))?;
+    let now = state.clock.now();
     step(state, caller, id, |caller| {
         Ok(ApplicationCommand::Approve {
             reviewer_user_id: caller.token_id,
             tier,
             provider_id: Uuid::now_v7(),
-            at: now(),
+            at: now,
         })
     })
     .await

@@ -542,7 +542,7 @@ fn authenticate(headers: &axum::http::HeaderMap, state: &AppState) -> Result<Cal
     }
     let record = state
         .credentials
-        .authenticate(token.trim(), crate::tokens::now())
+        .authenticate(token.trim(), state.clock.now())
         .ok_or(ApiError::Unauthorized)?;
     Ok(Caller {
         token_id: record.token_id,

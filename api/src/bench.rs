@@ -165,6 +165,7 @@ async fn bench_backend(
         url,
         &StoreOptions {
             postgres_connections_max: 8,
+            ..StoreOptions::default()
         },
     )
     .await?;

@@ -97,7 +97,8 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
             gpus: 8,
             days,
             renters: 200,
-            start: chrono::Utc::now().date_naive() - chrono::Days::new(u64::from(days)),
+            start: crate::payout_run::today_utc(store.clock().now())
+                - chrono::Days::new(u64::from(days)),
             fees: gpunex_domain::metering::FeeSchedule::default(),
         };
         let report = crate::simulate::simulate(&store, &config, &|_| {}).await?;
@@ -167,7 +168,7 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let today = chrono::Utc::now().date_naive();
+    let today = crate::payout_run::today_utc(state.clock.now());
     let month_ago = today - chrono::Days::new(30);
     let yesterday = today - chrono::Days::new(1);
     let paths = [

@@ -322,7 +322,7 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
         &state,
         date,
         rust_decimal::Decimal::new(92, 2),
-        chrono::Utc::now().date_naive(),
+        crate::payout_run::today_utc(state.clock.now()),
         "system:bench",
     )
     .await
@@ -338,7 +338,7 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
     let (log_events, bare) = bare_read(&store, head).await?;
     let started = Instant::now();
     let reconciler = crate::reconcile::replay(&store, head, &|_| {}).await?;
-    let report = reconciler.check(crate::tokens::now(), None);
+    let report = reconciler.check(state.clock.now(), None);
     let reconcile = started.elapsed();
     anyhow::ensure!(
         report.is_clean(),

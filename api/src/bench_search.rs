@@ -25,8 +25,6 @@ use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store, StoreOptions, Str
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::tokens::now;
-
 #[derive(Debug, clap::Args)]
 pub struct SearchBenchArgs {
     /// Listings (GPUs) to load: 8 per machine, 5 machines per provider.
@@ -370,7 +368,7 @@ async fn bench(args: &SearchBenchArgs, dir: &std::path::Path) -> anyhow::Result<
         providers * GPUS_PER_MACHINE * MACHINES_PER_PROVIDER
     );
     let loading = Instant::now();
-    let at = now();
+    let at = store.clock().now();
     // Five providers (seven streams each) per append, eight appends in flight.
     let mut pending = Vec::new();
     for chunk in (0..providers).collect::<Vec<_>>().chunks(5) {
@@ -397,7 +395,9 @@ async fn bench(args: &SearchBenchArgs, dir: &std::path::Path) -> anyhow::Result<
     let mut builds = Vec::new();
     for _ in 0..5 {
         let started = Instant::now();
-        state.listings.rebuild(&state.credentials, now());
+        state
+            .listings
+            .rebuild(&state.credentials, state.clock.now());
         builds.push(started.elapsed().as_millis() as u64);
     }
     builds.sort_unstable();
@@ -488,8 +488,8 @@ async fn bench(args: &SearchBenchArgs, dir: &std::path::Path) -> anyhow::Result<
             provider_id: listing.provider_id,
             model_id: listing.model_id.to_string(),
             price_micro_usdc: other,
-            effective_at: now(),
-            set_at: now(),
+            effective_at: state.clock.now(),
+            set_at: state.clock.now(),
             set_by: "bench:other-writer".to_owned(),
         }));
         let started = Instant::now();

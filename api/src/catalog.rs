@@ -14,7 +14,6 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::server::AppState;
-use crate::tokens::now;
 use gpunex_domain::gpu::Resolution;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -120,7 +119,7 @@ pub async fn add(
             &request.name,
             request.vram_gb,
             &caller.actor(),
-            now(),
+            state.clock.now(),
         )
         .map_err(|e| match e {
             CatalogRejection::AlreadyListed => taken(e),

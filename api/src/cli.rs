@@ -149,14 +149,14 @@ pub struct SimulateArgs {
 
 /// Runs `gpunex simulate`.
 pub async fn simulate(database_url: &str, args: &SimulateArgs) -> anyhow::Result<()> {
+    let store = open_store(database_url).await?;
     let start = match &args.start {
         Some(text) => gpunex_domain::calendar::date(text)?,
         None => {
-            let today = chrono::Utc::now().date_naive();
+            let today = crate::payout_run::today_utc(store.clock().now());
             today - chrono::Days::new(u64::from(args.days))
         }
     };
-    let store = open_store(database_url).await?;
     let head = store.head_position().await?;
     anyhow::ensure!(
         head == 0,

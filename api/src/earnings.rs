@@ -25,7 +25,6 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::server::{AppState, timestamp};
-use crate::tokens::now;
 
 fn usdc(micros: i64) -> String {
     Usdc::from_micros(micros).to_string()
@@ -179,7 +178,7 @@ pub async fn summary(
     Query(query): Query,
 ) -> Result<Json<we::EarningsSummary>, ApiError> {
     let range = dashboard_request(&state, &caller, provider_id, &query)?;
-    let at = now();
+    let at = state.clock.now();
     let zone = range.zone;
     let week = calendar::week_of(zone, at);
     let month = calendar::month_of(zone, at);
@@ -393,7 +392,7 @@ pub async fn finance(
 ) -> Result<Json<we::FinanceEarnings>, ApiError> {
     let range = parse_range(&query, "UTC".to_owned())?;
     let zone = range.zone;
-    let month = calendar::month_of(zone, now());
+    let month = calendar::month_of(zone, state.clock.now());
     let month_last = calendar::next_month(month).pred_opt().unwrap_or(month);
     let (first, last) = range.days.unwrap_or((month, month_last));
     let (from, until) = span(zone, first, last);

@@ -30,7 +30,6 @@ use uuid::Uuid;
 use crate::auth::{Caller, CredentialCache};
 use crate::error::{ApiError, append_failure};
 use crate::server::{AppState, timestamp};
-use crate::tokens::now;
 
 /// How presence is judged and telemetry kept. Defaults suit production; tests shorten them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,7 +221,7 @@ pub async fn agent_events(
             ),
         ));
     }
-    let received = now();
+    let received = state.clock.now();
     let mut checked = Vec::with_capacity(request.events.len());
     // GPUs this batch registers, so a condition may follow its registration in one request.
     let mut batch_gpus: Vec<String> = Vec::new();
@@ -727,7 +726,7 @@ pub async fn heartbeat(
         })?;
     let registered: Vec<_> = machine.gpus.iter().map(|g| g.gpu.clone()).collect();
     fleet::validate_samples(&beat.gpus, &registered).map_err(|e| report_invalid("", e))?;
-    let at = now();
+    let at = state.clock.now();
     state
         .store
         .record_heartbeat(machine_id, provider_id, at.unix_micros(), &beat.gpus)
@@ -781,7 +780,7 @@ pub async fn heartbeat(
 /// old telemetry. All its state is in the database, so a restarted server carries on; the grace
 /// period restarts with the watchdog so time the platform was down is not held against anyone.
 pub async fn run_watchdog(store: Store, registry: CredentialCache, config: FleetConfig) {
-    let started = now();
+    let started = store.clock().now();
     let mut last_prune = 0_i64;
     loop {
         if let Err(error) = watch_once(&store, &registry, &config, started, &mut last_prune).await {
@@ -798,7 +797,7 @@ async fn watch_once(
     started: Timestamp,
     last_prune: &mut i64,
 ) -> Result<(), ApiError> {
-    let at = now();
+    let at = store.clock().now();
     let previous = store.tick_platform_liveness(at.unix_micros()).await?;
     let threshold = i64::try_from(config.outage_threshold().as_micros()).unwrap_or(i64::MAX);
     if let Some(previous) = previous
@@ -933,7 +932,7 @@ async fn observe(state: &AppState, machines: Option<&[Uuid]>) -> Result<Observed
         presences,
         latest,
         outages: state.credentials.with_fleet(|f| f.outages().to_vec()),
-        now: now(),
+        now: state.clock.now(),
     })
 }
 
@@ -1158,7 +1157,7 @@ pub async fn telemetry(
     if !machine.gpus.iter().any(|g| g.gpu.gpu_uuid == gpu_uuid) {
         return Err(ApiError::NotFound("gpu"));
     }
-    let at = now();
+    let at = state.clock.now();
     let from = match query.get("from") {
         Some(text) => parse_time_in(crate::error::Location::Query, "from", text)?,
         None => Timestamp::from_unix_micros(at.unix_micros() - 3_600 * MICROS_PER_SECOND),

@@ -95,7 +95,7 @@ pub async fn idempotency(state: AppState, request: Request, next: Next) -> Respo
             if let Some(token) = bearer(&parts.headers)
                 && state
                     .credentials
-                    .authenticate(token, crate::tokens::now())
+                    .authenticate(token, state.clock.now())
                     .is_none()
             {
                 return ApiError::Unauthorized.into_response();

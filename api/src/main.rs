@@ -130,7 +130,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let reconciler =
                 gpunex_api::reconcile::replay(&store, head, &|p| bar.set_position(p)).await?;
             bar.finish_and_clear();
-            let report = reconciler.check(gpunex_api::tokens::now(), None);
+            let report = reconciler.check(store.clock().now(), None);
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

@@ -13,6 +13,7 @@ use crate::json::Json;
 use crate::params::{Path, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
+use gpunex_domain::clock::SharedClock;
 use gpunex_domain::market::{self, MarketEvent, MarketRejection, RankBreakdown};
 use gpunex_domain::money::Usdc;
 use gpunex_domain::onboarding::{ApplicationStatus, GpuModelChoice, Tier};
@@ -27,7 +28,6 @@ use crate::auth::{Caller, CredentialCache};
 use crate::error::ApiError;
 use crate::fleet::parse_time;
 use crate::server::{AppState, timestamp};
-use crate::tokens::now;
 
 /// The current listing snapshot, shared by every request.
 #[derive(Clone)]
@@ -106,7 +106,7 @@ impl ListingIndex {
 /// instant the listings change with time alone (a schedule's minute, a price taking effect,
 /// maintenance starting or ending), and at least every [`LISTING_REFRESH_MAX`].
 /// The first snapshot is built by `AppState::load`; this waits for the first reason to rebuild.
-pub async fn run_listing_index(registry: CredentialCache, index: ListingIndex) {
+pub async fn run_listing_index(registry: CredentialCache, index: ListingIndex, clock: SharedClock) {
     let mut position = registry.watch_position();
     loop {
         // Events applied since the last build (including before this task started) rebuild at
@@ -119,14 +119,14 @@ pub async fn run_listing_index(registry: CredentialCache, index: ListingIndex) {
                 .next_change
                 .map(|next| {
                     Duration::from_micros(
-                        u64::try_from(next.unix_micros() - now().unix_micros()).unwrap_or(0),
+                        u64::try_from(next.unix_micros() - clock.now().unix_micros()).unwrap_or(0),
                     )
                 })
                 .unwrap_or(LISTING_REFRESH_MAX)
                 .clamp(Duration::from_millis(1), LISTING_REFRESH_MAX);
             let _ = tokio::time::timeout(wait, position.changed()).await;
         }
-        let at = now();
+        let at = clock.now();
         // Building takes a core for a while at scale: off the async workers that serve requests.
         let (building, registry_for_build) = (index.clone(), registry.clone());
         if tokio::task::spawn_blocking(move || building.rebuild(&registry_for_build, at))
@@ -237,16 +237,16 @@ fn price_view(set: &market::PriceSet) -> wm::PriceView {
     }
 }
 
-fn prices_view(registry: &CredentialCache, provider_id: Uuid) -> wm::ProviderPrices {
+fn prices_view(registry: &CredentialCache, provider_id: Uuid, at: Timestamp) -> wm::ProviderPrices {
     let models = registry.with_market(|m| m.prices_of(provider_id));
-    prices_view_of(provider_id, models)
+    prices_view_of(provider_id, models, at)
 }
 
 fn prices_view_of(
     provider_id: Uuid,
     models: std::collections::BTreeMap<String, Vec<gpunex_domain::market::PriceSet>>,
+    at: Timestamp,
 ) -> wm::ProviderPrices {
-    let at = now();
     wm::ProviderPrices {
         provider_id,
         models: models
@@ -310,7 +310,7 @@ pub async fn set_price(
         &model_id,
         &request.price_usdc,
         effective_at,
-        now(),
+        state.clock.now(),
         &caller.actor(),
     )
     .map_err(rejection)?;
@@ -318,7 +318,7 @@ pub async fn set_price(
     // crash between the commit and the answer gets exactly it.
     let mut models = state.credentials.with_market(|m| m.prices_of(provider_id));
     models.entry(model_id).or_default().push(set.clone());
-    let view = prices_view_of(provider_id, models);
+    let view = prices_view_of(provider_id, models, state.clock.now());
     crate::idempotency::prepare_response(StatusCode::OK, &view);
     let position = append(
         &state,
@@ -346,14 +346,22 @@ pub async fn prices(
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wm::ProviderPrices>, ApiError> {
     for_provider(&caller, provider_id)?;
-    Ok(Json(prices_view(&state.credentials, provider_id)))
+    Ok(Json(prices_view(
+        &state.credentials,
+        provider_id,
+        state.clock.now(),
+    )))
 }
 
-fn availability_view(registry: &CredentialCache, provider_id: Uuid) -> wm::AvailabilityView {
+fn availability_view(
+    registry: &CredentialCache,
+    provider_id: Uuid,
+    now: Timestamp,
+) -> wm::AvailabilityView {
     let availability = registry.with_market(|m| m.availability(provider_id));
     wm::AvailabilityView {
         provider_id,
-        open_now: market::available_at(&availability, now()),
+        open_now: market::available_at(&availability, now),
         availability,
     }
 }
@@ -378,11 +386,15 @@ pub async fn set_availability(
     let event = MarketEvent::AvailabilitySet(market::AvailabilitySet {
         provider_id,
         availability: request.availability,
-        set_at: now(),
+        set_at: state.clock.now(),
     });
     let position = append(&state, &caller, market_stream(provider_id), event).await?;
     state.listings.wait_for(position).await;
-    Ok(Json(availability_view(&state.credentials, provider_id)))
+    Ok(Json(availability_view(
+        &state.credentials,
+        provider_id,
+        state.clock.now(),
+    )))
 }
 
 /// `GET /v1/providers/{provider_id}/availability`
@@ -400,7 +412,11 @@ pub async fn availability(
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wm::AvailabilityView>, ApiError> {
     for_provider(&caller, provider_id)?;
-    Ok(Json(availability_view(&state.credentials, provider_id)))
+    Ok(Json(availability_view(
+        &state.credentials,
+        provider_id,
+        state.clock.now(),
+    )))
 }
 
 fn maintenance_view(m: &market::MaintenanceAnnounced, at: Timestamp) -> wm::MaintenanceView {
@@ -445,7 +461,7 @@ pub async fn announce_maintenance(
             "not a machine of this provider",
         ));
     }
-    let at = now();
+    let at = state.clock.now();
     let announced = market::announce_maintenance(
         Uuid::now_v7(),
         provider_id,
@@ -483,7 +499,7 @@ pub async fn cancel_maintenance(
     Path((provider_id, maintenance_id)): Path<(Uuid, Uuid)>,
 ) -> Result<Json<wm::MaintenanceView>, ApiError> {
     for_provider(&caller, provider_id)?;
-    let at = now();
+    let at = state.clock.now();
     let announced = state
         .credentials
         .with_market(|m| m.maintenance(&maintenance_id).cloned())
@@ -516,7 +532,7 @@ pub async fn maintenance(
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<Vec<wm::MaintenanceView>>, ApiError> {
     for_provider(&caller, provider_id)?;
-    let at = now();
+    let at = state.clock.now();
     let list = state
         .credentials
         .with_market(|m| m.maintenance_of(provider_id, at));
@@ -554,7 +570,7 @@ async fn change_listing(
         &gpu_uuid,
         provider_id,
         &request.reason,
-        now(),
+        state.clock.now(),
         &caller.actor(),
     )
     .map_err(rejection)?;

@@ -71,15 +71,14 @@ pub struct ConnectionStats {
     pub refused_busy: AtomicU64,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
+impl Metrics {
+    /// Figures of a process that started at `started_at`.
+    pub fn started_at(started_at: gpunex_domain::time::Timestamp) -> Metrics {
         Metrics {
             http: Mutex::default(),
             in_flight: AtomicU64::new(0),
             connections: Arc::default(),
-            started_at_s: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            started_at_s: u64::try_from(started_at.unix_micros() / 1_000_000).unwrap_or(0),
         }
     }
 }

@@ -216,9 +216,9 @@ pub fn batch_stream(date: NaiveDate) -> StreamId {
     stream(format!("payout_batch-{date}"))
 }
 
-/// Today's date in UTC: the server's payout calendar.
-pub fn today_utc() -> NaiveDate {
-    chrono::DateTime::from_timestamp_micros(crate::tokens::now().unix_micros())
+/// The date in UTC at `now`: the server's payout calendar.
+pub fn today_utc(now: Timestamp) -> NaiveDate {
+    chrono::DateTime::from_timestamp_micros(now.unix_micros())
         .map_or(NaiveDate::MIN, |t| t.date_naive())
 }
 
@@ -232,7 +232,7 @@ pub async fn run_batch(
     dry_run: bool,
     actor: &str,
 ) -> Result<wp::BatchView, ApiError> {
-    if date > today_utc() {
+    if date > today_utc(store.clock().now()) {
         return Err(ApiError::Refused {
             code: ErrorCode::DateInFuture,
             detail: format!("{date} is in the future: a batch pays what was earned up to its date"),
@@ -258,7 +258,7 @@ pub async fn run_batch(
     if let Some(view) = existing {
         return view;
     }
-    let now = crate::tokens::now();
+    let now = store.clock().now();
     let (planned, runs_version, unfinished) = credentials.with_earnings(|e| {
         plan(e, policy, date, now).map(|planned| {
             let book = e.payouts();

@@ -167,7 +167,7 @@ async fn submit(
             destination: signed.destination.clone(),
             attempt,
         },
-        submitted_at: crate::tokens::now(),
+        submitted_at: store.clock().now(),
     };
     if !record(
         store,
@@ -228,7 +228,7 @@ async fn step(
         if status.commitment != Commitment::Finalized {
             return Ok(());
         }
-        let now = crate::tokens::now();
+        let now = store.clock().now();
         let money = |e: gpunex_domain::ledger::JournalError| {
             SendError::Payout(scheduled.payout_id, e.to_string())
         };

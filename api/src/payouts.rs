@@ -33,7 +33,6 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::error::{ApiError, append_failure};
 use crate::server::{AppState, timestamp};
-use crate::tokens::now;
 
 fn view(policy: &PayoutPolicy, settings: &PayoutSettingsChanged) -> wp::PayoutSettingsView {
     let minimum = policy.minimum(settings.schedule);
@@ -123,7 +122,7 @@ pub async fn set(
         provider_id,
         schedule: request.schedule,
         method,
-        changed_at: now(),
+        changed_at: state.clock.now(),
         changed_by: caller.actor(),
     };
     let stream = StreamId::parse(format!("payout_settings-{provider_id}"))
@@ -503,7 +502,7 @@ pub async fn confirm(
     };
     let event = record
         .scheduled
-        .confirmed(confirmation, now())
+        .confirmed(confirmation, state.clock.now())
         .map_err(money)?;
     settle(
         &state,
@@ -557,7 +556,7 @@ pub async fn return_payout(
             "bank_returned",
             format!("{code}: {reason}"),
             caller.actor(),
-            now(),
+            state.clock.now(),
         )
         .map_err(money)?;
     settle(&state, &record, PayoutEvent::Failed(event), &caller.actor()).await
@@ -661,7 +660,7 @@ pub async fn create_bank_files(
             )
         })?;
     // A TARGET2 business day at or after the next cut-off (`docs/payouts.md`).
-    let earliest = gpunex_domain::sepa_calendar::earliest_execution(now());
+    let earliest = gpunex_domain::sepa_calendar::earliest_execution(state.clock.now());
     let execution_date = match &request.execution_date {
         Some(text) => parse_date(crate::error::Location::Body, "/execution_date", text)?,
         None => gpunex_domain::sepa_calendar::next_target2_business_day(date.max(earliest)),
@@ -756,7 +755,7 @@ pub async fn make_bank_files(
                 sha256: String::new(),
                 // Whole seconds: the file's creation time has no fraction.
                 created_at: gpunex_domain::time::Timestamp::from_unix_micros(
-                    now().unix_micros().div_euclid(1_000_000) * 1_000_000,
+                    state.clock.now().unix_micros().div_euclid(1_000_000) * 1_000_000,
                 ),
                 created_by: actor.to_owned(),
             };
@@ -992,7 +991,7 @@ pub async fn import_status_report(
             .ok_or(ApiError::NotFound("bank_file"))?;
         Ok::<_, ApiError>((date, report_changes(e, file, &report)?))
     })?;
-    let at = now();
+    let at = state.clock.now();
     let mut view = wp::StatusReportView {
         message_id: report.message_id.clone(),
         original_message_id: report.original_message_id.clone(),

@@ -17,7 +17,6 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::server::{AppState, timestamp};
-use crate::tokens::now;
 
 /// A machine's presence transitions.
 type Transitions = Vec<(bool, Timestamp)>;
@@ -127,7 +126,7 @@ pub async fn recommendations(
             "a region name, 1 to 100 characters",
         ));
     }
-    let at = now();
+    let at = state.clock.now();
     let window = Span {
         from: Timestamp::from_unix_micros(at.unix_micros() - WINDOW_DAYS * MICROS_PER_DAY),
         until: at,

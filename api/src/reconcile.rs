@@ -10,7 +10,6 @@ use gpunex_store::Store;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::server::AppState;
-use crate::tokens::now;
 
 /// Whether an event type matters to reconciliation (the rest is skipped undecoded).
 fn relevant(event_type: &str) -> bool {
@@ -76,7 +75,7 @@ pub async fn endpoint(
             code: ErrorCode::UndecodableEvent,
             detail: e.to_string(),
         })?;
-    let at = now();
+    let at = state.clock.now();
     let report = state
         .credentials
         .with_earnings(|earnings| reconciler.check(at, Some(earnings)));

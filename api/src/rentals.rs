@@ -22,7 +22,6 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::error::{ApiError, append_failure};
 use crate::server::{AppState, timestamp};
-use crate::tokens::now;
 
 fn stream(name: String) -> StreamId {
     StreamId::parse(name)
@@ -126,7 +125,7 @@ pub async fn rent(
 ) -> Result<(StatusCode, Json<wr::RentalView>), ApiError> {
     let renter_id = caller.renter_id().ok_or(ApiError::Forbidden)?;
     rental::validate_workload(&request.workload).map_err(rejection)?;
-    let at = now();
+    let at = state.clock.now();
     let snapshot = state.listings.current();
     let gpu_uuids = match (&request.filter, request.gpus) {
         (None, None) => request.gpu_uuids.clone(),
@@ -378,7 +377,7 @@ pub async fn end(
         rental_id,
         rental.ended.is_some(),
         cause,
-        now(),
+        state.clock.now(),
         &caller.actor(),
         &request.evidence,
     )
@@ -553,7 +552,7 @@ pub async fn meter(
             .credentials
             .with_market(|m| m.rental(&rental_id).cloned())
             .ok_or(ApiError::NotFound("rental"))?;
-        let at = now();
+        let at = state.clock.now();
         let input = rental::UsageInput {
             rental: &rental.started,
             meter: rental.meter,
@@ -710,7 +709,9 @@ pub async fn job_ended(
             .credentials
             .with_market(|m| m.rental(&report.rental_id).cloned())
             .ok_or(ApiError::NotFound("rental"))?;
-        let at = occurred.max(rental.started.started_at).min(now());
+        let at = occurred
+            .max(rental.started.started_at)
+            .min(state.clock.now());
         let job = rental::JobEnded {
             rental_id: report.rental_id,
             machine_id: report.machine_id,
@@ -878,7 +879,7 @@ pub async fn end_abandoned(
     grace: std::time::Duration,
     watching_since: gpunex_domain::time::Timestamp,
 ) -> Result<usize, ApiError> {
-    let at = now();
+    let at = store.clock().now();
     let grace_micros = i64::try_from(grace.as_micros()).unwrap_or(i64::MAX);
     let rentals: Vec<RentalState> =
         registry.with_market(|m| m.active_rentals().into_iter().cloned().collect());

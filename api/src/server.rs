@@ -23,6 +23,8 @@ pub const PAGE_ITEMS_MAX: u64 = 1_000;
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    /// The process's clock: the store's, so events and decisions share one "now".
+    pub clock: gpunex_domain::clock::SharedClock,
     pub credentials: crate::auth::CredentialCache,
     pub login_limiter: crate::accounts::LoginLimiter,
     pub fleet: crate::fleet::FleetConfig,
@@ -45,13 +47,17 @@ impl AppState {
     pub async fn load(store: Store) -> Result<AppState, gpunex_store::StoreError> {
         let credentials = crate::auth::CredentialCache::load(&store).await?;
         let listings = crate::market::ListingIndex::default();
-        listings.rebuild(&credentials, crate::tokens::now());
+        let clock = store.clock().clone();
+        listings.rebuild(&credentials, clock.now());
         tokio::spawn(crate::market::run_listing_index(
             credentials.clone(),
             listings.clone(),
+            clock.clone(),
         ));
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::started_at(clock.now()));
         Ok(AppState {
             store,
+            clock,
             credentials,
             login_limiter: crate::accounts::LoginLimiter::default(),
             fleet: crate::fleet::FleetConfig::default(),
@@ -59,7 +65,7 @@ impl AppState {
             payouts: std::sync::Arc::default(),
             limits: crate::http_server::ServerLimits::default(),
             token_load: crate::http_server::TokenLoad::default(),
-            metrics: std::sync::Arc::default(),
+            metrics,
             metrics_loopback: true,
         })
     }
@@ -553,7 +559,10 @@ pub async fn serve(
             state.store.clone(),
             state.credentials.clone(),
             payouts.config.policy.clone(),
-            crate::payout_run::today_utc,
+            {
+                let clock = state.clock.clone();
+                move || crate::payout_run::today_utc(clock.now())
+            },
             std::time::Duration::from_secs(60),
         ))
     });

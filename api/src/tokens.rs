@@ -18,11 +18,6 @@ use crate::auth::{Caller, CredentialCache, NewToken};
 use crate::error::ApiError;
 use crate::server::{AppState, timestamp};
 
-/// The clock, read at the edge: the domain only ever receives instants.
-pub fn now() -> Timestamp {
-    Timestamp::from_unix_micros(chrono::Utc::now().timestamp_micros())
-}
-
 fn stream_of(token_id: Uuid) -> gpunex_domain::StreamId {
     gpunex_domain::StreamId::parse(format!("credential-{token_id}"))
         .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
@@ -129,7 +124,7 @@ pub async fn issue_token(
         expires_at,
         first_for_provider,
     } = request;
-    let at = now();
+    let at = store.clock().now();
     let new = NewToken::generate();
     let mut issued = credentials::issue(
         new.token_id,
@@ -596,7 +591,7 @@ pub async fn revoke(
         token_id,
         &caller.actor(),
         &reason,
-        now(),
+        state.clock.now(),
     )
     .map_err(rejection)?;
     let event = DomainEvent::Credential(CredentialEvent::Revoked(revoked));

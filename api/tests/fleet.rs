@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use gpunex_api::AppState;
 use gpunex_api::fleet::FleetConfig;
+use gpunex_domain::clock::Clock;
 use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -39,7 +40,11 @@ struct Platform {
 }
 
 async fn platform(db: &TestDb) -> Platform {
-    let mut state = AppState::load(db.open().await).await.unwrap();
+    platform_on(db.open().await).await
+}
+
+async fn platform_on(store: gpunex_store::Store) -> Platform {
+    let mut state = AppState::load(store).await.unwrap();
     state.fleet = config();
     let admin = common::admin_token(&state).await;
     let base = common::serve(state.clone()).await;
@@ -693,7 +698,8 @@ async fn agents_cannot_act_for_other_machines_or_send_nonsense(db: &TestDb) {
 }
 
 async fn platform_outages_are_not_provider_downtime(db: &TestDb) {
-    let p = platform(db).await;
+    let clock = gpunex_tests::manual_clock();
+    let p = platform_on(db.open_with_clock(clock.clone()).await).await;
     let (_, token) =
         common::approved_provider(&p.base, &p.admin, "o@example.com", h100_entry(1)).await;
     let (machine, agent) = common::agent_token(&p.base, &token).await;
@@ -708,11 +714,11 @@ async fn platform_outages_are_not_provider_downtime(db: &TestDb) {
     )
     .await;
     assert_eq!(ack["status"], "online");
-    let heard = std::time::Instant::now();
+    let heard = clock.now();
 
     // The platform goes down (no watchdog ticks) and the machine dies while it is down.
     first.abort();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    clock.advance_micros(4_000_000);
     // The platform comes back: it records the outage, and gives the machine a full grace period
     // before declaring it offline, dated at its last heartbeat.
     let second = start_watchdog(&p.state);
@@ -724,6 +730,8 @@ async fn platform_outages_are_not_provider_downtime(db: &TestDb) {
     .await;
 
     eventually("offline", || async {
+        // Time goes on in steps shorter than the outage threshold.
+        clock.advance_micros(50_000);
         call(
             &p.base,
             "GET",
@@ -745,7 +753,7 @@ async fn platform_outages_are_not_provider_downtime(db: &TestDb) {
         None,
     )
     .await;
-    let silent = i128::try_from(heard.elapsed().as_millis()).unwrap();
+    let silent = i128::from((clock.now().unix_micros() - heard.unix_micros()) / 1_000);
     let downtime = i128::from(m["downtime_seconds_24h"].as_i64().unwrap()) * 1_000;
     let outage = &fleet_events(&p, "platform.outage_recorded").await[0]["payload"];
     let until = outage["until"].as_i64().unwrap();
@@ -758,12 +766,11 @@ async fn platform_outages_are_not_provider_downtime(db: &TestDb) {
         "{offline}"
     );
     assert!(silent >= 5_000, "{silent} ms");
-    // Silent for all that time, of which about 4 s the platform was down: only the rest counts
-    // (whole seconds, rounded down). The test's clock started when the heartbeat's answer
-    // arrived, a little after the server dated it: 250 ms of slack for that.
+    // Silent for all that time, of which the platform was down 4 s: only the rest counts
+    // (whole seconds, rounded down).
+    assert_eq!(length, 4_000_000, "{outage}");
     assert!(
-        downtime <= silent - i128::from(length / 1_000) + 250 && downtime + 3_000 <= silent,
+        downtime <= silent - i128::from(length / 1_000) && downtime + 3_000 <= silent,
         "downtime {downtime} ms of {silent} ms silent, outage {length} us"
     );
-    assert!(length >= 3_500_000, "{outage}");
 }

@@ -55,7 +55,10 @@ async fn a_simulated_marketplace_is_deterministic_and_reconciles(db: &TestDb) {
     let reconciled = gpunex_api::reconcile::replay(&store, head, &|_| {})
         .await
         .unwrap()
-        .check(gpunex_api::tokens::now(), None);
+        .check(
+            gpunex_domain::clock::Clock::now(&gpunex_store::SystemClock),
+            None,
+        );
     assert!(reconciled.is_clean(), "{:?}", reconciled.mismatches);
     assert_eq!(
         reconciled.totals.renter_charges_micro_usdc,

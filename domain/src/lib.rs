@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod adjustments;
 pub mod calendar;
+pub mod clock;
 pub mod codes;
 pub mod credentials;
 pub mod events;

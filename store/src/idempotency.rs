@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::store::{Db, now_us};
+use crate::store::Db;
 use crate::{Store, StoreError};
 
 /// How long a stored response answers retries.
@@ -115,7 +115,7 @@ impl Store {
         key: &str,
         request_sha256: &str,
     ) -> Result<KeyState, StoreError> {
-        let now = now_us();
+        let now = self.now_us();
         let owner = self.inner.instance.as_str();
         // Expired records of every caller go, so the table holds at most a day of keys.
         let sql_delete = "DELETE FROM idempotency_keys WHERE created_at_us < $1";
@@ -242,7 +242,7 @@ impl Store {
     pub async fn renew_idempotency_lease(&self, caller: &str, key: &str) -> Result<(), StoreError> {
         let sql = "UPDATE idempotency_keys SET lease_until_us = $1 \
                    WHERE caller = $2 AND key = $3 AND owner = $4 AND status = 0";
-        let lease = now_us() + IDEMPOTENCY_LEASE_US;
+        let lease = self.now_us() + IDEMPOTENCY_LEASE_US;
         let owner = self.inner.instance.as_str();
         match &self.inner.db {
             Db::Sqlite(db) => {
@@ -365,14 +365,14 @@ impl Store {
             Db::Sqlite(db) => {
                 sqlx::query(sql)
                     .bind(message_id.to_string())
-                    .bind(now_us())
+                    .bind(self.now_us())
                     .execute(&db.write)
                     .await?;
             }
             Db::Postgres(db) => {
                 sqlx::query(sql)
                     .bind(message_id.to_string())
-                    .bind(now_us())
+                    .bind(self.now_us())
                     .execute(&db.pool)
                     .await?;
             }

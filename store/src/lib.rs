@@ -93,6 +93,7 @@ macro_rules! reservation_writes {
 
 pub mod audit;
 pub mod bench;
+mod clock;
 pub mod envelope;
 pub mod fleet;
 pub mod idempotency;
@@ -111,6 +112,7 @@ use gpunex_projections::ProjectedEvent;
 use uuid::Uuid;
 
 pub use audit::{AuditFinding, AuditProgress, AuditReport};
+pub use clock::SystemClock;
 pub use envelope::{
     APPEND_EVENTS_MAX, APPEND_STREAMS_MAX, ExpectedVersion, InvalidAppend, Metadata, NewEvent,
     StreamAppend,

@@ -15,7 +15,7 @@ use crate::envelope::ValidatedStream;
 use crate::idempotency::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
 use crate::sqlite::{EVENT_COLUMNS, hash32, parse_side, schema_version, side_text};
-use crate::store::{LedgerTables, now_us};
+use crate::store::LedgerTables;
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
@@ -32,17 +32,26 @@ const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(crate) struct PgBackend {
     pub pool: PgPool,
+    clock: gpunex_domain::clock::SharedClock,
 }
 
 impl PgBackend {
-    pub async fn connect(url: &str, connections_max: u32) -> Result<PgBackend, StoreError> {
+    pub async fn connect(
+        url: &str,
+        connections_max: u32,
+        clock: gpunex_domain::clock::SharedClock,
+    ) -> Result<PgBackend, StoreError> {
         let options = PgConnectOptions::from_str(url)?;
         let pool = PgPoolOptions::new()
             .max_connections(connections_max)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await?;
-        Ok(PgBackend { pool })
+        Ok(PgBackend { pool, clock })
+    }
+
+    fn now_us(&self) -> i64 {
+        self.clock.now().unix_micros()
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -71,7 +80,7 @@ impl PgBackend {
              ON CONFLICT (projection) DO NOTHING",
         )
         .bind(gpunex_projections::ledger::LEDGER)
-        .bind(now_us())
+        .bind(self.now_us())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -146,7 +155,7 @@ impl PgBackend {
         )
         .bind(name)
         .bind(to_i64(to))
-        .bind(now_us())
+        .bind(self.now_us())
         .bind(to_i64(from))
         .execute(&self.pool)
         .await?;
@@ -172,7 +181,7 @@ impl PgBackend {
             "UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 WHERE projection = $3 AND position = $4",
         )
         .bind(to_i64(to))
-        .bind(now_us())
+        .bind(self.now_us())
         .bind(gpunex_projections::ledger::LEDGER)
         .bind(to_i64(from))
         .execute(&mut *tx)
@@ -251,7 +260,7 @@ impl PgBackend {
             )
             .bind(gpunex_projections::ledger::LEDGER)
             .bind(run_id)
-            .bind(now_us())
+            .bind(self.now_us())
             .execute(&mut *tx)
             .await?;
             drop_ledger_tables(&mut tx, tables).await?;
@@ -331,7 +340,7 @@ impl PgBackend {
         }
         sqlx::query("UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 WHERE projection = $3")
             .bind(to_i64(position))
-            .bind(now_us())
+            .bind(self.now_us())
             .bind(gpunex_projections::ledger::LEDGER)
             .execute(&mut *tx)
             .await?;
@@ -404,7 +413,7 @@ impl GroupCommit for PgBackend {
             .collect();
         let (ids, streams) = group_keys(requests);
         let (existing, versions) = identities_and_versions(&mut tx, &ids, &streams).await?;
-        let plan = plan_group(head, requests, existing, versions, now_us());
+        let plan = plan_group(head, requests, existing, versions, self.now_us());
         if plan.rows.is_empty() {
             tx.rollback().await?;
             return Ok((merge_owned(&owned, plan.outcomes), head.position));

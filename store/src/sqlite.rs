@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::envelope::ValidatedStream;
 use crate::idempotency::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
-use crate::store::{LedgerTables, now_us};
+use crate::store::LedgerTables;
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
@@ -35,10 +35,14 @@ pub(crate) struct SqliteBackend {
     pub write: SqlitePool,
     /// The database file, for the bulk scans of `sqlite_scan`.
     pub path: std::path::PathBuf,
+    clock: gpunex_domain::clock::SharedClock,
 }
 
 impl SqliteBackend {
-    pub async fn connect(url: &str) -> Result<SqliteBackend, StoreError> {
+    pub async fn connect(
+        url: &str,
+        clock: gpunex_domain::clock::SharedClock,
+    ) -> Result<SqliteBackend, StoreError> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -62,7 +66,16 @@ impl SqliteBackend {
             .max_connections(READ_CONNECTIONS_MAX)
             .connect_with(options.read_only(true))
             .await?;
-        Ok(SqliteBackend { read, write, path })
+        Ok(SqliteBackend {
+            read,
+            write,
+            path,
+            clock,
+        })
+    }
+
+    fn now_us(&self) -> i64 {
+        self.clock.now().unix_micros()
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -76,7 +89,7 @@ impl SqliteBackend {
              ON CONFLICT (projection) DO NOTHING",
         )
         .bind(gpunex_projections::ledger::LEDGER)
-        .bind(now_us())
+        .bind(self.now_us())
         .execute(&mut *conn)
         .await?;
         Ok(())
@@ -150,7 +163,7 @@ impl SqliteBackend {
         )
         .bind(name)
         .bind(to_i64(to))
-        .bind(now_us())
+        .bind(self.now_us())
         .bind(to_i64(from))
         .execute(&self.write)
         .await?;
@@ -170,7 +183,7 @@ impl SqliteBackend {
         to: u64,
     ) -> Result<(), StoreError> {
         let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
-        move_checkpoint(&mut tx, from, to).await?;
+        move_checkpoint(&mut tx, from, to, self.now_us()).await?;
         write_ledger_batch(&mut tx, LedgerTables::LIVE, batch).await?;
         tx.commit().await?;
         Ok(())
@@ -236,7 +249,7 @@ impl SqliteBackend {
             )
             .bind(gpunex_projections::ledger::LEDGER)
             .bind(run_id)
-            .bind(now_us())
+            .bind(self.now_us())
             .execute(&mut *tx)
             .await?;
             drop_ledger_tables(&mut tx, tables).await?;
@@ -293,7 +306,7 @@ impl SqliteBackend {
         }
         sqlx::query("UPDATE projection_checkpoints SET position = ?, updated_at_us = ? WHERE projection = ?")
             .bind(to_i64(position))
-            .bind(now_us())
+            .bind(self.now_us())
             .bind(gpunex_projections::ledger::LEDGER)
             .execute(&mut *tx)
             .await?;
@@ -374,7 +387,7 @@ impl GroupCommit for SqliteBackend {
                 versions.insert(stream, to_u64(version, 0, "stream_version")?);
             }
         }
-        let plan = plan_group(head, requests, existing, versions, now_us());
+        let plan = plan_group(head, requests, existing, versions, self.now_us());
         if plan.rows.is_empty() {
             tx.rollback().await?;
             return Ok((merge_owned(&owned, plan.outcomes), head.position));
@@ -479,13 +492,14 @@ async fn move_checkpoint(
     conn: &mut SqliteConnection,
     from: u64,
     to: u64,
+    now_us: i64,
 ) -> Result<(), StoreError> {
     let projection = gpunex_projections::ledger::LEDGER;
     let moved = sqlx::query(
         "UPDATE projection_checkpoints SET position = ?, updated_at_us = ? WHERE projection = ? AND position = ?",
     )
     .bind(to_i64(to))
-    .bind(now_us())
+    .bind(now_us)
     .bind(projection)
     .bind(to_i64(from))
     .execute(&mut *conn)

@@ -29,12 +29,15 @@ pub enum Backend {
 pub struct StoreOptions {
     /// PostgreSQL connections this process may hold (readers, the writer, the listener).
     pub postgres_connections_max: u32,
+    /// What the store stamps `recorded_at_us` and checkpoint times with.
+    pub clock: gpunex_domain::clock::SharedClock,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             postgres_connections_max: 16,
+            clock: std::sync::Arc::new(crate::SystemClock),
         }
     }
 }
@@ -83,6 +86,7 @@ pub(crate) struct Inner {
     stats: Arc<crate::stats::WriterStats>,
     pub head: watch::Sender<u64>,
     listener: OnceCell<()>,
+    clock: gpunex_domain::clock::SharedClock,
 }
 
 /// A cheap-to-clone handle on the event store.
@@ -113,13 +117,19 @@ impl Store {
         let stats = Arc::new(crate::stats::WriterStats::default());
         let (db, writer) = match scheme {
             "sqlite" => {
-                let backend = Arc::new(SqliteBackend::connect(url).await?);
+                let backend = Arc::new(SqliteBackend::connect(url, options.clock.clone()).await?);
                 let writer = writer::spawn(Arc::clone(&backend), head.clone(), Arc::clone(&stats));
                 (Db::Sqlite(backend), writer)
             }
             "postgres" | "postgresql" => {
-                let backend =
-                    Arc::new(PgBackend::connect(url, options.postgres_connections_max).await?);
+                let backend = Arc::new(
+                    PgBackend::connect(
+                        url,
+                        options.postgres_connections_max,
+                        options.clock.clone(),
+                    )
+                    .await?,
+                );
                 let writer = writer::spawn(Arc::clone(&backend), head.clone(), Arc::clone(&stats));
                 (Db::Postgres(backend), writer)
             }
@@ -137,6 +147,7 @@ impl Store {
                 stats,
                 head,
                 listener: OnceCell::new(),
+                clock: options.clock.clone(),
             }),
         })
     }
@@ -146,6 +157,16 @@ impl Store {
         let store = Store::connect(url, options).await?;
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// The clock this store stamps events with (the one its options gave).
+    pub fn clock(&self) -> &gpunex_domain::clock::SharedClock {
+        &self.inner.clock
+    }
+
+    /// The clock's instant in microseconds since the Unix epoch.
+    pub(crate) fn now_us(&self) -> i64 {
+        self.inner.clock.now().unix_micros()
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -486,9 +507,4 @@ pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, Store
         .map(RecordedEvent::to_projected)
         .collect::<Result<Vec<_>, _>>()?;
     Ok(gpunex_projections::ledger::fold_batch(&projected)?)
-}
-
-/// Wall-clock time in microseconds since the Unix epoch: the store stamps `recorded_at_us`.
-pub(crate) fn now_us() -> i64 {
-    chrono::Utc::now().timestamp_micros()
 }

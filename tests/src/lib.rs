@@ -71,6 +71,15 @@ impl TestDb {
             .expect("open store")
     }
 
+    /// A store on `clock`: tests that depend on elapsed time move it instead of sleeping.
+    pub async fn open_with_clock(&self, clock: gpunex_domain::clock::SharedClock) -> Store {
+        let options = StoreOptions {
+            clock,
+            ..StoreOptions::default()
+        };
+        Store::open(&self.url, &options).await.expect("open store")
+    }
+
     /// Terminates every PostgreSQL connection to this database (a failover, an operator's
     /// `pg_terminate_backend`); returns how many. Nothing on SQLite.
     pub async fn terminate_connections(&self) -> u64 {
@@ -130,6 +139,13 @@ macro_rules! conformance {
             )*
         }
     };
+}
+
+/// A manual clock starting at the wall clock's present (so instants the tests write by hand,
+/// such as agents' `occurred_at`, stay plausible), moved only by the test.
+pub fn manual_clock() -> std::sync::Arc<gpunex_domain::clock::ManualClock> {
+    use gpunex_domain::clock::Clock;
+    gpunex_domain::clock::ManualClock::starting_at(gpunex_store::SystemClock.now())
 }
 
 pub fn provider(n: u128) -> Uuid {

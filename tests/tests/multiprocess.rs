@@ -249,6 +249,7 @@ async fn child_writer() {
             &url,
             &StoreOptions {
                 postgres_connections_max: 4,
+                ..StoreOptions::default()
             },
         )
         .await

@@ -194,3 +194,35 @@ fn handlers_use_the_extractors_with_problem_rejections() {
         "use crate::params::{Path, Query} and crate::json::Json",
     );
 }
+
+/// Time is passed in: the platform reads the wall clock in exactly one place, the store's
+/// `SystemClock`, which the binary's entry point hands to the store and everything after it.
+/// Logic takes a `Clock` or an instant, so tests and the simulation move time instead of
+/// sleeping. (Monotonic `Instant`s, which measure durations and never date anything, are
+/// allowed.) The agent is its own program on provider hosts and keeps its own clock.
+#[test]
+fn only_the_system_clock_reads_the_wall_clock() {
+    let wall_clock = [
+        "Utc::now",
+        "Local::now",
+        "SystemTime::now",
+        "UNIX_EPOCH.elapsed",
+        "OffsetDateTime::now",
+    ];
+    let allowed = [root().join("store/src/clock.rs")];
+    for krate in ["domain", "projections", "store", "wire", "payouts", "api"] {
+        for file in rust_files(&root().join(krate).join("src")) {
+            if allowed.contains(&file) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            for needle in wall_clock {
+                assert!(
+                    !text.contains(needle),
+                    "{} reads the wall clock (`{needle}`): take a `Clock` or an instant",
+                    file.display()
+                );
+            }
+        }
+    }
+}

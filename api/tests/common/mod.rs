@@ -233,9 +233,10 @@ pub async fn agent_token(base: &str, provider_token: &str) -> (Uuid, String) {
     (machine_id, issued["token"].as_str().unwrap().to_owned())
 }
 
-/// The wall clock, as the server reads it.
+/// The wall clock, as a server on the store's default clock reads it.
 pub fn now() -> gpunex_domain::time::Timestamp {
-    gpunex_api::tokens::now()
+    use gpunex_domain::clock::Clock;
+    gpunex_store::SystemClock.now()
 }
 
 /// An RFC 3339 instant.
