@@ -338,7 +338,7 @@ impl Ceiling {
         let started = Instant::now();
         let sql = format!(
             "SELECT {} FROM events ORDER BY position",
-            crate::sqlite::EVENT_COLUMNS
+            crate::rows::EVENT_COLUMNS
         );
         let rows = match &self.pool {
             Pool::Sqlite(pool) => {
@@ -375,7 +375,7 @@ impl Ceiling {
             .map_err(|e| StoreError::Scan(e.to_string()))?;
             let sql = format!(
                 "SELECT {} FROM events ORDER BY position",
-                crate::sqlite::EVENT_COLUMNS
+                crate::rows::EVENT_COLUMNS
             );
             let mut statement = conn
                 .prepare(&sql)

@@ -10,8 +10,7 @@
 //! (`Committed`: never run again).
 //! The SQL uses `$N` placeholders on both databases (SQLite reads them as numbered parameters).
 
-use std::sync::{Arc, Mutex};
-
+pub use crate::key_scope::{KeyMark, prepare_response};
 use crate::store::Db;
 use crate::{Store, StoreError};
 
@@ -45,29 +44,6 @@ pub enum KeyState {
     },
 }
 
-/// The reservation an append belongs to, with the response its handler prepared (recorded with
-/// the append that commits it).
-#[derive(Debug, Clone)]
-pub struct KeyMark {
-    pub caller: String,
-    pub key: String,
-    pub owner: String,
-    pub response: Option<(u16, String)>,
-}
-
-/// The request in scope: its reservation, and the response the handler prepares.
-#[derive(Debug, Clone)]
-struct Scope {
-    caller: String,
-    key: String,
-    owner: String,
-    response: Arc<Mutex<Option<(u16, String)>>>,
-}
-
-tokio::task_local! {
-    static REQUEST: Scope;
-}
-
 /// Runs `future` (a request's handler) as the request holding `key` for `caller`: each append it
 /// makes records its commit on the reservation.
 pub async fn in_request<F: std::future::Future>(
@@ -76,35 +52,7 @@ pub async fn in_request<F: std::future::Future>(
     key: &str,
     future: F,
 ) -> F::Output {
-    let scope = Scope {
-        caller: caller.to_owned(),
-        key: key.to_owned(),
-        owner: store.inner.instance.clone(),
-        response: Arc::default(),
-    };
-    REQUEST.scope(scope, future).await
-}
-
-/// Prepares the response of the request in scope, to be recorded with its next append: a retry
-/// after a crash then gets exactly it. Does nothing outside a request with a key.
-pub fn prepare_response(status: u16, body: String) {
-    let _ = REQUEST.try_with(|scope| {
-        if let Ok(mut response) = scope.response.lock() {
-            *response = Some((status, body));
-        }
-    });
-}
-
-/// The reservation of the request in scope, taking its prepared response.
-pub(crate) fn current_mark() -> Option<KeyMark> {
-    REQUEST
-        .try_with(|scope| KeyMark {
-            caller: scope.caller.clone(),
-            key: scope.key.clone(),
-            owner: scope.owner.clone(),
-            response: scope.response.lock().ok().and_then(|mut r| r.take()),
-        })
-        .ok()
+    crate::key_scope::scoped(caller, key, &store.inner.instance, future).await
 }
 
 impl Store {

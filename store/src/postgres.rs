@@ -5,17 +5,17 @@
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 
-use gpunex_domain::{Account, Usdc};
+use gpunex_domain::Account;
 use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row};
 use uuid::Uuid;
 
 use crate::envelope::ValidatedStream;
-use crate::idempotency::KeyMark;
+use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
-use crate::sqlite::{EVENT_COLUMNS, hash32, parse_side, schema_version, side_text};
-use crate::store::LedgerTables;
+use crate::rebuild::{LedgerTables, RebuildBackend, ledger_index_statements};
+use crate::rows::{self, EVENT_COLUMNS, LINE_COLUMNS, schema_version, side_text};
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
@@ -69,7 +69,7 @@ impl PgBackend {
             .await?;
         if !exists {
             create_ledger_table_pair(&mut tx, LedgerTables::LIVE).await?;
-            for statement in crate::store::ledger_index_statements(LedgerTables::LIVE.entries, "") {
+            for statement in ledger_index_statements(LedgerTables::LIVE.entries, "") {
                 sqlx::query(sqlx::AssertSqlSafe(statement))
                     .execute(&mut *tx)
                     .await?;
@@ -91,7 +91,7 @@ impl PgBackend {
         let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
             .fetch_one(&self.pool)
             .await?;
-        head_from_row(&row)
+        rows::pg::head(&row)
     }
 
     pub async fn read_all(
@@ -129,7 +129,7 @@ impl PgBackend {
         .bind(to_i64(limit as u64))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(event_from_row).collect()
+        rows.iter().map(rows::pg::event).collect()
     }
 
     pub async fn checkpoint(&self, projection: &str) -> Result<u64, StoreError> {
@@ -217,7 +217,7 @@ impl PgBackend {
         tx.commit().await?;
         let balances = rows
             .iter()
-            .map(balance_from_row)
+            .map(rows::pg::balance)
             .collect::<Result<_, _>>()?;
         Ok((to_u64(checkpoint.unwrap_or(0), 0, "checkpoint")?, balances))
     }
@@ -230,75 +230,83 @@ impl PgBackend {
     ) -> Result<Vec<LedgerLine>, StoreError> {
         // Two statements, not `($1 IS NULL OR account = $1)`: each keeps its own index plan.
         let rows = match account {
-            Some(account) => sqlx::query(
-                "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-                 FROM ledger_entries WHERE account = $1 AND position > $2 ORDER BY position, line_index LIMIT $3",
-            )
+            Some(account) => sqlx::query(sql!(
+                "SELECT {LINE_COLUMNS} \
+                 FROM ledger_entries WHERE account = $1 AND position > $2 ORDER BY position, line_index LIMIT $3"
+            ))
             .bind(account),
-            None => sqlx::query(
-                "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-                 FROM ledger_entries WHERE position > $1 ORDER BY position, line_index LIMIT $2",
-            ),
+            None => sqlx::query(sql!(
+                "SELECT {LINE_COLUMNS} \
+                 FROM ledger_entries WHERE position > $1 ORDER BY position, line_index LIMIT $2"
+            )),
         }
         .bind(to_i64(after))
         .bind(to_i64(limit as u64))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(line_from_row).collect()
+        rows.iter().map(rows::pg::line).collect()
+    }
+}
+
+impl RebuildBackend for PgBackend {
+    type Swap = sqlx::Transaction<'static, Postgres>;
+
+    async fn start(&self, run_id: Uuid) -> Result<(), StoreError> {
+        let tables = LedgerTables::REBUILD;
+        let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
+        sqlx::query(
+            "INSERT INTO projection_rebuilds (projection, run_id, position, started_at_us) VALUES ($1, $2, 0, $3) \
+             ON CONFLICT (projection) DO UPDATE SET run_id = excluded.run_id, position = 0, \
+             started_at_us = excluded.started_at_us",
+        )
+        .bind(gpunex_projections::ledger::LEDGER)
+        .bind(run_id)
+        .bind(self.now_us())
+        .execute(&mut *tx)
+        .await?;
+        drop_ledger_tables(&mut tx, tables).await?;
+        create_ledger_table_pair(&mut tx, tables).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
-    /// Rebuilds the ledger read model from position 0 into fresh tables, then swaps them in.
-    pub async fn rebuild_ledger(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
-        let tables = LedgerTables::REBUILD;
-        let run_id = Uuid::now_v7();
-        {
-            let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
-            sqlx::query(
-                "INSERT INTO projection_rebuilds (projection, run_id, position, started_at_us) VALUES ($1, $2, 0, $3) \
-                 ON CONFLICT (projection) DO UPDATE SET run_id = excluded.run_id, position = 0, \
-                 started_at_us = excluded.started_at_us",
-            )
-            .bind(gpunex_projections::ledger::LEDGER)
-            .bind(run_id)
-            .bind(self.now_us())
-            .execute(&mut *tx)
-            .await?;
-            drop_ledger_tables(&mut tx, tables).await?;
-            create_ledger_table_pair(&mut tx, tables).await?;
-            tx.commit().await?;
+    async fn read_events(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
+        read_all(&self.pool, after, crate::READ_BATCH_EVENTS_MAX).await
+    }
+
+    async fn write(
+        &self,
+        run_id: Uuid,
+        through: u64,
+        batch: &LedgerBatch,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
+        claim_rebuild(&mut tx, run_id, through).await?;
+        write_ledger_batch(&mut tx, LedgerTables::REBUILD, batch).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn index(&self, run_id: Uuid, position: u64) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
+        claim_rebuild(&mut tx, run_id, position).await?;
+        for statement in ledger_index_statements(LedgerTables::REBUILD.entries, "_rebuild") {
+            sqlx::query(sqlx::AssertSqlSafe(statement))
+                .execute(&mut *tx)
+                .await?;
         }
-        // Read the next page while the current one is written.
-        let mut position = 0;
-        let mut events = read_all(&self.pool, 0, crate::READ_BATCH_EVENTS_MAX).await?;
-        while let Some(last) = events.last().map(|e| e.position) {
-            let batch = crate::store::fold_ledger(&events)?;
-            let write = async {
-                let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
-                claim_rebuild(&mut tx, run_id, last).await?;
-                write_ledger_batch(&mut tx, tables, &batch).await?;
-                tx.commit().await?;
-                Ok::<(), StoreError>(())
-            };
-            let (written, next) = tokio::join!(
-                write,
-                read_all(&self.pool, last, crate::READ_BATCH_EVENTS_MAX)
-            );
-            written?;
-            events = next?;
-            position = last;
-            progress(position);
-        }
-        // Indexes over the loaded rows before the swap, so the swap itself stays short.
-        {
-            let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
-            claim_rebuild(&mut tx, run_id, position).await?;
-            for statement in crate::store::ledger_index_statements(tables.entries, "_rebuild") {
-                sqlx::query(sqlx::AssertSqlSafe(statement))
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            tx.commit().await?;
-        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Holds the checkpoint row (live runners wait) but not the log: appends go on, so the swap
+    /// folds up to the head as it is now and leaves what comes later to the live runner, ending
+    /// however fast events arrive.
+    async fn begin_swap(
+        &self,
+        run_id: Uuid,
+        position: u64,
+    ) -> Result<(Self::Swap, Option<u64>), StoreError> {
         let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
         // Fail rather than queue behind a long reader (an audit holds its tables all along):
         // while the swap waits, live runners and readers would queue behind it.
@@ -306,28 +314,34 @@ impl PgBackend {
             .execute(&mut *tx)
             .await?;
         claim_rebuild(&mut tx, run_id, position).await?;
-        // Holding the checkpoint row keeps live runners out until the swap commits.
         sqlx::query("SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE")
             .bind(gpunex_projections::ledger::LEDGER)
             .execute(&mut *tx)
             .await?;
-        // Appends go on during the swap: fold up to the head as it is now, and leave what comes
-        // later to the live runner, so the swap ends however fast events arrive.
         let head: i64 = sqlx::query_scalar("SELECT last_position FROM event_log_head WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?;
-        let head = to_u64(head, 0, "last_position")?;
-        while position < head {
-            let limit = usize::try_from(head - position)
-                .unwrap_or(usize::MAX)
-                .min(crate::READ_BATCH_EVENTS_MAX);
-            let events = read_all(&mut *tx, position, limit).await?;
-            let Some(last) = events.last().map(|e| e.position) else {
-                break;
-            };
-            write_ledger_batch(&mut tx, tables, &crate::store::fold_ledger(&events)?).await?;
-            position = last;
-        }
+        Ok((tx, Some(to_u64(head, 0, "last_position")?)))
+    }
+
+    async fn read_in_swap(
+        swap: &mut Self::Swap,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        read_all(&mut **swap, after, limit).await
+    }
+
+    async fn write_in_swap(swap: &mut Self::Swap, batch: &LedgerBatch) -> Result<(), StoreError> {
+        write_ledger_batch(swap, LedgerTables::REBUILD, batch).await
+    }
+
+    async fn finish_swap(
+        &self,
+        mut tx: Self::Swap,
+        run_id: Uuid,
+        position: u64,
+    ) -> Result<(), StoreError> {
         drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
         for statement in [
             "ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries",
@@ -350,8 +364,7 @@ impl PgBackend {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        progress(position);
-        Ok(position)
+        Ok(())
     }
 }
 
@@ -390,7 +403,7 @@ impl GroupCommit for PgBackend {
         )
         .fetch_one(&mut *tx)
         .await?;
-        let head = head_from_row(&row)?;
+        let head = rows::pg::head(&row)?;
         let owned = owned_requests(&mut tx, all_marks).await?;
         // Almost always every request is owned: then the group is planned as it came.
         let filtered: Vec<Vec<ValidatedStream>>;
@@ -443,7 +456,7 @@ where
     .bind(to_i64(limit as u64))
     .fetch_all(executor)
     .await?;
-    rows.iter().map(event_from_row).collect()
+    rows.iter().map(rows::pg::event).collect()
 }
 
 /// The stored identities of `ids` and the current versions of `streams`, in one round trip
@@ -693,72 +706,4 @@ async fn drop_ledger_tables(
             .await?;
     }
     Ok(())
-}
-
-pub(crate) fn head_from_row(row: &PgRow) -> Result<Head, StoreError> {
-    let position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
-    Ok(Head {
-        position,
-        hash: hash32(row.try_get("last_hash")?, position)?,
-    })
-}
-
-/// Columns by index, in `EVENT_COLUMNS` order: name look-ups cost more than the decode.
-pub(crate) fn event_from_row(row: &PgRow) -> Result<RecordedEvent, StoreError> {
-    let position = to_u64(row.try_get(0)?, 0, "position")?;
-    Ok(RecordedEvent {
-        position,
-        event_id: row.try_get(1)?,
-        stream_id: row.try_get(2)?,
-        stream_version: to_u64(row.try_get(3)?, position, "stream_version")?,
-        event_type: row.try_get(4)?,
-        schema_version: schema_version(i64::from(row.try_get::<i32, _>(5)?), position)?,
-        recorded_at_us: row.try_get(6)?,
-        payload: row.try_get(7)?,
-        metadata: row.try_get(8)?,
-        hash: hash32(row.try_get(9)?, position)?,
-    })
-}
-
-/// Columns by index, in the order every journal query selects them.
-pub(crate) fn line_from_row(row: &PgRow) -> Result<LedgerLine, StoreError> {
-    let position = to_u64(row.try_get(0)?, 0, "position")?;
-    let corrupt = |reason: String| StoreError::CorruptRow { position, reason };
-    let account: String = row.try_get(4)?;
-    let side: String = row.try_get(5)?;
-    let line_index: i32 = row.try_get(1)?;
-    Ok(LedgerLine {
-        position,
-        line_index: u32::try_from(line_index)
-            .map_err(|_| corrupt(format!("line_index {line_index}")))?,
-        event_id: row.try_get(2)?,
-        entry_id: row.try_get(3)?,
-        account: account
-            .parse()
-            .map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
-        side: parse_side(&side).ok_or_else(|| corrupt(format!("side `{side}`")))?,
-        amount: Usdc::from_micros(row.try_get(6)?),
-        recorded_at_us: row.try_get(7)?,
-    })
-}
-
-pub(crate) fn balance_from_row(row: &PgRow) -> Result<(Account, AccountTotals), StoreError> {
-    let account: String = row.try_get("account")?;
-    let last_position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
-    let account = account
-        .parse()
-        .map_err(
-            |e: gpunex_domain::ledger::AccountParseError| StoreError::CorruptRow {
-                position: last_position,
-                reason: e.to_string(),
-            },
-        )?;
-    Ok((
-        account,
-        AccountTotals {
-            debits: Usdc::from_micros(row.try_get("debits_micro_usdc")?),
-            credits: Usdc::from_micros(row.try_get("credits_micro_usdc")?),
-            last_position,
-        },
-    ))
 }

@@ -6,19 +6,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::time::Duration;
 
-use gpunex_domain::{Account, Side, Usdc};
+use gpunex_domain::Account;
 use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
 use crate::envelope::ValidatedStream;
-use crate::idempotency::KeyMark;
+use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
-use crate::store::LedgerTables;
+use crate::rebuild::{LedgerTables, RebuildBackend};
+use crate::rows::{self, EVENT_COLUMNS, LINE_COLUMNS, schema_version, side_text};
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
@@ -27,8 +27,6 @@ const READ_CONNECTIONS_MAX: u32 = 4;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Rows per multi-row INSERT, under SQLite's 32,766 bound parameters.
 const INSERT_ROWS_MAX: usize = 500;
-
-pub(crate) const EVENT_COLUMNS: &str = "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload, metadata, hash";
 
 pub(crate) struct SqliteBackend {
     pub read: SqlitePool,
@@ -99,7 +97,7 @@ impl SqliteBackend {
         let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
             .fetch_one(&self.read)
             .await?;
-        head_from_row(&row)
+        rows::sqlite::head(&row)
     }
 
     pub async fn read_all(
@@ -137,7 +135,7 @@ impl SqliteBackend {
         .bind(to_i64(limit as u64))
         .fetch_all(&self.read)
         .await?;
-        rows.iter().map(event_from_row).collect()
+        rows.iter().map(rows::sqlite::event).collect()
     }
 
     pub async fn checkpoint(&self, projection: &str) -> Result<u64, StoreError> {
@@ -206,7 +204,7 @@ impl SqliteBackend {
         tx.commit().await?;
         let balances = rows
             .iter()
-            .map(balance_from_row)
+            .map(rows::sqlite::balance)
             .collect::<Result<_, _>>()?;
         Ok((to_u64(checkpoint.unwrap_or(0), 0, "checkpoint")?, balances))
     }
@@ -219,84 +217,106 @@ impl SqliteBackend {
     ) -> Result<Vec<LedgerLine>, StoreError> {
         // Two statements, not `(?1 IS NULL OR account = ?1)`: each keeps its own index plan.
         let rows = match account {
-            Some(account) => sqlx::query(
-                "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-                 FROM ledger_entries WHERE account = ? AND position > ? ORDER BY position, line_index LIMIT ?",
-            )
+            Some(account) => sqlx::query(sql!(
+                "SELECT {LINE_COLUMNS} \
+                 FROM ledger_entries WHERE account = ? AND position > ? ORDER BY position, line_index LIMIT ?"
+            ))
             .bind(account),
-            None => sqlx::query(
-                "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-                 FROM ledger_entries WHERE position > ? ORDER BY position, line_index LIMIT ?",
-            ),
+            None => sqlx::query(sql!(
+                "SELECT {LINE_COLUMNS} \
+                 FROM ledger_entries WHERE position > ? ORDER BY position, line_index LIMIT ?"
+            )),
         }
         .bind(to_i64(after))
         .bind(to_i64(limit as u64))
         .fetch_all(&self.read)
         .await?;
-        rows.iter().map(line_from_row).collect()
+        rows.iter().map(rows::sqlite::line).collect()
+    }
+}
+
+impl RebuildBackend for SqliteBackend {
+    type Swap = sqlx::Transaction<'static, Sqlite>;
+
+    async fn start(&self, run_id: Uuid) -> Result<(), StoreError> {
+        let tables = LedgerTables::REBUILD;
+        let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query(
+            "INSERT INTO projection_rebuilds (projection, run_id, position, started_at_us) VALUES (?, ?, 0, ?) \
+             ON CONFLICT (projection) DO UPDATE SET run_id = excluded.run_id, position = 0, \
+             started_at_us = excluded.started_at_us",
+        )
+        .bind(gpunex_projections::ledger::LEDGER)
+        .bind(run_id)
+        .bind(self.now_us())
+        .execute(&mut *tx)
+        .await?;
+        drop_ledger_tables(&mut tx, tables).await?;
+        create_ledger_table_pair(&mut tx, tables).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
-    /// Rebuilds the ledger read model from position 0 into fresh tables, then swaps them in.
-    pub async fn rebuild_ledger(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
-        let tables = LedgerTables::REBUILD;
-        let run_id = Uuid::now_v7();
-        {
-            let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
-            sqlx::query(
-                "INSERT INTO projection_rebuilds (projection, run_id, position, started_at_us) VALUES (?, ?, 0, ?) \
-                 ON CONFLICT (projection) DO UPDATE SET run_id = excluded.run_id, position = 0, \
-                 started_at_us = excluded.started_at_us",
-            )
-            .bind(gpunex_projections::ledger::LEDGER)
-            .bind(run_id)
-            .bind(self.now_us())
-            .execute(&mut *tx)
-            .await?;
-            drop_ledger_tables(&mut tx, tables).await?;
-            create_ledger_table_pair(&mut tx, tables).await?;
-            tx.commit().await?;
-        }
-        // Read the next page while the current one is written.
-        let mut position = 0;
-        let mut events = read_all(&self.read, 0, crate::READ_BATCH_EVENTS_MAX).await?;
-        while let Some(last) = events.last().map(|e| e.position) {
-            let batch = crate::store::fold_ledger(&events)?;
-            let write = async {
-                let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
-                claim_rebuild(&mut tx, run_id, last).await?;
-                write_ledger_batch(&mut tx, tables, &batch).await?;
-                tx.commit().await?;
-                Ok::<(), StoreError>(())
-            };
-            let (written, next) = tokio::join!(
-                write,
-                read_all(&self.read, last, crate::READ_BATCH_EVENTS_MAX)
-            );
-            written?;
-            events = next?;
-            position = last;
-            progress(position);
-        }
-        // Indexes over the loaded rows before the swap, so the swap itself stays short. SQLite
-        // cannot rename an index, so this generation's names carry the run id.
-        {
-            let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
-            claim_rebuild(&mut tx, run_id, position).await?;
-            create_ledger_indexes(&mut tx, tables, &format!("_{}", run_id.simple())).await?;
-            tx.commit().await?;
-        }
-        // The swap: under the write lock (appends wait), fold what arrived meanwhile, then
-        // replace the tables and set the checkpoint in the same transaction.
+    async fn read_events(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
+        read_all(&self.read, after, crate::READ_BATCH_EVENTS_MAX).await
+    }
+
+    async fn write(
+        &self,
+        run_id: Uuid,
+        through: u64,
+        batch: &LedgerBatch,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+        claim_rebuild(&mut tx, run_id, through).await?;
+        write_ledger_batch(&mut tx, LedgerTables::REBUILD, batch).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// SQLite cannot rename an index, so this generation's index names carry the run id.
+    async fn index(&self, run_id: Uuid, position: u64) -> Result<(), StoreError> {
         let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
         claim_rebuild(&mut tx, run_id, position).await?;
-        loop {
-            let events = read_all(&mut *tx, position, crate::READ_BATCH_EVENTS_MAX).await?;
-            let Some(last) = events.last().map(|e| e.position) else {
-                break;
-            };
-            write_ledger_batch(&mut tx, tables, &crate::store::fold_ledger(&events)?).await?;
-            position = last;
-        }
+        create_ledger_indexes(
+            &mut tx,
+            LedgerTables::REBUILD,
+            &format!("_{}", run_id.simple()),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Under the write lock: appends wait for the swap, so it folds to the end of the log.
+    async fn begin_swap(
+        &self,
+        run_id: Uuid,
+        position: u64,
+    ) -> Result<(Self::Swap, Option<u64>), StoreError> {
+        let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+        claim_rebuild(&mut tx, run_id, position).await?;
+        Ok((tx, None))
+    }
+
+    async fn read_in_swap(
+        swap: &mut Self::Swap,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        read_all(&mut **swap, after, limit).await
+    }
+
+    async fn write_in_swap(swap: &mut Self::Swap, batch: &LedgerBatch) -> Result<(), StoreError> {
+        write_ledger_batch(swap, LedgerTables::REBUILD, batch).await
+    }
+
+    async fn finish_swap(
+        &self,
+        mut tx: Self::Swap,
+        run_id: Uuid,
+        position: u64,
+    ) -> Result<(), StoreError> {
         drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
         for statement in [
             "ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries",
@@ -316,8 +336,7 @@ impl SqliteBackend {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        progress(position);
-        Ok(position)
+        Ok(())
     }
 }
 
@@ -353,7 +372,7 @@ impl GroupCommit for SqliteBackend {
         let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?;
-        let head = head_from_row(&row)?;
+        let head = rows::sqlite::head(&row)?;
         let owned = owned_requests(&mut tx, all_marks).await?;
         // Almost always every request is owned: then the group is planned as it came.
         let filtered: Vec<Vec<ValidatedStream>>;
@@ -422,7 +441,7 @@ where
     .bind(to_i64(limit as u64))
     .fetch_all(executor)
     .await?;
-    rows.iter().map(event_from_row).collect()
+    rows.iter().map(rows::sqlite::event).collect()
 }
 
 async fn stored_identities(
@@ -617,7 +636,7 @@ async fn create_ledger_indexes(
     tables: LedgerTables,
     name_suffix: &str,
 ) -> Result<(), StoreError> {
-    for statement in crate::store::ledger_index_statements(tables.entries, name_suffix) {
+    for statement in crate::rebuild::ledger_index_statements(tables.entries, name_suffix) {
         sqlx::query(sqlx::AssertSqlSafe(statement))
             .execute(&mut *conn)
             .await?;
@@ -635,101 +654,4 @@ async fn drop_ledger_tables(
             .await?;
     }
     Ok(())
-}
-
-pub(crate) fn head_from_row(row: &SqliteRow) -> Result<Head, StoreError> {
-    let position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
-    let hash: Vec<u8> = row.try_get("last_hash")?;
-    Ok(Head {
-        position,
-        hash: hash32(hash, position)?,
-    })
-}
-
-pub(crate) fn event_from_row(row: &SqliteRow) -> Result<RecordedEvent, StoreError> {
-    let position = to_u64(row.try_get(0)?, 0, "position")?;
-    let event_id: Uuid = row.try_get(1)?;
-    Ok(RecordedEvent {
-        position,
-        event_id,
-        stream_id: row.try_get(2)?,
-        stream_version: to_u64(row.try_get(3)?, position, "stream_version")?,
-        event_type: row.try_get(4)?,
-        schema_version: schema_version(row.try_get(5)?, position)?,
-        recorded_at_us: row.try_get(6)?,
-        payload: row.try_get(7)?,
-        metadata: row.try_get(8)?,
-        hash: hash32(row.try_get(9)?, position)?,
-    })
-}
-
-pub(crate) fn line_from_row(row: &SqliteRow) -> Result<LedgerLine, StoreError> {
-    let position = to_u64(row.try_get(0)?, 0, "position")?;
-    let corrupt = |reason: String| StoreError::CorruptRow { position, reason };
-    let account: String = row.try_get(4)?;
-    let side: String = row.try_get(5)?;
-    let line_index: i64 = row.try_get(1)?;
-    Ok(LedgerLine {
-        position,
-        line_index: u32::try_from(line_index)
-            .map_err(|_| corrupt(format!("line_index {line_index}")))?,
-        event_id: row.try_get(2)?,
-        entry_id: row.try_get(3)?,
-        account: account
-            .parse()
-            .map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
-        side: parse_side(&side).ok_or_else(|| corrupt(format!("side `{side}`")))?,
-        amount: Usdc::from_micros(row.try_get(6)?),
-        recorded_at_us: row.try_get(7)?,
-    })
-}
-
-pub(crate) fn balance_from_row(row: &SqliteRow) -> Result<(Account, AccountTotals), StoreError> {
-    let account: String = row.try_get("account")?;
-    let last_position = to_u64(row.try_get("last_position")?, 0, "last_position")?;
-    let account = account
-        .parse()
-        .map_err(
-            |e: gpunex_domain::ledger::AccountParseError| StoreError::CorruptRow {
-                position: last_position,
-                reason: e.to_string(),
-            },
-        )?;
-    Ok((
-        account,
-        AccountTotals {
-            debits: Usdc::from_micros(row.try_get("debits_micro_usdc")?),
-            credits: Usdc::from_micros(row.try_get("credits_micro_usdc")?),
-            last_position,
-        },
-    ))
-}
-
-pub(crate) fn hash32(bytes: Vec<u8>, position: u64) -> Result<[u8; 32], StoreError> {
-    <[u8; 32]>::try_from(bytes).map_err(|bytes| StoreError::CorruptRow {
-        position,
-        reason: format!("hash is {} bytes, not 32", bytes.len()),
-    })
-}
-
-pub(crate) fn schema_version(value: i64, position: u64) -> Result<u32, StoreError> {
-    u32::try_from(value).map_err(|_| StoreError::CorruptRow {
-        position,
-        reason: format!("schema_version {value}"),
-    })
-}
-
-pub(crate) fn side_text(side: Side) -> &'static str {
-    match side {
-        Side::Debit => "debit",
-        Side::Credit => "credit",
-    }
-}
-
-pub(crate) fn parse_side(text: &str) -> Option<Side> {
-    match text {
-        "debit" => Some(Side::Debit),
-        "credit" => Some(Side::Credit),
-        _ => None,
-    }
 }

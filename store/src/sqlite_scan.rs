@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::audit::AuditSource;
 use crate::plan::Head;
-use crate::sqlite::{EVENT_COLUMNS, parse_side};
+use crate::rows::{EVENT_COLUMNS, LINE_COLUMNS, hash32, parse_side, schema_version};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
 /// A read-only connection holding one read transaction (one snapshot) for its whole life.
@@ -80,7 +80,7 @@ impl AuditSource for SqliteSnapshot {
             let position = to_u64(position, 0, "last_position")?;
             Ok(Head {
                 position,
-                hash: crate::sqlite::hash32(hash, position)?,
+                hash: hash32(hash, position)?,
             })
         })
         .await
@@ -181,10 +181,10 @@ fn scan_lines(conn: &Connection, after: u64, through: u64) -> Result<Vec<LedgerL
         return Ok(Vec::new());
     }
     let mut statement = conn
-        .prepare_cached(
-            "SELECT position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us \
-             FROM ledger_entries WHERE position > ?1 AND position <= ?2 ORDER BY position, line_index",
-        )
+        .prepare_cached(&format!(
+            "SELECT {LINE_COLUMNS} FROM ledger_entries WHERE position > ?1 AND position <= ?2 \
+             ORDER BY position, line_index"
+        ))
         .map_err(scan_error)?;
     let mut rows = statement
         .query(params![to_i64(after), to_i64(through)])
@@ -212,11 +212,11 @@ fn event_from_row(row: &Row<'_>) -> Result<RecordedEvent, StoreError> {
         stream_id: row.get(2).map_err(scan_error)?,
         stream_version: to_u64(row.get(3).map_err(scan_error)?, position, "stream_version")?,
         event_type: row.get(4).map_err(scan_error)?,
-        schema_version: crate::sqlite::schema_version(row.get(5).map_err(scan_error)?, position)?,
+        schema_version: schema_version(row.get(5).map_err(scan_error)?, position)?,
         recorded_at_us: row.get(6).map_err(scan_error)?,
         payload: row.get(7).map_err(scan_error)?,
         metadata: row.get(8).map_err(scan_error)?,
-        hash: crate::sqlite::hash32(row.get(9).map_err(scan_error)?, position)?,
+        hash: hash32(row.get(9).map_err(scan_error)?, position)?,
     })
 }
 

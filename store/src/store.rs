@@ -14,7 +14,6 @@ use crate::audit::{AuditProgress, AuditReport};
 use crate::envelope::{ExpectedVersion, NewEvent, StreamAppend, validate};
 use crate::postgres::PgBackend;
 use crate::sqlite::SqliteBackend;
-use crate::subscription::Subscription;
 use crate::writer::{self, Pending};
 use crate::{AppendError, Committed, RecordedEvent, StoreError};
 
@@ -40,36 +39,6 @@ impl Default for StoreOptions {
             clock: std::sync::Arc::new(crate::SystemClock),
         }
     }
-}
-
-/// Table names of one generation of the ledger read model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LedgerTables {
-    pub entries: &'static str,
-    pub balances: &'static str,
-}
-
-impl LedgerTables {
-    pub const LIVE: LedgerTables = LedgerTables {
-        entries: "ledger_entries",
-        balances: "ledger_balances",
-    };
-    pub const REBUILD: LedgerTables = LedgerTables {
-        entries: "ledger_entries_rebuild",
-        balances: "ledger_balances_rebuild",
-    };
-}
-
-/// `CREATE INDEX` statements for a journal table; names are `ledger_entries_by_*{suffix}`.
-pub(crate) fn ledger_index_statements(table: &str, name_suffix: &str) -> [String; 2] {
-    [
-        format!(
-            "CREATE UNIQUE INDEX ledger_entries_by_position{name_suffix} ON {table} (position, line_index)"
-        ),
-        format!(
-            "CREATE INDEX ledger_entries_by_account{name_suffix} ON {table} (account, position)"
-        ),
-    ]
 }
 
 pub(crate) enum Db {
@@ -220,7 +189,7 @@ impl Store {
         streams: Vec<StreamAppend>,
     ) -> Result<Committed, AppendError> {
         let streams = validate(streams)?;
-        let mark = crate::idempotency::current_mark();
+        let mark = crate::key_scope::current_mark();
         let (reply, receive) = oneshot::channel();
         self.inner
             .writer
@@ -295,12 +264,6 @@ impl Store {
         Ok(self.head().await?.0)
     }
 
-    /// A subscription that delivers every event after `after` exactly once, in order, first
-    /// catching up and then waiting for new commits.
-    pub async fn subscribe(&self, after: u64) -> Subscription {
-        Subscription::new(self.clone(), after, self.head_watch().await)
-    }
-
     /// Changes of the log head: commits in this process and, on PostgreSQL, in every process.
     /// A wake-up hint, not a delivery guarantee: pair it with a poll (as subscriptions do).
     pub async fn head_watch(&self) -> watch::Receiver<u64> {
@@ -368,9 +331,10 @@ impl Store {
         &self,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<u64, StoreError> {
+        let run_id = uuid::Uuid::now_v7();
         match &self.inner.db {
-            Db::Sqlite(db) => db.rebuild_ledger(progress).await,
-            Db::Postgres(db) => db.rebuild_ledger(progress).await,
+            Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await,
+            Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await,
         }
     }
 
@@ -416,7 +380,7 @@ impl Store {
                 crate::audit::run(snapshot, progress).await
             }
             Db::Postgres(db) => {
-                let snapshot = crate::audit::PgSnapshot::begin(&db.pool).await?;
+                let snapshot = crate::postgres_snapshot::PgSnapshot::begin(&db.pool).await?;
                 crate::audit::run(snapshot, progress).await
             }
         }
@@ -498,13 +462,4 @@ async fn listen(pool: sqlx::PgPool, store: Weak<Inner>) {
             }
         }
     }
-}
-
-/// Decodes stored events and folds them into ledger rows (used by rebuilds on both databases).
-pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
-    let projected = events
-        .iter()
-        .map(RecordedEvent::to_projected)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(gpunex_projections::ledger::fold_batch(&projected)?)
 }

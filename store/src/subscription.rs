@@ -24,8 +24,16 @@ pub struct Subscription {
     poll_interval: Duration,
 }
 
+impl Store {
+    /// A subscription that delivers every event after `after` exactly once, in order, first
+    /// catching up and then waiting for new commits.
+    pub async fn subscribe(&self, after: u64) -> Subscription {
+        Subscription::new(self.clone(), after, self.head_watch().await)
+    }
+}
+
 impl Subscription {
-    pub(crate) fn new(store: Store, after: u64, head: watch::Receiver<u64>) -> Subscription {
+    fn new(store: Store, after: u64, head: watch::Receiver<u64>) -> Subscription {
         Subscription {
             store,
             position: after,

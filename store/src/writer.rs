@@ -24,7 +24,7 @@ pub(crate) type Reply = oneshot::Sender<Result<Committed, AppendError>>;
 pub(crate) struct Pending {
     pub streams: Vec<ValidatedStream>,
     /// The `Idempotency-Key` reservation this append belongs to, if any.
-    pub mark: Option<crate::idempotency::KeyMark>,
+    pub mark: Option<crate::key_scope::KeyMark>,
     pub reply: Reply,
 }
 
@@ -40,7 +40,7 @@ pub(crate) trait GroupCommit: Send + Sync + 'static {
     fn commit_group(
         &self,
         requests: &[Vec<ValidatedStream>],
-        marks: &[Option<crate::idempotency::KeyMark>],
+        marks: &[Option<crate::key_scope::KeyMark>],
     ) -> impl Future<Output = Result<GroupOutcome, StoreError>> + Send;
 }
 
@@ -186,7 +186,7 @@ pub(crate) fn merge_owned(
 /// `GPUNEX_TEST_CRASH_AFTER_COMMIT=1`, a debug build aborts the process right after committing
 /// an append that belongs to an `Idempotency-Key` reservation, before anyone hears of it.
 /// Compiled out of release builds, which are what run in production.
-pub(crate) fn crash_point(marks: &[&Option<crate::idempotency::KeyMark>]) {
+pub(crate) fn crash_point(marks: &[&Option<crate::key_scope::KeyMark>]) {
     #[cfg(debug_assertions)]
     if marks.iter().any(|m| m.is_some())
         && std::env::var("GPUNEX_TEST_CRASH_AFTER_COMMIT").is_ok_and(|v| v == "1")

@@ -1,0 +1,159 @@
+//! The ledger read model's table generations and its one rebuild algorithm.
+//!
+//! A rebuild folds the whole log into fresh `*_rebuild` tables while appends and live runners
+//! go on, builds their indexes, then swaps them in: in one transaction it folds what arrived
+//! meanwhile, replaces the live tables and sets the checkpoint (ADR 0003). The algorithm is
+//! written once, here; each database supplies the small [`RebuildBackend`] interface (its
+//! transactions, locks and DDL). A rebuild owns the `*_rebuild` tables through its run id in
+//! `projection_rebuilds`: a newer rebuild takes them over and the older one fails with
+//! `RebuildSuperseded` at its next step, writing nothing more.
+
+use std::future::Future;
+
+use gpunex_projections::ledger::LedgerBatch;
+use uuid::Uuid;
+
+use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError};
+
+/// Table names of one generation of the ledger read model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerTables {
+    pub entries: &'static str,
+    pub balances: &'static str,
+}
+
+impl LedgerTables {
+    pub const LIVE: LedgerTables = LedgerTables {
+        entries: "ledger_entries",
+        balances: "ledger_balances",
+    };
+    pub const REBUILD: LedgerTables = LedgerTables {
+        entries: "ledger_entries_rebuild",
+        balances: "ledger_balances_rebuild",
+    };
+}
+
+/// `CREATE INDEX` statements for a journal table; names are `ledger_entries_by_*{suffix}`.
+pub(crate) fn ledger_index_statements(table: &str, name_suffix: &str) -> [String; 2] {
+    [
+        format!(
+            "CREATE UNIQUE INDEX ledger_entries_by_position{name_suffix} ON {table} (position, line_index)"
+        ),
+        format!(
+            "CREATE INDEX ledger_entries_by_account{name_suffix} ON {table} (account, position)"
+        ),
+    ]
+}
+
+/// Decodes stored events and folds them into ledger rows.
+pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
+    let projected = events
+        .iter()
+        .map(RecordedEvent::to_projected)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(gpunex_projections::ledger::fold_batch(&projected)?)
+}
+
+/// What one database does for a rebuild. Every step but `read_events` first checks that `run_id`
+/// still owns the rebuild tables (and records how far it got).
+pub(crate) trait RebuildBackend: Sync {
+    /// The swap's transaction.
+    type Swap: Send;
+
+    /// Takes the `*_rebuild` tables for `run_id` (from any earlier run) and creates them empty.
+    fn start(&self, run_id: Uuid) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Up to [`READ_BATCH_EVENTS_MAX`] events after `after`, outside any transaction.
+    fn read_events(
+        &self,
+        after: u64,
+    ) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
+
+    /// Writes `batch` (the events up to `through`) into the rebuild tables in one transaction.
+    fn write(
+        &self,
+        run_id: Uuid,
+        through: u64,
+        batch: &LedgerBatch,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Builds the rebuild tables' indexes over the loaded rows, so the swap stays short.
+    fn index(
+        &self,
+        run_id: Uuid,
+        position: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Begins the swap's transaction with live runners held out, and says how far the swap folds:
+    /// `Some(head)` when appends go on meanwhile (what arrives later is the live runner's), `None`
+    /// when they wait for the swap (fold to the end).
+    fn begin_swap(
+        &self,
+        run_id: Uuid,
+        position: u64,
+    ) -> impl Future<Output = Result<(Self::Swap, Option<u64>), StoreError>> + Send;
+
+    /// Up to `limit` events after `after`, inside the swap.
+    fn read_in_swap(
+        swap: &mut Self::Swap,
+        after: u64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
+
+    /// Writes `batch` into the rebuild tables inside the swap.
+    fn write_in_swap(
+        swap: &mut Self::Swap,
+        batch: &LedgerBatch,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Replaces the live tables with the rebuilt ones, sets the checkpoint to `position`,
+    /// releases the rebuild tables and commits.
+    fn finish_swap(
+        &self,
+        swap: Self::Swap,
+        run_id: Uuid,
+        position: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Rebuilds the ledger read model from position 0 and swaps it in; returns the checkpoint it
+/// set. `progress` hears each position folded.
+pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
+    backend: &B,
+    run_id: Uuid,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<u64, StoreError> {
+    backend.start(run_id).await?;
+    // Read the next page while the current one is written.
+    let mut position = 0;
+    let mut events = backend.read_events(0).await?;
+    while let Some(last) = events.last().map(|e| e.position) {
+        let batch = fold_ledger(&events)?;
+        let (written, next) = tokio::join!(
+            backend.write(run_id, last, &batch),
+            backend.read_events(last)
+        );
+        written?;
+        events = next?;
+        position = last;
+        progress(position);
+    }
+    backend.index(run_id, position).await?;
+    let (mut swap, until) = backend.begin_swap(run_id, position).await?;
+    while until.is_none_or(|head| position < head) {
+        let limit = until.map_or(READ_BATCH_EVENTS_MAX, |head| {
+            usize::try_from(head - position)
+                .unwrap_or(usize::MAX)
+                .min(READ_BATCH_EVENTS_MAX)
+        });
+        let events = B::read_in_swap(&mut swap, position, limit).await?;
+        let Some(last) = events.last().map(|e| e.position) else {
+            break;
+        };
+        B::write_in_swap(&mut swap, &fold_ledger(&events)?).await?;
+        position = last;
+    }
+    backend.finish_swap(swap, run_id, position).await?;
+    progress(position);
+    Ok(position)
+}
