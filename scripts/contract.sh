@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 bin_dir=$(bash scripts/tools.sh)
 gpunex="$root/target/debug/gpunex"
-[[ -x $gpunex ]] || cargo build --locked -p gpunex-api --bin gpunex
+[[ -x $gpunex ]] || cargo build --locked -p gpunex --bin gpunex
 fuzz_seconds=${FUZZ_SECONDS:-150}
 user_fuzz_seconds=$(( fuzz_seconds / 3 ))
 work=$(mktemp -d)

@@ -17,7 +17,7 @@ exec > >(tee "$out/gpu-check.txt") 2>&1
 bin=${GPUNEX_BIN_DIR:-target/release}
 if [[ ! -x $bin/gpunex || ! -x $bin/gpunex-agent ]]; then
     echo "building release binaries into $bin"
-    cargo build --release --locked -p gpunex-api -p gpunex-agent
+    cargo build --release --locked -p gpunex -p gpunex-agent
 fi
 server_bin=$(realpath "$bin/gpunex")
 agent_bin=$(realpath "$bin/gpunex-agent")

@@ -1,4 +1,4 @@
-//! The GPUnex HTTP API and the operator commands behind the `gpunex` binary.
+//! The GPUnex HTTP API (the `gpunex` binary in the `gpunex` crate serves it).
 //!
 //! Only this crate knows HTTP. Handlers parse input at the edge, call the store, and convert
 //! results into `gpunex-wire` types; errors become RFC 9457 problem documents with stable codes.
@@ -12,12 +12,7 @@ pub mod accounts;
 pub mod adjustments;
 pub mod applications;
 pub mod auth;
-pub mod bench;
-pub mod bench_earnings;
-pub mod bench_payouts;
-pub mod bench_search;
 pub mod catalog;
-pub mod cli;
 pub mod docs;
 pub mod earnings;
 pub mod error;
@@ -38,7 +33,6 @@ pub mod rentals;
 pub mod routes;
 pub mod runner;
 pub mod server;
-pub mod simulate;
 pub mod tokens;
 
 pub use server::{AppState, router};

@@ -11,7 +11,6 @@
 //! batch, and until then no other date may start.
 
 use gpunex_domain::codes::ErrorCode;
-use std::collections::BTreeSet;
 
 use chrono::NaiveDate;
 use gpunex_domain::money::Usdc;
@@ -34,50 +33,6 @@ use crate::server::timestamp;
 /// Payouts written per append (each on its own stream, with the runs' and the batch's streams:
 /// 64 at most).
 const PAYOUTS_PER_APPEND: usize = 62;
-
-/// The payout rules, from flags or the environment.
-#[derive(Debug, Clone, clap::Args)]
-pub struct PayoutArgs {
-    /// Weekly payouts need at least this balance, in USDC; below it the balance rolls forward.
-    #[arg(long, env = "GPUNEX_PAYOUT_WEEKLY_MINIMUM", default_value = "20")]
-    pub payout_weekly_minimum: String,
-    /// Monthly payouts need at least this balance, in USDC.
-    #[arg(long, env = "GPUNEX_PAYOUT_MONTHLY_MINIMUM", default_value = "5")]
-    pub payout_monthly_minimum: String,
-    /// Earnings wait this many days before they can be paid (the window for disputes).
-    #[arg(long, env = "GPUNEX_PAYOUT_HOLD_DAYS", default_value_t = 3)]
-    pub payout_hold_days: u32,
-    /// Holidays skipped by monthly payouts besides weekends, comma-separated `YYYY-MM-DD`.
-    #[arg(long, env = "GPUNEX_PAYOUT_HOLIDAYS", value_delimiter = ',')]
-    pub payout_holidays: Vec<NaiveDate>,
-}
-
-impl PayoutArgs {
-    pub fn policy(&self) -> anyhow::Result<PayoutPolicy> {
-        let usdc = |text: &str, flag: &str| -> anyhow::Result<Usdc> {
-            let value: rust_decimal::Decimal = text
-                .trim()
-                .parse()
-                .map_err(|_| anyhow::anyhow!("{flag}: {text:?} is not an amount in USDC"))?;
-            let amount =
-                Usdc::from_decimal(value).map_err(|e| anyhow::anyhow!("{flag}: {text:?}: {e}"))?;
-            if amount.is_negative() {
-                anyhow::bail!("{flag}: {text:?} must not be negative");
-            }
-            Ok(amount)
-        };
-        Ok(PayoutPolicy {
-            weekly_minimum: usdc(&self.payout_weekly_minimum, "--payout-weekly-minimum")?,
-            monthly_minimum: usdc(&self.payout_monthly_minimum, "--payout-monthly-minimum")?,
-            hold_days: self.payout_hold_days,
-            holidays: self
-                .payout_holidays
-                .iter()
-                .copied()
-                .collect::<BTreeSet<_>>(),
-        })
-    }
-}
 
 /// What the server needs for payouts: the rules, and the platform's bank account for SEPA files.
 #[derive(Debug, Clone, Default)]

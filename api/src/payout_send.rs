@@ -16,7 +16,6 @@
 //!     before it is sent);
 //!   - none is known and the blockhash is still valid: rebroadcast the same bytes.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use gpunex_domain::DomainEvent;
@@ -33,23 +32,6 @@ use crate::payout_run::payout_stream;
 
 const ACTOR: &str = "system:solana-sender";
 
-/// Where and how the Solana rail sends.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SolanaArgs {
-    /// Solana JSON-RPC endpoint. Without it, Solana payouts are scheduled but not sent.
-    #[arg(long, env = "GPUNEX_SOLANA_RPC_URL")]
-    pub solana_rpc_url: Option<String>,
-    /// The treasury's key file (Solana CLI format). It pays the fees and holds the USDC.
-    #[arg(long, env = "GPUNEX_TREASURY_KEYPAIR")]
-    pub treasury_keypair: Option<PathBuf>,
-    /// The USDC mint (6 decimals).
-    #[arg(long, env = "GPUNEX_USDC_MINT", default_value = solana::USDC_MAINNET_MINT)]
-    pub usdc_mint: String,
-    /// How long to wait between passes over the open payouts.
-    #[arg(long, env = "GPUNEX_SOLANA_POLL", default_value = "2s", value_parser = crate::cli::parse_duration)]
-    pub solana_poll: Duration,
-}
-
 /// A configured Solana rail.
 #[derive(Debug)]
 pub struct SolanaRail {
@@ -57,24 +39,6 @@ pub struct SolanaRail {
     pub treasury: Treasury,
     pub mint: solana_pubkey::Pubkey,
     pub poll: Duration,
-}
-
-impl SolanaArgs {
-    /// The rail, when an RPC endpoint is configured (then the key file is required).
-    pub fn rail(&self) -> anyhow::Result<Option<SolanaRail>> {
-        let Some(url) = &self.solana_rpc_url else {
-            return Ok(None);
-        };
-        let path = self.treasury_keypair.as_ref().ok_or_else(|| {
-            anyhow::anyhow!("--treasury-keypair is required with --solana-rpc-url")
-        })?;
-        Ok(Some(SolanaRail {
-            rpc: Rpc::new(url.clone())?,
-            treasury: Treasury::from_file(path)?,
-            mint: solana::pubkey(&self.usdc_mint)?,
-            poll: self.solana_poll,
-        }))
-    }
 }
 
 /// What one pass did.

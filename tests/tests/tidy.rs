@@ -68,7 +68,7 @@ fn the_domain_and_the_folds_are_pure() {
 
 #[test]
 fn only_the_store_speaks_sql() {
-    for krate in ["domain", "projections", "wire", "api"] {
+    for krate in ["domain", "projections", "wire", "api", "gpunex"] {
         assert_absent(
             krate,
             &["sqlx::", "SELECT ", "INSERT INTO"],
@@ -160,7 +160,7 @@ fn ci_runs_the_readme_test_command() {
 /// `docs/errors.md`): no crate names a code as a bare string, and every code is documented.
 #[test]
 fn error_codes_come_from_the_closed_list() {
-    for crate_dir in ["domain", "store", "payouts", "api"] {
+    for crate_dir in ["domain", "store", "payouts", "api", "gpunex"] {
         assert_absent(
             crate_dir,
             &[" code: \"", "fn code(&self) -> &'static str"],
@@ -210,7 +210,15 @@ fn only_the_system_clock_reads_the_wall_clock() {
         "OffsetDateTime::now",
     ];
     let allowed = [root().join("store/src/clock.rs")];
-    for krate in ["domain", "projections", "store", "wire", "payouts", "api"] {
+    for krate in [
+        "domain",
+        "projections",
+        "store",
+        "wire",
+        "payouts",
+        "api",
+        "gpunex",
+    ] {
         for file in rust_files(&root().join(krate).join("src")) {
             if allowed.contains(&file) {
                 continue;

@@ -97,7 +97,7 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
             gpus: 8,
             days,
             renters: 200,
-            start: crate::payout_run::today_utc(store.clock().now())
+            start: gpunex_api::payout_run::today_utc(store.clock().now())
                 - chrono::Days::new(u64::from(days)),
             fees: gpunex_domain::metering::FeeSchedule::default(),
         };
@@ -155,20 +155,20 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
     drop(earnings);
 
     let started = Instant::now();
-    let state = crate::AppState::load(store.clone()).await?;
+    let state = gpunex_api::AppState::load(store.clone()).await?;
     let server_load = started.elapsed();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
-    let router = crate::router(state.clone());
+    let router = gpunex_api::router(state.clone());
     tokio::spawn(async move { axum::serve(listener, router).await });
-    let (token, _) = crate::tokens::issue_token(
+    let (token, _) = gpunex_api::tokens::issue_token(
         &state.store,
         Some(&state.credentials),
-        crate::tokens::TokenRequest::new(Role::Finance, "bench", "cli"),
+        gpunex_api::tokens::TokenRequest::new(Role::Finance, "bench", "cli"),
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let today = crate::payout_run::today_utc(state.clock.now());
+    let today = gpunex_api::payout_run::today_utc(state.clock.now());
     let month_ago = today - chrono::Days::new(30);
     let yesterday = today - chrono::Days::new(1);
     let paths = [

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpunex_api::cli::{
+use gpunex::cli::{
     self, AdminCommand, AuditCommand, BenchCommand, Cli, Command, EventsCommand, LogFormat,
     OperatorRole, PayoutsCommand, ProjectionsCommand,
 };
@@ -274,16 +274,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => cli::simulate(&cli.database_url, &args).await?,
         Command::Bench {
             command: BenchCommand::Store(args),
-        } => gpunex_api::bench::run(args).await?,
+        } => gpunex::bench::run(args).await?,
         Command::Bench {
             command: BenchCommand::Search(args),
-        } => gpunex_api::bench_search::run(args).await?,
+        } => gpunex::bench_search::run(args).await?,
         Command::Bench {
             command: BenchCommand::Earnings(args),
-        } => gpunex_api::bench_earnings::run(&cli.database_url, args).await?,
+        } => gpunex::bench_earnings::run(&cli.database_url, args).await?,
         Command::Bench {
             command: BenchCommand::Payouts(args),
-        } => gpunex_api::bench_payouts::run(&cli.database_url, args).await?,
+        } => gpunex::bench_payouts::run(&cli.database_url, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

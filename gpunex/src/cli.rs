@@ -73,7 +73,7 @@ pub enum Command {
         #[command(flatten)]
         fleet: FleetArgs,
         #[command(flatten)]
-        payouts: crate::payout_run::PayoutArgs,
+        payouts: PayoutArgs,
         /// The platform's bank account for SEPA payout files: a JSON file with `iban`, `bic`,
         /// `account_holder` and `address` (`street`, `building_number`, `post_code`, `town`,
         /// `country`). Without it, bank payouts are scheduled but no file can be made.
@@ -83,7 +83,7 @@ pub enum Command {
         #[arg(long, env = "GPUNEX_NO_PAYOUT_SCHEDULER", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
         no_payout_scheduler: bool,
         #[command(flatten)]
-        solana: crate::payout_send::SolanaArgs,
+        solana: SolanaArgs,
     },
     /// Payout batches and the Solana sender.
     Payouts {
@@ -153,7 +153,7 @@ pub async fn simulate(database_url: &str, args: &SimulateArgs) -> anyhow::Result
     let start = match &args.start {
         Some(text) => gpunex_domain::calendar::date(text)?,
         None => {
-            let today = crate::payout_run::today_utc(store.clock().now());
+            let today = gpunex_api::payout_run::today_utc(store.clock().now());
             today - chrono::Days::new(u64::from(args.days))
         }
     };
@@ -236,7 +236,7 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
-    pub fn limits(&self) -> anyhow::Result<crate::http_server::ServerLimits> {
+    pub fn limits(&self) -> anyhow::Result<gpunex_api::http_server::ServerLimits> {
         for (name, value) in [
             ("--header-read-timeout", self.header_read_timeout),
             ("--body-read-timeout", self.body_read_timeout),
@@ -246,7 +246,7 @@ impl ServerArgs {
                 anyhow::bail!("{name} must be more than zero");
             }
         }
-        Ok(crate::http_server::ServerLimits {
+        Ok(gpunex_api::http_server::ServerLimits {
             connections_max: self.connections_max as usize,
             header_read_timeout: self.header_read_timeout,
             body_read_timeout: self.body_read_timeout,
@@ -284,7 +284,7 @@ pub struct FleetArgs {
 }
 
 impl FleetArgs {
-    pub fn config(&self) -> anyhow::Result<crate::fleet::FleetConfig> {
+    pub fn config(&self) -> anyhow::Result<gpunex_api::fleet::FleetConfig> {
         if self.offline_grace < self.heartbeat_interval * 2 {
             anyhow::bail!(
                 "--offline-grace ({:?}) must be at least twice --heartbeat-interval ({:?}): one late heartbeat must not make a machine offline",
@@ -292,7 +292,7 @@ impl FleetArgs {
                 self.heartbeat_interval
             );
         }
-        Ok(crate::fleet::FleetConfig {
+        Ok(gpunex_api::fleet::FleetConfig {
             heartbeat_interval: self.heartbeat_interval,
             offline_grace: self.offline_grace,
             telemetry_retention: self.telemetry_retention,
@@ -344,7 +344,7 @@ pub enum PayoutsCommand {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        payouts: crate::payout_run::PayoutArgs,
+        payouts: PayoutArgs,
     },
     /// Send the open Solana payouts until each is finalized or failed (the server does it in
     /// the background when it has `--solana-rpc-url`).
@@ -353,7 +353,7 @@ pub enum PayoutsCommand {
         #[arg(long)]
         once: bool,
         #[command(flatten)]
-        solana: crate::payout_send::SolanaArgs,
+        solana: SolanaArgs,
     },
 }
 
@@ -513,7 +513,7 @@ pub async fn events_tail(
             if json {
                 println!(
                     "{}",
-                    serde_json::to_string(&crate::server::event_to_wire(event))?
+                    serde_json::to_string(&gpunex_api::server::event_to_wire(event))?
                 );
             } else {
                 let actor = event
@@ -523,7 +523,7 @@ pub async fn events_tail(
                 println!(
                     "{:>10}  {}  {}@{}  {} v{}  {}  {}",
                     event.position,
-                    crate::server::timestamp(event.recorded_at_us),
+                    gpunex_api::server::timestamp(event.recorded_at_us),
                     event.stream_id,
                     event.stream_version,
                     event.event_type,
@@ -685,4 +685,83 @@ pub fn print_batch(batch: &gpunex_wire::payouts::BatchView) {
         batch.total_usdc,
         batch.payouts.len()
     );
+}
+
+/// The payout rules, from flags or the environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PayoutArgs {
+    /// Weekly payouts need at least this balance, in USDC; below it the balance rolls forward.
+    #[arg(long, env = "GPUNEX_PAYOUT_WEEKLY_MINIMUM", default_value = "20")]
+    pub payout_weekly_minimum: String,
+    /// Monthly payouts need at least this balance, in USDC.
+    #[arg(long, env = "GPUNEX_PAYOUT_MONTHLY_MINIMUM", default_value = "5")]
+    pub payout_monthly_minimum: String,
+    /// Earnings wait this many days before they can be paid (the window for disputes).
+    #[arg(long, env = "GPUNEX_PAYOUT_HOLD_DAYS", default_value_t = 3)]
+    pub payout_hold_days: u32,
+    /// Holidays skipped by monthly payouts besides weekends, comma-separated `YYYY-MM-DD`.
+    #[arg(long, env = "GPUNEX_PAYOUT_HOLIDAYS", value_delimiter = ',')]
+    pub payout_holidays: Vec<chrono::NaiveDate>,
+}
+
+impl PayoutArgs {
+    pub fn policy(&self) -> anyhow::Result<gpunex_domain::payouts::PayoutPolicy> {
+        let usdc = |text: &str, flag: &str| -> anyhow::Result<gpunex_domain::Usdc> {
+            let value: rust_decimal::Decimal = text
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("{flag}: {text:?} is not an amount in USDC"))?;
+            let amount = gpunex_domain::Usdc::from_decimal(value)
+                .map_err(|e| anyhow::anyhow!("{flag}: {text:?}: {e}"))?;
+            if amount.is_negative() {
+                anyhow::bail!("{flag}: {text:?} must not be negative");
+            }
+            Ok(amount)
+        };
+        Ok(gpunex_domain::payouts::PayoutPolicy {
+            weekly_minimum: usdc(&self.payout_weekly_minimum, "--payout-weekly-minimum")?,
+            monthly_minimum: usdc(&self.payout_monthly_minimum, "--payout-monthly-minimum")?,
+            hold_days: self.payout_hold_days,
+            holidays: self
+                .payout_holidays
+                .iter()
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>(),
+        })
+    }
+}
+
+/// Where and how the Solana rail sends.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SolanaArgs {
+    /// Solana JSON-RPC endpoint. Without it, Solana payouts are scheduled but not sent.
+    #[arg(long, env = "GPUNEX_SOLANA_RPC_URL")]
+    pub solana_rpc_url: Option<String>,
+    /// The treasury's key file (Solana CLI format). It pays the fees and holds the USDC.
+    #[arg(long, env = "GPUNEX_TREASURY_KEYPAIR")]
+    pub treasury_keypair: Option<std::path::PathBuf>,
+    /// The USDC mint (6 decimals).
+    #[arg(long, env = "GPUNEX_USDC_MINT", default_value = gpunex_payouts::solana::USDC_MAINNET_MINT)]
+    pub usdc_mint: String,
+    /// How long to wait between passes over the open payouts.
+    #[arg(long, env = "GPUNEX_SOLANA_POLL", default_value = "2s", value_parser = parse_duration)]
+    pub solana_poll: std::time::Duration,
+}
+
+impl SolanaArgs {
+    /// The rail, when an RPC endpoint is configured (then the key file is required).
+    pub fn rail(&self) -> anyhow::Result<Option<gpunex_api::payout_send::SolanaRail>> {
+        let Some(url) = &self.solana_rpc_url else {
+            return Ok(None);
+        };
+        let path = self.treasury_keypair.as_ref().ok_or_else(|| {
+            anyhow::anyhow!("--treasury-keypair is required with --solana-rpc-url")
+        })?;
+        Ok(Some(gpunex_api::payout_send::SolanaRail {
+            rpc: gpunex_payouts::solana::Rpc::new(url.clone())?,
+            treasury: gpunex_payouts::solana::Treasury::from_file(path)?,
+            mint: gpunex_payouts::solana::pubkey(&self.usdc_mint)?,
+            poll: self.solana_poll,
+        }))
+    }
 }

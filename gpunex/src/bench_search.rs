@@ -388,7 +388,7 @@ async fn bench(args: &SearchBenchArgs, dir: &std::path::Path) -> anyhow::Result<
         task.await??;
     }
     let events_loaded = store.head_position().await?;
-    let state = crate::AppState::load(store.clone()).await?;
+    let state = gpunex_api::AppState::load(store.clone()).await?;
     let load_seconds = loading.elapsed().as_secs();
 
     // The snapshot build itself, five times.
@@ -414,7 +414,7 @@ async fn bench(args: &SearchBenchArgs, dir: &std::path::Path) -> anyhow::Result<
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
-    let router = crate::router(state.clone());
+    let router = gpunex_api::router(state.clone());
     tokio::spawn(async move { axum::serve(listener, router).await });
 
     let searches = queries();
@@ -440,10 +440,10 @@ async fn bench(args: &SearchBenchArgs, dir: &std::path::Path) -> anyhow::Result<
     let mut tokens = Vec::new();
     for round in 0..args.price_changes {
         let listing = &snapshot.listings[(round * 7_919) % snapshot.listings.len()];
-        let (token, _) = crate::tokens::issue_token(
+        let (token, _) = gpunex_api::tokens::issue_token(
             &state.store,
             Some(&state.credentials),
-            crate::tokens::TokenRequest::new(
+            gpunex_api::tokens::TokenRequest::new(
                 Role::Provider {
                     provider_id: listing.provider_id,
                 },

@@ -2,8 +2,8 @@
 //! check clean, and what it wrote passes `audit verify` and `audit reconcile` and reads back
 //! through the earnings API to the same totals.
 
+use gpunex::simulate::{SimConfig, simulate};
 use gpunex_api::AppState;
-use gpunex_api::simulate::{SimConfig, simulate};
 use gpunex_tests::{TestDb, conformance};
 
 conformance!(a_simulated_marketplace_is_deterministic_and_reconciles);

@@ -249,9 +249,9 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
     let seeded_events = store.head_position().await?;
 
     let started = Instant::now();
-    let state = crate::AppState::load(store.clone())
+    let state = gpunex_api::AppState::load(store.clone())
         .await?
-        .with_payout_config(crate::payout_run::PayoutConfig {
+        .with_payout_config(gpunex_api::payout_run::PayoutConfig {
             policy: PayoutPolicy::default(),
             debtor: Some(debtor()),
         });
@@ -260,7 +260,14 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
     let policy = PayoutPolicy::default();
     let date = payout_date();
     let run = |dry_run: bool| {
-        crate::payout_run::run_batch(&store, &credentials, &policy, date, dry_run, "system:bench")
+        gpunex_api::payout_run::run_batch(
+            &store,
+            &credentials,
+            &policy,
+            date,
+            dry_run,
+            "system:bench",
+        )
     };
 
     let providers_count = providers.len() as u64;
@@ -318,11 +325,11 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
 
     // The bank files of the batch (500 transfers each), at 0.92 euros per USDC, written as events.
     let started = Instant::now();
-    let files = crate::payouts::make_bank_files(
+    let files = gpunex_api::payouts::make_bank_files(
         &state,
         date,
         rust_decimal::Decimal::new(92, 2),
-        crate::payout_run::today_utc(state.clock.now()),
+        gpunex_api::payout_run::today_utc(state.clock.now()),
         "system:bench",
     )
     .await
@@ -337,7 +344,7 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
     let head = store.head_position().await?;
     let (log_events, bare) = bare_read(&store, head).await?;
     let started = Instant::now();
-    let reconciler = crate::reconcile::replay(&store, head, &|_| {}).await?;
+    let reconciler = gpunex_api::reconcile::replay(&store, head, &|_| {}).await?;
     let report = reconciler.check(state.clock.now(), None);
     let reconcile = started.elapsed();
     anyhow::ensure!(
