@@ -454,6 +454,10 @@ pub enum BenchCommand {
     /// One weekly payout batch for 10,000 providers on an empty database: plan, write (beside a
     /// bare append), rerun, the SEPA files, and the reconcile replay (beside a bare read).
     Payouts(crate::bench_payouts::PayoutBenchArgs),
+    /// What a server costs as the log grows, on a simulated database: start until ready,
+    /// resident memory after the start and after load, dashboard and statement latency over
+    /// HTTP, and the stored projection's catch-up beside a bare read of the log.
+    Scale(crate::bench_scale::ScaleBenchArgs),
 }
 
 /// Opens the configured store and applies migrations. Creates the SQLite file's directory.

@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod bench_earnings;
 pub mod bench_payouts;
+pub mod bench_scale;
 pub mod bench_search;
 pub mod cli;
 pub mod simulate;

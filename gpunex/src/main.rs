@@ -284,6 +284,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench {
             command: BenchCommand::Payouts(args),
         } => gpunex::bench_payouts::run(&cli.database_url, args).await?,
+        Command::Bench {
+            command: BenchCommand::Scale(args),
+        } => gpunex::bench_scale::run(&cli.database_url, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

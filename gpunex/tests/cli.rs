@@ -13,7 +13,8 @@ conformance!(
     audit_reconcile_lists_every_mismatch,
     migrate_and_tail_the_log,
     payouts_run_builds_a_batch_once_and_dry_runs_write_nothing,
-    bench_payouts_pays_every_provider_and_refuses_a_used_database
+    bench_payouts_pays_every_provider_and_refuses_a_used_database,
+    bench_scale_starts_a_server_and_reports_what_it_costs
 );
 
 mod common;
@@ -706,4 +707,72 @@ async fn bench_payouts_pays_every_provider_and_refuses_a_used_database(db: &Test
     let again = gpunex(db, &args);
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("empty database"));
+}
+
+/// The scale bench on a small simulated log: it refuses a log shorter than asked, then starts a
+/// real server process, waits until it is ready, and reports its memory, the catch-up beside a
+/// bare read, and each dashboard endpoint's latency beside `/healthz`.
+async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
+    let simulated = gpunex(
+        db,
+        &[
+            "simulate",
+            "--seed",
+            "3",
+            "--providers",
+            "2",
+            "--gpus",
+            "2",
+            "--days",
+            "1",
+        ],
+    );
+    assert_eq!(
+        simulated.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&simulated.stderr)
+    );
+    let head = db.open().await.head_position().await.unwrap();
+    let short = gpunex(db, &["bench", "scale", "--min-events", "100000000"]);
+    assert_eq!(short.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&short.stderr).contains("run `gpunex simulate` first"));
+    let run = gpunex(
+        db,
+        &[
+            "bench",
+            "scale",
+            "--min-events",
+            "1",
+            "--seconds",
+            "1",
+            "--load-seconds",
+            "1",
+            "--clients",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    // Counted before the bench issues its own finance token.
+    assert_eq!(report["events"].as_u64(), Some(head));
+    assert!(report["ready_seconds"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["rss_ready_mib"].as_u64().unwrap() > 0, "{report}");
+    assert!(report["rss_loaded_mib"].as_u64().unwrap() > 0, "{report}");
+    assert!(report["catch_up_events_per_second"].as_u64().unwrap() > 0);
+    assert!(report["bare_read_events_per_second"].as_u64().unwrap() > 0);
+    let endpoints = report["endpoints"].as_array().unwrap();
+    assert_eq!(endpoints.len(), 4, "{report}");
+    for endpoint in endpoints {
+        assert!(
+            endpoint["latency"]["requests"].as_u64().unwrap() > 0,
+            "{endpoint}"
+        );
+    }
 }
