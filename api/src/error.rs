@@ -227,6 +227,15 @@ pub const fn status_of(code: ErrorCode) -> StatusCode {
     }
 }
 
+impl From<gpunex_app::AppError> for ApiError {
+    fn from(error: gpunex_app::AppError) -> Self {
+        match error {
+            gpunex_app::AppError::ReadModelsBehind => ApiError::CredentialsUnavailable,
+            gpunex_app::AppError::Store(error) => ApiError::from(error),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
         if error.is_unavailable() {

@@ -27,9 +27,10 @@ use gpunex_wire::fleet as wf;
 use sha2::Digest;
 use uuid::Uuid;
 
-use crate::auth::{Caller, CredentialCache};
+use crate::auth::Caller;
 use crate::error::{ApiError, append_failure};
 use crate::server::{AppState, timestamp};
+use gpunex_app::ReadModels;
 
 /// How presence is judged and telemetry kept. Defaults suit production; tests shorten them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -628,7 +629,7 @@ async fn register(
 /// application, with the version of the comparison stream it was computed at. `None` when the
 /// provider has no approved application (an operator-made provider).
 fn compare_with_application(
-    registry: &CredentialCache,
+    registry: &ReadModels,
     provider_id: Uuid,
     machine_id: Uuid,
     new_gpus: &[GpuDetected],
@@ -779,7 +780,7 @@ pub async fn heartbeat(
 /// Declares machines offline when their heartbeats stop, records platform outages, and prunes
 /// old telemetry. All its state is in the database, so a restarted server carries on; the grace
 /// period restarts with the watchdog so time the platform was down is not held against anyone.
-pub async fn run_watchdog(store: Store, registry: CredentialCache, config: FleetConfig) {
+pub async fn run_watchdog(store: Store, registry: ReadModels, config: FleetConfig) {
     let started = store.clock().now();
     let mut last_prune = 0_i64;
     loop {
@@ -792,7 +793,7 @@ pub async fn run_watchdog(store: Store, registry: CredentialCache, config: Fleet
 
 async fn watch_once(
     store: &Store,
-    registry: &CredentialCache,
+    registry: &ReadModels,
     config: &FleetConfig,
     started: Timestamp,
     last_prune: &mut i64,

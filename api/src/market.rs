@@ -24,10 +24,11 @@ use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
 use gpunex_wire::market as wm;
 use uuid::Uuid;
 
-use crate::auth::{Caller, CredentialCache};
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::fleet::parse_time;
 use crate::server::{AppState, timestamp};
+use gpunex_app::ReadModels;
 
 /// The current listing snapshot, shared by every request.
 #[derive(Clone)]
@@ -64,7 +65,7 @@ impl ListingIndex {
     }
 
     /// Rebuilds the snapshot from the registry at `at`.
-    pub fn rebuild(&self, registry: &CredentialCache, at: Timestamp) {
+    pub fn rebuild(&self, registry: &ReadModels, at: Timestamp) {
         // The position first: everything read after it includes at least that much of the log,
         // so `wait_for(position)` never returns a snapshot that misses a write.
         let position = registry.position();
@@ -106,7 +107,7 @@ impl ListingIndex {
 /// instant the listings change with time alone (a schedule's minute, a price taking effect,
 /// maintenance starting or ending), and at least every [`LISTING_REFRESH_MAX`].
 /// The first snapshot is built by `AppState::load`; this waits for the first reason to rebuild.
-pub async fn run_listing_index(registry: CredentialCache, index: ListingIndex, clock: SharedClock) {
+pub async fn run_listing_index(registry: ReadModels, index: ListingIndex, clock: SharedClock) {
     let mut position = registry.watch_position();
     loop {
         // Events applied since the last build (including before this task started) rebuild at
@@ -199,7 +200,7 @@ async fn append(
 
 /// Models a provider offers: catalog models its approved application declares or its machines
 /// have.
-fn offered_models(registry: &CredentialCache, provider_id: Uuid) -> Vec<String> {
+fn offered_models(registry: &ReadModels, provider_id: Uuid) -> Vec<String> {
     let mut models: Vec<String> = registry
         .applications()
         .into_iter()
@@ -237,7 +238,7 @@ fn price_view(set: &market::PriceSet) -> wm::PriceView {
     }
 }
 
-fn prices_view(registry: &CredentialCache, provider_id: Uuid, at: Timestamp) -> wm::ProviderPrices {
+fn prices_view(registry: &ReadModels, provider_id: Uuid, at: Timestamp) -> wm::ProviderPrices {
     let models = registry.with_market(|m| m.prices_of(provider_id));
     prices_view_of(provider_id, models, at)
 }
@@ -354,7 +355,7 @@ pub async fn prices(
 }
 
 fn availability_view(
-    registry: &CredentialCache,
+    registry: &ReadModels,
     provider_id: Uuid,
     now: Timestamp,
 ) -> wm::AvailabilityView {

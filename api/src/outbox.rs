@@ -22,7 +22,7 @@ use gpunex_domain::onboarding::{Application, ApplicationEvent, Tier};
 use gpunex_store::Store;
 use uuid::Uuid;
 
-use crate::auth::CredentialCache;
+use gpunex_app::ReadModels;
 
 /// The outbox's checkpoint name.
 pub const OUTBOX: &str = "outbox";
@@ -319,7 +319,7 @@ impl Transport {
 /// each batch. Returns how many messages were delivered now.
 pub async fn deliver_pending(
     store: &Store,
-    registry: &CredentialCache,
+    registry: &ReadModels,
     transport: &Transport,
     public_url: &str,
 ) -> Result<u64, OutboxError> {
@@ -367,12 +367,7 @@ pub async fn deliver_pending(
 
 /// The server's outbox loop: deliver, wait for new events (or a poll interval), repeat;
 /// failures are retried with backoff.
-pub async fn run(
-    store: Store,
-    registry: CredentialCache,
-    transport: Transport,
-    public_url: String,
-) {
+pub async fn run(store: Store, registry: ReadModels, transport: Transport, public_url: String) {
     let mut head = store.head_watch().await;
     let mut retry_delay = Duration::from_millis(200);
     loop {

@@ -26,9 +26,9 @@ use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
 use gpunex_wire::payouts as wp;
 use uuid::Uuid;
 
-use crate::auth::CredentialCache;
 use crate::error::{ApiError, append_failure};
 use crate::server::timestamp;
+use gpunex_app::ReadModels;
 
 /// Payouts written per append (each on its own stream, with the runs' and the batch's streams:
 /// 64 at most).
@@ -181,7 +181,7 @@ pub fn today_utc(now: Timestamp) -> NaiveDate {
 /// unchanged (`created: false`).
 pub async fn run_batch(
     store: &Store,
-    credentials: &CredentialCache,
+    credentials: &ReadModels,
     policy: &PayoutPolicy,
     date: NaiveDate,
     dry_run: bool,
@@ -583,7 +583,7 @@ pub struct SchedulerState {
 /// yet. Returns the batches it created.
 pub async fn scheduler_tick(
     store: &Store,
-    credentials: &CredentialCache,
+    credentials: &ReadModels,
     policy: &PayoutPolicy,
     today: NaiveDate,
     memory: &mut SchedulerState,
@@ -628,7 +628,7 @@ pub async fn scheduler_tick(
 /// so often; a date missed while the server was down is run within [`CATCH_UP_DAYS`].
 pub async fn run_scheduler(
     store: Store,
-    credentials: CredentialCache,
+    credentials: ReadModels,
     policy: PayoutPolicy,
     clock: impl Fn() -> NaiveDate,
     every: std::time::Duration,

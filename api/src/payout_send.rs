@@ -27,8 +27,8 @@ use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
 use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store};
 use uuid::Uuid;
 
-use crate::auth::CredentialCache;
 use crate::payout_run::payout_stream;
+use gpunex_app::ReadModels;
 
 const ACTOR: &str = "system:solana-sender";
 
@@ -62,6 +62,8 @@ pub enum SendError {
     #[error(transparent)]
     Api(#[from] crate::error::ApiError),
     #[error(transparent)]
+    App(#[from] gpunex_app::AppError),
+    #[error(transparent)]
     Store(#[from] gpunex_store::StoreError),
     #[error("payout {0}: {1}")]
     Payout(Uuid, String),
@@ -69,7 +71,7 @@ pub enum SendError {
 
 async fn record(
     store: &Store,
-    credentials: &CredentialCache,
+    credentials: &ReadModels,
     payout: &PayoutRecord,
     event: PayoutEvent,
 ) -> Result<bool, SendError> {
@@ -98,7 +100,7 @@ async fn record(
 /// Signs a new attempt, records it, then sends it.
 async fn submit(
     store: &Store,
-    credentials: &CredentialCache,
+    credentials: &ReadModels,
     rail: &SolanaRail,
     payout: &PayoutRecord,
 ) -> Result<bool, SendError> {
@@ -154,7 +156,7 @@ async fn submit(
 /// One step for one open Solana payout.
 async fn step(
     store: &Store,
-    credentials: &CredentialCache,
+    credentials: &ReadModels,
     rail: &SolanaRail,
     payout: &PayoutRecord,
     report: &mut PassReport,
@@ -246,7 +248,7 @@ async fn step(
     Ok(())
 }
 
-fn open_solana(credentials: &CredentialCache) -> Vec<PayoutRecord> {
+fn open_solana(credentials: &ReadModels) -> Vec<PayoutRecord> {
     credentials.with_earnings(|e| {
         e.payouts()
             .open()
@@ -261,7 +263,7 @@ fn open_solana(credentials: &CredentialCache) -> Vec<PayoutRecord> {
 /// retried next pass; the others go on.
 pub async fn pass(
     store: &Store,
-    credentials: &CredentialCache,
+    credentials: &ReadModels,
     rail: &SolanaRail,
 ) -> Result<PassReport, SendError> {
     credentials.wait_for(store.head_position().await?).await?;
@@ -276,7 +278,7 @@ pub async fn pass(
 }
 
 /// Passes forever, `rail.poll` apart (the server's background sender).
-pub async fn run(store: Store, credentials: CredentialCache, rail: SolanaRail) {
+pub async fn run(store: Store, credentials: ReadModels, rail: SolanaRail) {
     tracing::info!(treasury = %rail.treasury.pubkey(), mint = %rail.mint, "Solana payout sender running");
     loop {
         if let Err(error) = pass(&store, &credentials, &rail).await {

@@ -424,7 +424,7 @@ fn rental_streams(rental: &RentalState) -> Vec<StreamId> {
 
 async fn finish(
     store: &gpunex_store::Store,
-    registry: &crate::auth::CredentialCache,
+    registry: &gpunex_app::ReadModels,
     rental: &RentalState,
     ended: rental::RentalEnded,
     before: Vec<(Uuid, RentalEvent)>,
@@ -498,7 +498,7 @@ fn tier_of(state: &AppState, provider_id: Uuid) -> gpunex_domain::onboarding::Ti
 /// was online between the start and the end (or now). An offline transition is dated at the last
 /// heartbeat, so nothing after it counts: no heartbeat, no meter.
 pub fn online_gpu_seconds(
-    registry: &crate::auth::CredentialCache,
+    registry: &gpunex_app::ReadModels,
     rental: &RentalState,
     now: gpunex_domain::time::Timestamp,
 ) -> u64 {
@@ -875,7 +875,7 @@ pub async fn assignments(
 /// started watching.
 pub async fn end_abandoned(
     store: &gpunex_store::Store,
-    registry: &crate::auth::CredentialCache,
+    registry: &gpunex_app::ReadModels,
     grace: std::time::Duration,
     watching_since: gpunex_domain::time::Timestamp,
 ) -> Result<usize, ApiError> {

@@ -25,7 +25,7 @@ pub struct AppState {
     pub store: Store,
     /// The process's clock: the store's, so events and decisions share one "now".
     pub clock: gpunex_domain::clock::SharedClock,
-    pub credentials: crate::auth::CredentialCache,
+    pub credentials: gpunex_app::ReadModels,
     pub login_limiter: crate::accounts::LoginLimiter,
     pub fleet: crate::fleet::FleetConfig,
     /// The marketplace listings, rebuilt as the log moves.
@@ -45,7 +45,7 @@ pub struct AppState {
 impl AppState {
     /// Loads the credential registry from the log and keeps it current.
     pub async fn load(store: Store) -> Result<AppState, gpunex_store::StoreError> {
-        let credentials = crate::auth::CredentialCache::load(&store).await?;
+        let credentials = gpunex_app::ReadModels::load(&store).await?;
         let listings = crate::market::ListingIndex::default();
         let clock = store.clock().clone();
         listings.rebuild(&credentials, clock.now());

@@ -14,9 +14,10 @@ use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, Stre
 use gpunex_wire as wire;
 use uuid::Uuid;
 
-use crate::auth::{Caller, CredentialCache, NewToken};
+use crate::auth::{Caller, NewToken};
 use crate::error::ApiError;
 use crate::server::{AppState, timestamp};
+use gpunex_app::ReadModels;
 
 fn stream_of(token_id: Uuid) -> gpunex_domain::StreamId {
     gpunex_domain::StreamId::parse(format!("credential-{token_id}"))
@@ -112,7 +113,7 @@ impl<'a> TokenRequest<'a> {
 
 pub async fn issue_token(
     store: &Store,
-    cache: Option<&CredentialCache>,
+    cache: Option<&ReadModels>,
     request: TokenRequest<'_>,
 ) -> Result<(NewToken, TokenIssued), ApiError> {
     let TokenRequest {
@@ -291,7 +292,7 @@ fn manageable(
 /// provider (registered to it, or bound to one of its earlier agent tokens), so no provider can
 /// take an id another holds or will register.
 pub fn agent_machine(
-    cache: &CredentialCache,
+    cache: &ReadModels,
     provider_id: Uuid,
     requested: Option<Uuid>,
 ) -> Result<Uuid, ApiError> {
@@ -316,7 +317,7 @@ pub fn agent_machine(
 /// The role a caller may issue for a request: an admin any role, a provider agent tokens for
 /// itself, a person renter tokens for themselves.
 fn resolve_role(
-    cache: &CredentialCache,
+    cache: &ReadModels,
     caller: Role,
     requested: wire::RequestedRole,
 ) -> Result<Role, ApiError> {

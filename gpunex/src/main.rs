@@ -191,7 +191,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
                 OperatorRole::Agent => {
                     let provider_id = provider()?;
-                    let registry = gpunex_api::auth::CredentialCache::load(&store).await?;
+                    let registry = gpunex_app::ReadModels::load(&store).await?;
                     let machine_id =
                         gpunex_api::tokens::agent_machine(&registry, provider_id, machine_id)
                             .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?;
@@ -229,7 +229,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let policy = payouts.policy()?;
             let store = cli::open_store(&cli.database_url).await?;
-            let credentials = gpunex_api::auth::CredentialCache::load(&store).await?;
+            let credentials = gpunex_app::ReadModels::load(&store).await?;
             let batch = gpunex_api::payout_run::run_batch(
                 &store,
                 &credentials,
@@ -253,7 +253,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .rail()?
                 .ok_or_else(|| anyhow::anyhow!("--solana-rpc-url is required"))?;
             let store = cli::open_store(&cli.database_url).await?;
-            let credentials = gpunex_api::auth::CredentialCache::load(&store).await?;
+            let credentials = gpunex_app::ReadModels::load(&store).await?;
             loop {
                 let report = gpunex_api::payout_send::pass(&store, &credentials, &rail).await?;
                 println!(

@@ -1,0 +1,14 @@
+//! The application layer, between HTTP (`gpunex-api`) and storage and rules (`gpunex-store`,
+//! `gpunex-projections`, `gpunex-domain`): the read models a process hosts and how a command
+//! waits for them. It knows nothing of HTTP.
+#![deny(clippy::float_arithmetic)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod error;
+pub mod read_models;
+
+pub use error::AppError;
+pub use read_models::ReadModels;
