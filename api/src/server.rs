@@ -29,7 +29,7 @@ pub struct AppState {
     pub login_limiter: crate::accounts::LoginLimiter,
     pub fleet: crate::fleet::FleetConfig,
     /// The marketplace listings, rebuilt as the log moves.
-    pub listings: crate::market::ListingIndex,
+    pub listings: gpunex_app::listings::ListingIndex,
     /// Payout rules and the platform's bank account.
     pub payouts: std::sync::Arc<crate::payout_run::PayoutConfig>,
     /// Connection and request limits.
@@ -46,10 +46,10 @@ impl AppState {
     /// Loads the credential registry from the log and keeps it current.
     pub async fn load(store: Store) -> Result<AppState, gpunex_store::StoreError> {
         let credentials = gpunex_app::ReadModels::load(&store).await?;
-        let listings = crate::market::ListingIndex::default();
+        let listings = gpunex_app::listings::ListingIndex::default();
         let clock = store.clock().clone();
         listings.rebuild(&credentials, clock.now());
-        tokio::spawn(crate::market::run_listing_index(
+        tokio::spawn(gpunex_app::listings::run_listing_index(
             credentials.clone(),
             listings.clone(),
             clock.clone(),

@@ -8,6 +8,7 @@
 )]
 
 pub mod error;
+pub mod listings;
 pub mod read_models;
 
 pub use error::AppError;

@@ -239,6 +239,12 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
         "server start (every in-memory projection folded): {:.1} s",
         report.server_load_seconds
     );
+    print_endpoints(&report.reference_healthz, &report.endpoints);
+    Ok(())
+}
+
+/// The latency table of a run: `/healthz` (the reference), then each endpoint.
+pub(crate) fn print_endpoints(reference: &Latency, endpoints: &[Endpoint]) {
     println!(
         "{:<100} {:>9} {:>9} {:>9} {:>9}",
         "endpoint", "requests", "p50 us", "p99 us", "max us"
@@ -249,9 +255,8 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
             path, l.requests, l.p50_us, l.p99_us, l.max_us
         );
     };
-    row("/healthz (reference)", &report.reference_healthz);
-    for endpoint in &report.endpoints {
+    row("/healthz (reference)", reference);
+    for endpoint in endpoints {
         row(&endpoint.path, &endpoint.latency);
     }
-    Ok(())
 }

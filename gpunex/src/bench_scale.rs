@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use gpunex_domain::credentials::Role;
 use serde::Serialize;
 
-use crate::bench_earnings::{bare_read, rate, ratio};
+use crate::bench_earnings::{Endpoint, bare_read, print_endpoints, rate, ratio};
 use crate::bench_search::{Latency, hammer};
 
 #[derive(Debug, clap::Args)]
@@ -39,12 +39,6 @@ pub struct ScaleBenchArgs {
 }
 
 #[derive(Debug, Serialize)]
-pub struct ScaleEndpoint {
-    pub path: String,
-    pub latency: Latency,
-}
-
-#[derive(Debug, Serialize)]
 pub struct ScaleReport {
     pub database: String,
     pub events: u64,
@@ -60,7 +54,7 @@ pub struct ScaleReport {
     /// The stored ledger projection rebuilt from position 0.
     pub catch_up_events_per_second: u64,
     pub reference_healthz: Latency,
-    pub endpoints: Vec<ScaleEndpoint>,
+    pub endpoints: Vec<Endpoint>,
 }
 
 /// The server process, killed when dropped.
@@ -199,7 +193,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             Some(&token.token),
         )
         .await?;
-        endpoints.push(ScaleEndpoint {
+        endpoints.push(Endpoint {
             path: path.clone(),
             latency,
         });
@@ -248,19 +242,6 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             report.bare_read_events_per_second
         )
     );
-    println!(
-        "{:<96} {:>9} {:>9} {:>9} {:>9}",
-        "endpoint", "requests", "p50 us", "p99 us", "max us"
-    );
-    let row = |path: &str, l: &Latency| {
-        println!(
-            "{:<96} {:>9} {:>9} {:>9} {:>9}",
-            path, l.requests, l.p50_us, l.p99_us, l.max_us
-        );
-    };
-    row("/healthz (reference)", &report.reference_healthz);
-    for endpoint in &report.endpoints {
-        row(&endpoint.path, &endpoint.latency);
-    }
+    print_endpoints(&report.reference_healthz, &report.endpoints);
     Ok(())
 }
