@@ -84,7 +84,7 @@ fn sample_event(provider: Uuid, amount: i64) -> DomainEvent {
     })
 }
 
-fn new_events(count: usize, seed: usize) -> Vec<NewEvent> {
+pub(crate) fn new_events(count: usize, seed: usize) -> Vec<NewEvent> {
     let metadata = Metadata::system("bench");
     (0..count)
         .map(|i| {
@@ -107,7 +107,7 @@ fn sample_row() -> SampleRow {
     }
 }
 
-fn stream(prefix: &str) -> StreamId {
+pub(crate) fn stream(prefix: &str) -> StreamId {
     StreamId::parse(format!("bench-{prefix}-{}", Uuid::now_v7().simple()))
         .unwrap_or_else(|_| unreachable!("letters, digits and dashes are a valid stream id"))
 }

@@ -30,6 +30,10 @@ pub struct ScaleBenchArgs {
     /// Concurrent clients.
     #[arg(long, default_value_t = 4)]
     pub clients: usize,
+    /// Seconds of usage reports (one agent, one rented GPU) measured while another store handle
+    /// appends batches at full speed, as another server process would; 0 skips it.
+    #[arg(long, default_value_t = 20)]
+    pub usage_seconds: u64,
     /// Longest wait for the server to become ready.
     #[arg(long, default_value_t = 900)]
     pub ready_timeout_seconds: u64,
@@ -55,6 +59,10 @@ pub struct ScaleReport {
     pub catch_up_events_per_second: u64,
     pub reference_healthz: Latency,
     pub endpoints: Vec<Endpoint>,
+    /// `POST /v1/agent/events` with one usage report, while another writer appends.
+    pub usage_report: Option<Latency>,
+    /// Events the other writer appended meanwhile, per second.
+    pub concurrent_appends_per_second: u64,
 }
 
 /// The server process, killed when dropped.
@@ -99,6 +107,216 @@ async fn wait_ready(base: &str, timeout: Duration) -> anyhow::Result<()> {
     }
 }
 
+/// One JSON call to the server; a non-2xx answer is an error naming the path.
+async fn call(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+    body: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    let mut request = http.post(format!("{base}{path}")).json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await?;
+    let status = response.status();
+    let answer: serde_json::Value = response.json().await.unwrap_or_default();
+    anyhow::ensure!(status.is_success(), "{path}: {status}: {answer}");
+    Ok(answer)
+}
+
+/// Signs a person up and in; their session token.
+async fn person(http: &reqwest::Client, base: &str, email: &str) -> anyhow::Result<String> {
+    let credentials =
+        serde_json::json!({"email": email, "password": "correct horse battery staple"});
+    call(http, base, "/v1/accounts", None, credentials.clone()).await?;
+    let session = call(http, base, "/v1/sessions", None, credentials).await?;
+    session["token"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("no session token: {session}"))
+}
+
+/// What a usage report needs: an agent token and its machine, and a rental of its one GPU.
+struct RentedGpu {
+    agent: String,
+    machine_id: String,
+    rental_id: String,
+}
+
+/// A new provider with one online H100, priced and rented, set up over HTTP as a newcomer, a
+/// reviewer and a renter would.
+async fn rented_gpu(
+    http: &reqwest::Client,
+    base: &str,
+    admin: &str,
+    clock: &gpunex_domain::clock::SharedClock,
+) -> anyhow::Result<RentedGpu> {
+    let tag = uuid::Uuid::now_v7().simple().to_string();
+    let applicant = person(http, base, &format!("scale-{tag}@example.com")).await?;
+    let form = serde_json::json!({
+        "full_legal_name": "Bench Provider", "email": format!("scale-{tag}@example.com"),
+        "gpus": [{"model": "h100-80gb", "quantity": 1, "system_ram_gb": 256, "upload_gbps": "10",
+                  "download_gbps": "10", "availability": {"kind": "always_on"},
+                  "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}}],
+        "ups_protected": true, "commitment_months": 12, "maintenance_notes": "none planned"
+    });
+    let application = call(http, base, "/v1/applications", Some(&applicant), form).await?;
+    let id = application["application_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let approved = call(
+        http,
+        base,
+        &format!("/v1/applications/{id}/approve"),
+        Some(admin),
+        serde_json::json!({"tier": "community"}),
+    )
+    .await?;
+    let provider_id = approved["provider_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let provider = call(
+        http,
+        base,
+        &format!("/v1/applications/{id}/provider-token"),
+        Some(&applicant),
+        serde_json::Value::Null,
+    )
+    .await?;
+    let provider = provider["token"].as_str().unwrap_or_default().to_owned();
+    let agent = call(
+        http,
+        base,
+        "/v1/tokens",
+        Some(&provider),
+        serde_json::json!({"role": {"kind": "agent"}}),
+    )
+    .await?;
+    let machine_id = agent["role"]["machine_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let agent = agent["token"].as_str().unwrap_or_default().to_owned();
+    let gpu_uuid = format!("GPU-{}", &tag[..24]);
+    let registration = serde_json::json!({"events": [{
+        "event_id": uuid::Uuid::now_v7(), "occurred_at": gpunex_api::server::timestamp(clock.now().unix_micros()),
+        "kind": "registration",
+        // Declared a real GPU: simulated ones are listed only in dev mode.
+        "body": {"machine_id": machine_id, "agent_version": "bench", "simulated": false,
+                 "host": {"hostname": "bench", "cpu_model": null, "cpu_cores": null, "ram_mib": null,
+                          "disk_total_gib": null, "disk_free_gib": null, "os": null, "kernel": null},
+                 "gpus": [{"gpu_uuid": gpu_uuid, "index": 0, "name": "NVIDIA H100 80GB HBM3",
+                           "pci_device_id": 0x2330, "pci_bus_id": null, "vram_mib": 81_559,
+                           "driver_version": "550.54.15", "cuda_driver_version": "12.4",
+                           "pcie_current": {"generation": 5, "width": 16},
+                           "pcie_max": {"generation": 5, "width": 16}, "power_limit_w": null,
+                           "default_power_limit_w": null, "ecc_enabled": null, "mig_enabled": null}]}
+    }]});
+    call(http, base, "/v1/agent/events", Some(&agent), registration).await?;
+    call(
+        http,
+        base,
+        "/v1/agent/heartbeat",
+        Some(&agent),
+        serde_json::json!({"machine_id": machine_id, "gpus": []}),
+    )
+    .await?;
+    call(
+        http,
+        base,
+        &format!("/v1/providers/{provider_id}/prices"),
+        Some(&provider),
+        serde_json::json!({"model_id": "h100-80gb", "price_usdc": "2.00"}),
+    )
+    .await?;
+    let renter = person(http, base, &format!("renter-{tag}@example.com")).await?;
+    let rental = call(
+        http,
+        base,
+        "/v1/rentals",
+        Some(&renter),
+        serde_json::json!({"gpu_uuids": [gpu_uuid],
+            "workload": {"image": "nvidia/cuda:12.4.1-base-ubuntu22.04", "command": ["sleep", "3600"]}}),
+    )
+    .await?;
+    Ok(RentedGpu {
+        agent,
+        machine_id,
+        rental_id: rental["rental_id"].as_str().unwrap_or_default().to_owned(),
+    })
+}
+
+/// Usage reports for `seconds` (a heartbeat every second keeps the machine online, so each
+/// whole second of the counter is billable) while `writer` appends batches as fast as it can.
+/// Returns the reports' latency and the writer's events per second.
+async fn usage_under_load(
+    base: &str,
+    rented: &RentedGpu,
+    writer: gpunex_store::Store,
+    seconds: u64,
+) -> anyhow::Result<(Latency, u64)> {
+    let clock = writer.clock().clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let appender = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut appended = 0_u64;
+            let mut seed = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let events = crate::bench::new_events(100, seed);
+                seed += 100;
+                writer
+                    .append(
+                        crate::bench::stream("scale"),
+                        gpunex_store::ExpectedVersion::NoStream,
+                        events,
+                    )
+                    .await?;
+                appended += 100;
+            }
+            anyhow::Ok(rate(appended, started.elapsed()))
+        })
+    };
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let mut samples = Vec::new();
+    let mut last_beat = Instant::now();
+    while Instant::now() < deadline {
+        if last_beat.elapsed() >= Duration::from_secs(1) {
+            call(
+                &http,
+                base,
+                "/v1/agent/heartbeat",
+                Some(&rented.agent),
+                serde_json::json!({"machine_id": rented.machine_id, "gpus": []}),
+            )
+            .await?;
+            last_beat = Instant::now();
+        }
+        let report = serde_json::json!({"events": [{
+            "event_id": uuid::Uuid::now_v7(), "occurred_at": gpunex_api::server::timestamp(clock.now().unix_micros()),
+            "kind": "usage",
+            "body": {"machine_id": rented.machine_id, "rental_id": rented.rental_id,
+                     "gpu_seconds": started.elapsed().as_secs()}
+        }]});
+        let sent = Instant::now();
+        call(&http, base, "/v1/agent/events", Some(&rented.agent), report).await?;
+        samples.push(u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let appends_per_second = appender.await??;
+    Ok((
+        crate::bench_search::latency(1, samples, started.elapsed()),
+        appends_per_second,
+    ))
+}
+
 pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()> {
     let store = crate::cli::open_store(database_url).await?;
     let events = store.head_position().await?;
@@ -113,6 +331,13 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         &store,
         None,
         gpunex_api::tokens::TokenRequest::new(Role::Finance, "bench scale", "cli"),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (admin, _) = gpunex_api::tokens::issue_token(
+        &store,
+        None,
+        gpunex_api::tokens::TokenRequest::new(Role::Admin, "bench scale", "cli"),
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -210,6 +435,20 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         .await?;
     }
     let rss_loaded = rss_mib(pid)?;
+    let (usage_report, concurrent_appends_per_second) = if args.usage_seconds > 0 {
+        eprintln!(
+            "{} s of usage reports beside another writer ...",
+            args.usage_seconds
+        );
+        let rented =
+            rented_gpu(&reqwest::Client::new(), &base, &admin.token, store.clock()).await?;
+        let writer = crate::cli::open_store(database_url).await?;
+        let (latency, appends) =
+            usage_under_load(&base, &rented, writer, args.usage_seconds).await?;
+        (Some(latency), appends)
+    } else {
+        (None, 0)
+    };
     drop(server);
 
     let report = ScaleReport {
@@ -223,6 +462,8 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         catch_up_events_per_second: rate(rebuilt, catch_up),
         reference_healthz,
         endpoints,
+        usage_report,
+        concurrent_appends_per_second,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -243,5 +484,15 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         )
     );
     print_endpoints(&report.reference_healthz, &report.endpoints);
+    if let Some(usage) = &report.usage_report {
+        println!(
+            "usage report (POST /v1/agent/events) beside another writer at {} events/s: {} reports, p50 {} us, p99 {} us, max {} us",
+            report.concurrent_appends_per_second,
+            usage.requests,
+            usage.p50_us,
+            usage.p99_us,
+            usage.max_us
+        );
+    }
     Ok(())
 }
