@@ -399,10 +399,6 @@ pub async fn end(
     Ok(Json(view(&rental)))
 }
 
-/// Ends a rental: `before` (events of the rental's own stream, such as the job's end), then
-/// `rental.ended`, appended at the rental stream's version as folded, with one release per GPU.
-/// Ending twice, or racing a usage report, fails on the version. Returns the last position,
-/// already folded.
 /// How many times a rental command decides again after another write moved a stream it
 /// appends to (a usage report, the renter ending it, a silent machine) before answering
 /// `concurrent_change`.
@@ -422,6 +418,10 @@ fn rental_streams(rental: &RentalState) -> Vec<StreamId> {
     streams
 }
 
+/// Ends a rental: `before` (events of the rental's own stream, such as the job's end), then
+/// `rental.ended`, appended at the rental stream's version as folded, with one release per GPU.
+/// Ending twice, or racing a usage report, fails on the version. Returns the last position,
+/// already folded.
 async fn finish(
     store: &gpunex_store::Store,
     registry: &gpunex_app::ReadModels,
