@@ -8,14 +8,23 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::codes::ErrorCode;
-use crate::events::AdjustmentPosted;
 use crate::ledger::{Account, JournalEntry, JournalError, Posting};
 use crate::time::Timestamp;
 
-/// Longest reason of a proposal or a decision, in characters (the posting's own limit).
-pub const ADJUSTMENT_REASON_CHARS_MAX: usize = crate::events::REASON_CHARS_MAX;
+/// Longest reason of a proposal, a decision or a posted adjustment, in characters.
+pub const ADJUSTMENT_REASON_CHARS_MAX: usize = 500;
 /// Longest evidence of a proposal, in characters.
 pub const ADJUSTMENT_EVIDENCE_CHARS_MAX: usize = 2_000;
+
+/// `ledger.adjustment_posted`: finance corrects the books by hand, a balanced journal entry with
+/// a reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdjustmentPosted {
+    pub entry_id: Uuid,
+    pub reason: String,
+    pub postings: JournalEntry,
+}
 
 /// `ledger.adjustment_proposed`: an entry waiting for a second person's decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

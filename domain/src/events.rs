@@ -6,11 +6,12 @@
 //! upcasts step by step (v1 -> v2 -> ... -> current) before deserializing. The catalog is
 //! documented in `docs/events.md`; a tidy test keeps the two in step.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::accounts::{AccountEvent, EmailClaimed, UserRegistered};
+pub use crate::adjustments::AdjustmentPosted;
 use crate::credentials::{CredentialEvent, ProviderTokenClaimed, TokenIssued, TokenRevoked};
 use crate::fleet::{
     DeclarationCompared, FleetEvent, GpuConditionChanged, GpuDetected, MachineOffline,
@@ -160,7 +161,7 @@ const fn v1(event_type: &'static str) -> EventSpec {
 }
 
 /// Longest free-text reason an adjustment may carry, in characters.
-pub const REASON_CHARS_MAX: usize = 500;
+pub const REASON_CHARS_MAX: usize = crate::adjustments::ADJUSTMENT_REASON_CHARS_MAX;
 
 pub fn spec(event_type: &str) -> Option<&'static EventSpec> {
     EVENT_CATALOG
@@ -202,15 +203,6 @@ pub enum DomainEvent {
     Market(MarketEvent),
     Rental(RentalEvent),
     Payout(crate::payouts::PayoutEvent),
-}
-
-/// Finance corrects the books by hand: a balanced journal entry with a reason.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AdjustmentPosted {
-    pub entry_id: Uuid,
-    pub reason: String,
-    pub postings: JournalEntry,
 }
 
 /// v1 of `ledger.adjustment_posted`: a single debit/credit pair. Kept so rows written with it
