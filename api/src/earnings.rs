@@ -19,6 +19,7 @@ use gpunex_domain::money::Usdc;
 use gpunex_domain::onboarding::Availability;
 use gpunex_domain::time::Timestamp;
 use gpunex_projections::earnings::{Earnings, Line, Sums};
+use gpunex_store::earnings::LineRange;
 use gpunex_wire::earnings as we;
 use uuid::Uuid;
 
@@ -120,21 +121,61 @@ fn span(zone: Tz, first: NaiveDate, last: NaiveDate) -> (Timestamp, Timestamp) {
     )
 }
 
-fn period(
-    earnings: &Earnings,
+async fn period(
+    state: &AppState,
     provider_id: Uuid,
     zone: Tz,
-    first: NaiveDate,
-    last: NaiveDate,
-) -> we::Period {
+    (first, last): (NaiveDate, NaiveDate),
+    as_of: u64,
+) -> Result<we::Period, ApiError> {
     let (from, until) = span(zone, first, last);
-    we::Period {
+    Ok(we::Period {
         first_day: first.to_string(),
         last_day: last.to_string(),
         from: timestamp(from.unix_micros()),
         until: timestamp(until.unix_micros()),
-        totals: totals(earnings.sums(provider_id, from, until)),
+        totals: totals(
+            state
+                .store
+                .earnings_sums(provider_id, from, until, as_of)
+                .await?,
+        ),
+    })
+}
+
+/// Lines read per page from the stored projection.
+const LINES_PAGE: usize = 5_000;
+
+/// A provider's lines dated in `[from, until)` as of `as_of`, oldest first, read page by page.
+async fn lines_of(
+    state: &AppState,
+    provider_id: Uuid,
+    from: Timestamp,
+    until: Timestamp,
+    as_of: u64,
+) -> Result<Vec<Line>, ApiError> {
+    let range = LineRange::Dated { from, until, as_of };
+    let mut lines: Vec<Line> = Vec::new();
+    loop {
+        let after = lines.last().map_or(0, |l| l.position);
+        let page = state
+            .store
+            .earnings_lines(provider_id, range, after, LINES_PAGE)
+            .await?;
+        let full = page.len() == LINES_PAGE;
+        lines.extend(page);
+        if !full {
+            return Ok(lines);
+        }
     }
+}
+
+/// The in-memory earnings' position, once the stored lines have been folded to it too: what
+/// reads combining the two are `as of`.
+pub async fn earnings_as_of(state: &AppState) -> Result<u64, ApiError> {
+    let as_of = state.credentials.with_earnings(Earnings::position);
+    state.store.earnings_reached(as_of).await?;
+    Ok(as_of)
 }
 
 /// The checks every provider dashboard endpoint makes: the caller may see this provider, the
@@ -184,43 +225,52 @@ pub async fn summary(
     let month = calendar::month_of(zone, at);
     let month_last = calendar::next_month(month).pred_opt().unwrap_or(month);
     let (first, last) = range.days.unwrap_or((month, month_last));
-    let summary = state.credentials.with_earnings(|earnings| {
-        let chosen = period(earnings, provider_id, zone, first, last);
-        let (from, until) = span(zone, first, last);
-        let lines = earnings.lines(provider_id, from, until);
-        we::EarningsSummary {
-            provider_id,
-            time_zone: range.zone_name.clone(),
-            as_of: timestamp(at.unix_micros()),
-            this_week: period(
-                earnings,
-                provider_id,
-                zone,
-                week,
-                week + chrono::Days::new(6),
-            ),
-            this_month: period(earnings, provider_id, zone, month, month_last),
-            all_time: totals(earnings.lifetime(provider_id)),
-            pending_balance_micro_usdc: earnings.pending_balance(provider_id),
-            pending_balance_usdc: usdc(earnings.pending_balance(provider_id)),
-            period: chosen,
-            per_gpu: Earnings::per_gpu(lines)
-                .into_iter()
-                .map(|(gpu_uuid, (model_id, sums))| we::GpuEarnings {
-                    gpu_uuid,
-                    model_id,
-                    totals: totals(sums),
-                })
-                .collect(),
-            per_model: Earnings::per_model(lines)
-                .into_iter()
-                .map(|(model_id, sums)| we::ModelEarnings {
-                    model_id,
-                    totals: totals(sums),
-                })
-                .collect(),
-        }
+    let (as_of, all_time, pending) = state.credentials.with_earnings(|earnings| {
+        (
+            earnings.position(),
+            earnings.lifetime(provider_id),
+            earnings.pending_balance(provider_id),
+        )
     });
+    state.store.earnings_reached(as_of).await?;
+    let chosen = period(&state, provider_id, zone, (first, last), as_of).await?;
+    let this_week = period(
+        &state,
+        provider_id,
+        zone,
+        (week, week + chrono::Days::new(6)),
+        as_of,
+    )
+    .await?;
+    let this_month = period(&state, provider_id, zone, (month, month_last), as_of).await?;
+    let (from, until) = span(zone, first, last);
+    let lines = lines_of(&state, provider_id, from, until, as_of).await?;
+    let summary = we::EarningsSummary {
+        provider_id,
+        time_zone: range.zone_name.clone(),
+        as_of: timestamp(at.unix_micros()),
+        this_week,
+        this_month,
+        all_time: totals(all_time),
+        pending_balance_micro_usdc: pending,
+        pending_balance_usdc: usdc(pending),
+        period: chosen,
+        per_gpu: Earnings::per_gpu(&lines)
+            .into_iter()
+            .map(|(gpu_uuid, (model_id, sums))| we::GpuEarnings {
+                gpu_uuid,
+                model_id,
+                totals: totals(sums),
+            })
+            .collect(),
+        per_model: Earnings::per_model(&lines)
+            .into_iter()
+            .map(|(model_id, sums)| we::ModelEarnings {
+                model_id,
+                totals: totals(sums),
+            })
+            .collect(),
+    };
     Ok(Json(summary))
 }
 
@@ -255,27 +305,42 @@ pub async fn daily(
     })?;
     let days = calendar::days(first, last).map_err(|e| calendar_error("to", e))?;
     let zone = range.zone;
-    let answer = state.credentials.with_earnings(|earnings| {
-        let days: Vec<we::Day> = days
-            .iter()
-            .map(|day| {
-                let (from, until) = span(zone, *day, *day);
-                we::Day {
-                    date: day.to_string(),
-                    from: timestamp(from.unix_micros()),
-                    until: timestamp(until.unix_micros()),
-                    totals: totals(earnings.sums(provider_id, from, until)),
-                }
-            })
-            .collect();
-        let (from, until) = span(zone, first, last);
-        we::DailyEarnings {
-            provider_id,
-            time_zone: range.zone_name.clone(),
-            days,
-            totals: totals(earnings.sums(provider_id, from, until)),
-        }
-    });
+    let as_of = earnings_as_of(&state).await?;
+    // The sums through each day's start (and the last day's end): one lookup per boundary.
+    let mut through = Vec::with_capacity(days.len() + 1);
+    for day in days
+        .iter()
+        .chain(days.last().and_then(|d| d.succ_opt()).as_ref())
+    {
+        let start = calendar::day_start(zone, *day);
+        let (sums, _) = state
+            .store
+            .earnings_before(provider_id, start, as_of)
+            .await?;
+        through.push((start, sums));
+    }
+    let days: Vec<we::Day> = days
+        .iter()
+        .zip(through.windows(2))
+        .map(|(day, pair)| we::Day {
+            date: day.to_string(),
+            from: timestamp(pair[0].0.unix_micros()),
+            until: timestamp(pair[1].0.unix_micros()),
+            totals: totals(pair[1].1.minus(pair[0].1)),
+        })
+        .collect();
+    let (from, until) = span(zone, first, last);
+    let answer = we::DailyEarnings {
+        provider_id,
+        time_zone: range.zone_name.clone(),
+        days,
+        totals: totals(
+            state
+                .store
+                .earnings_sums(provider_id, from, until, as_of)
+                .await?,
+        ),
+    };
     Ok(Json(answer))
 }
 
@@ -337,25 +402,24 @@ pub async fn statement(
         )
     })?;
     let (from, until) = span(range.zone, first, last);
-    let body = state.credentials.with_earnings(|earnings| {
-        let lines = earnings.lines(provider_id, from, until);
-        let mut body = String::with_capacity(64 + lines.len() * 300);
-        body.push_str(STATEMENT_HEADER);
+    let as_of = earnings_as_of(&state).await?;
+    let lines = lines_of(&state, provider_id, from, until, as_of).await?;
+    let mut body = String::with_capacity(64 + lines.len() * 300);
+    body.push_str(STATEMENT_HEADER);
+    body.push('\n');
+    let mut sums = Sums::default();
+    for line in &lines {
+        body.push_str(&statement_row(line));
         body.push('\n');
-        for line in lines {
-            body.push_str(&statement_row(line));
-            body.push('\n');
-        }
-        let sums = earnings.sums(provider_id, from, until);
-        body.push_str(&format!(
-            "total,,,,,,,,,,{},,{},,{},{}\n",
-            sums.gpu_seconds,
-            usdc(sums.gross),
-            usdc(sums.fee),
-            usdc(sums.net)
-        ));
-        body
-    });
+        sums.add_sums(Sums::of(line));
+    }
+    body.push_str(&format!(
+        "total,,,,,,,,,,{},,{},,{},{}\n",
+        sums.gpu_seconds,
+        usdc(sums.gross),
+        usdc(sums.fee),
+        usdc(sums.net)
+    ));
     let filename = format!("gpunex-earnings-{provider_id}-{first}-{last}.csv");
     Ok((
         [
@@ -396,33 +460,39 @@ pub async fn finance(
     let month_last = calendar::next_month(month).pred_opt().unwrap_or(month);
     let (first, last) = range.days.unwrap_or((month, month_last));
     let (from, until) = span(zone, first, last);
-    let answer = state.credentials.with_earnings(|earnings| {
-        let mut all = Sums::default();
-        let providers = earnings
+    let (as_of, pending, all_time) = state.credentials.with_earnings(|earnings| {
+        let pending: Vec<(Uuid, i64)> = earnings
             .providers()
             .into_iter()
-            .map(|provider_id| {
-                let sums = earnings.sums(provider_id, from, until);
-                all.add_sums(sums);
-                let pending = earnings.pending_balance(provider_id);
-                we::ProviderTotals {
-                    provider_id,
-                    period: totals(sums),
-                    pending_balance_micro_usdc: pending,
-                    pending_balance_usdc: usdc(pending),
-                }
-            })
+            .map(|provider_id| (provider_id, earnings.pending_balance(provider_id)))
             .collect();
-        we::FinanceEarnings {
-            time_zone: range.zone_name.clone(),
-            first_day: first.to_string(),
-            last_day: last.to_string(),
-            from: timestamp(from.unix_micros()),
-            until: timestamp(until.unix_micros()),
-            providers,
-            totals: totals(all),
-            all_time: totals(earnings.totals()),
-        }
+        (earnings.position(), pending, earnings.totals())
     });
+    state.store.earnings_reached(as_of).await?;
+    let mut all = Sums::default();
+    let mut providers = Vec::with_capacity(pending.len());
+    for (provider_id, pending) in pending {
+        let sums = state
+            .store
+            .earnings_sums(provider_id, from, until, as_of)
+            .await?;
+        all.add_sums(sums);
+        providers.push(we::ProviderTotals {
+            provider_id,
+            period: totals(sums),
+            pending_balance_micro_usdc: pending,
+            pending_balance_usdc: usdc(pending),
+        });
+    }
+    let answer = we::FinanceEarnings {
+        time_zone: range.zone_name.clone(),
+        first_day: first.to_string(),
+        last_day: last.to_string(),
+        from: timestamp(from.unix_micros()),
+        until: timestamp(until.unix_micros()),
+        providers,
+        totals: totals(all),
+        all_time: totals(all_time),
+    };
     Ok(Json(answer))
 }

@@ -20,7 +20,9 @@ use gpunex_domain::payouts::{
 };
 use gpunex_domain::time::Timestamp;
 use gpunex_domain::{DomainEvent, StreamId};
-use gpunex_projections::earnings::Earnings;
+use std::collections::HashMap;
+
+use gpunex_projections::earnings::{Earnings, StoredRange};
 use gpunex_projections::payouts::{BatchRecord, PayoutRecord};
 use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
 use gpunex_wire::payouts as wp;
@@ -29,6 +31,42 @@ use uuid::Uuid;
 use crate::error::{ApiError, append_failure};
 use crate::server::timestamp;
 use gpunex_app::ReadModels;
+
+/// Times a batch is planned again when payouts settle meanwhile.
+const PLAN_ATTEMPTS: usize = 5;
+
+/// What the stored earnings lines say about every provider for a cutoff, read as of the
+/// in-memory earnings' position and for each provider's settlements at that position.
+pub async fn stored_ranges(
+    store: &Store,
+    credentials: &ReadModels,
+    cutoff: Timestamp,
+) -> Result<HashMap<Uuid, StoredRange>, ApiError> {
+    let (as_of, providers) = credentials.with_earnings(|e| {
+        let providers: Vec<(Uuid, u64)> = e
+            .providers()
+            .into_iter()
+            .map(|p| (p, e.settled_through(p)))
+            .collect();
+        (e.position(), providers)
+    });
+    store.earnings_reached(as_of).await?;
+    let mut ranges = HashMap::with_capacity(providers.len());
+    for (provider_id, settled_through) in providers {
+        let settled = store.earnings_through(provider_id, settled_through).await?;
+        let (before_cutoff, position) = store.earnings_before(provider_id, cutoff, as_of).await?;
+        ranges.insert(
+            provider_id,
+            StoredRange {
+                settled_through,
+                settled,
+                before_cutoff,
+                before_cutoff_position: position,
+            },
+        );
+    }
+    Ok(ranges)
+}
 
 /// Payouts written per append (each on its own stream, with the runs' and the batch's streams:
 /// 64 at most).
@@ -93,6 +131,7 @@ fn money(error: impl std::fmt::Display) -> ApiError {
 /// at the cutoff (at or above its minimum; bank transfers in whole cents) or rolls forward.
 pub fn plan(
     earnings: &Earnings,
+    stored: &HashMap<Uuid, StoredRange>,
     policy: &PayoutPolicy,
     date: NaiveDate,
     now: Timestamp,
@@ -110,7 +149,8 @@ pub fn plan(
         without_method: Vec::new(),
     };
     for provider_id in earnings.providers() {
-        let payable = earnings.payable_at(provider_id, cutoff);
+        let range = stored.get(&provider_id).copied().unwrap_or_default();
+        let payable = earnings.payable(provider_id, &range);
         let Some(settings) = earnings.payout_settings(provider_id) else {
             if payable.available.is_positive() {
                 planned.without_method.push(provider_id);
@@ -214,12 +254,38 @@ pub async fn run_batch(
         return view;
     }
     let now = store.clock().now();
-    let (planned, runs_version, unfinished) = credentials.with_earnings(|e| {
-        plan(e, policy, date, now).map(|planned| {
-            let book = e.payouts();
-            (planned, book.runs_version(), book.unfinished())
-        })
-    })?;
+    let cutoff = policy.cutoff(date);
+    let mut attempt = 0;
+    let (planned, runs_version, unfinished) = loop {
+        attempt += 1;
+        let stored = stored_ranges(store, credentials, cutoff).await?;
+        let planned = credentials.with_earnings(|e| {
+            // Plan only from stored figures read for the settlements in force now.
+            let current = e.providers().iter().all(|p| {
+                stored
+                    .get(p)
+                    .is_some_and(|r| r.settled_through == e.settled_through(*p))
+            });
+            current.then(|| {
+                plan(e, &stored, policy, date, now).map(|planned| {
+                    let book = e.payouts();
+                    (planned, book.runs_version(), book.unfinished())
+                })
+            })
+        });
+        match planned {
+            Some(planned) => break planned?,
+            None if attempt < PLAN_ATTEMPTS => {}
+            None => {
+                return Err(ApiError::Refused {
+                    code: ErrorCode::BatchInProgress,
+                    detail: format!(
+                        "payouts kept changing while the batch of {date} was planned; run it again"
+                    ),
+                });
+            }
+        }
+    };
     // A new run claims `payout_runs` at the version it planned from; resuming this date's
     // interrupted run holds that claim already.
     let claim = (unfinished != Some(date)).then(|| StreamAppend {

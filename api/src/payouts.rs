@@ -308,6 +308,9 @@ pub async fn read_payout(
     Ok(Json(crate::payout_run::payout_view(&record)))
 }
 
+/// Settled lines read per page from the stored earnings projection.
+const PROOF_LINES_PAGE: usize = 5_000;
+
 /// `GET /v1/payouts/{payout_id}/proof`: the earnings lines the payout settled, their sum, and
 /// the arithmetic that makes the amount.
 #[utoipa::path(
@@ -324,21 +327,37 @@ pub async fn proof(
     Path(payout_id): Path<Uuid>,
 ) -> Result<Json<wp::PayoutProof>, ApiError> {
     let record = readable_payout(&state, &caller, payout_id)?;
-    let lines: Vec<wp::SettledLineView> = state.credentials.with_earnings(|e| {
-        e.settled_lines(&record.scheduled)
-            .iter()
-            .map(|l| wp::SettledLineView {
-                position: l.position,
-                at: timestamp(l.at.unix_micros()),
-                usage_entry_id: l.entry_id,
-                rental_id: l.rental.rental_id,
-                gpu_seconds: l.gpu_seconds(),
-                gross_micro_usdc: l.gross.micros(),
-                fee_micro_usdc: l.fee.micros(),
-                net_micro_usdc: l.net.micros(),
-            })
-            .collect()
-    });
+    let settled = record.scheduled.lines;
+    state
+        .store
+        .earnings_reached(settled.through_position)
+        .await?;
+    let range = gpunex_store::earnings::LineRange::Positions {
+        after: settled.after_position,
+        through: settled.through_position,
+    };
+    let mut lines: Vec<wp::SettledLineView> = Vec::new();
+    loop {
+        let after = lines.last().map_or(0, |l| l.position);
+        let page = state
+            .store
+            .earnings_lines(record.scheduled.provider_id, range, after, PROOF_LINES_PAGE)
+            .await?;
+        let full = page.len() == PROOF_LINES_PAGE;
+        lines.extend(page.iter().map(|l| wp::SettledLineView {
+            position: l.position,
+            at: timestamp(l.at.unix_micros()),
+            usage_entry_id: l.entry_id,
+            rental_id: l.rental.rental_id,
+            gpu_seconds: l.gpu_seconds(),
+            gross_micro_usdc: l.gross.micros(),
+            fee_micro_usdc: l.fee.micros(),
+            net_micro_usdc: l.net.micros(),
+        }));
+        if !full {
+            break;
+        }
+    }
     let scheduled = &record.scheduled;
     let net: i64 = lines.iter().map(|l| l.net_micro_usdc).sum();
     let count = u64::try_from(lines.len()).unwrap_or(u64::MAX);

@@ -76,10 +76,37 @@ pub async fn endpoint(
             detail: e.to_string(),
         })?;
     let at = state.clock.now();
-    let report = state
-        .credentials
-        .with_earnings(|earnings| reconciler.check(at, Some(earnings)));
-    Ok(Json(report))
+    let served = served(&state, head).await?;
+    Ok(Json(reconciler.check(at, Some(&served))))
+}
+
+/// What the served earnings projections say up to the replay's position `head`: pending
+/// balances from memory, line sums from the stored lines.
+async fn served(
+    state: &AppState,
+    head: u64,
+) -> Result<gpunex_projections::reconcile::Served, ApiError> {
+    let (position, pending) = state.credentials.with_earnings(|e| {
+        let pending: std::collections::BTreeMap<uuid::Uuid, i64> = e
+            .providers()
+            .into_iter()
+            .map(|p| (p, e.pending_balance(p)))
+            .collect();
+        (e.position(), pending)
+    });
+    state.store.earnings_reached(head).await?;
+    let mut lines_upto = std::collections::BTreeMap::new();
+    for provider_id in pending.keys() {
+        lines_upto.insert(
+            *provider_id,
+            state.store.earnings_through(*provider_id, head).await?,
+        );
+    }
+    Ok(gpunex_projections::reconcile::Served {
+        position,
+        pending_balance: pending,
+        lines_upto,
+    })
 }
 
 /// Prints a report as a person reads it.

@@ -170,7 +170,7 @@ impl ReadModels {
                         market.apply(event.stream_version, &decoded);
                     }
                     if let Ok(mut earnings) = self.earnings.write() {
-                        earnings.apply(event.position, event.recorded_at_us, &decoded);
+                        earnings.apply(event.position, &decoded);
                     }
                     if let Ok(mut adjustments) = self.adjustments.write() {
                         adjustments.apply(event.position, &decoded);

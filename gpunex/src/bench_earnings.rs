@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use gpunex_domain::credentials::Role;
-use gpunex_projections::earnings::Earnings;
 use serde::Serialize;
 
 use crate::bench_search::{Latency, hammer};
@@ -112,47 +111,26 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
     // The ceiling: a bare ordered read of the whole log.
     let (events, bare) = bare_read(&store, head).await?;
 
-    // The rebuild: read, decode the earnings events, fold.
+    // The rebuild of the stored earnings projection: emptied, then every batch read, the
+    // earnings events decoded, folded and written with the checkpoint.
     let started = Instant::now();
-    let mut earnings = Earnings::default();
-    let mut usage_events = 0_u64;
-    let mut after = 0;
-    while after < head {
-        let batch = store
-            .read_all(after, gpunex_store::READ_BATCH_EVENTS_MAX)
-            .await?;
-        let Some(last) = batch.last() else { break };
-        after = last.position;
-        for event in &batch {
-            let wanted = matches!(
-                event.event_type.as_str(),
-                gpunex_domain::events::RENTAL_STARTED
-                    | gpunex_domain::events::USAGE_METERED
-                    | gpunex_domain::events::ADJUSTMENT_POSTED
-            );
-            if !wanted {
-                continue;
-            }
-            if event.event_type == gpunex_domain::events::USAGE_METERED {
-                usage_events += 1;
-            }
-            let decoded = event.decode()?;
-            earnings.apply(event.position, event.recorded_at_us, &decoded);
-        }
-    }
+    store.rebuild_earnings().await?;
     let rebuild = started.elapsed();
+    let (provider_id, provider_lines, usage_events) = {
+        let cursors = store.earnings_all_cursors().await?;
+        let usage_events: u64 = cursors.values().map(|c| c.through.lines).sum();
+        let (provider_id, provider_lines) = cursors
+            .iter()
+            .map(|(p, c)| (*p, c.through.lines))
+            .max_by_key(|(_, lines)| *lines)
+            .ok_or_else(|| anyhow::anyhow!("no provider has earnings"))?;
+        (provider_id, provider_lines, usage_events)
+    };
     anyhow::ensure!(
         usage_events >= args.min_usage_events,
-        "the database holds {usage_events} usage events, fewer than {}: write one with `gpunex simulate --providers 60 --gpus 8 --days 30` into an empty DATABASE_URL",
+        "the database holds {usage_events} usage lines, fewer than {}: write one with `gpunex simulate --providers 60 --gpus 8 --days 30` into an empty DATABASE_URL",
         args.min_usage_events
     );
-    let (provider_id, provider_lines) = earnings
-        .providers()
-        .into_iter()
-        .map(|p| (p, earnings.lifetime(p).lines))
-        .max_by_key(|(_, lines)| *lines)
-        .ok_or_else(|| anyhow::anyhow!("no provider has earnings"))?;
-    drop(earnings);
 
     let started = Instant::now();
     let state = gpunex_api::AppState::load(store.clone()).await?;

@@ -1050,9 +1050,13 @@ async fn one_batch_runs_at_a_time_and_an_interrupted_one_is_finished(db: &TestDb
     sync().await;
     let monday = date("2026-11-16");
     let now = gpunex_domain::time::Timestamp::from_unix_micros(1_794_000_000_000_000);
+    let stored =
+        gpunex_api::payout_run::stored_ranges(store, &state.credentials, policy.cutoff(monday))
+            .await
+            .unwrap();
     let planned = state
         .credentials
-        .with_earnings(|e| plan(e, &policy, monday, now))
+        .with_earnings(|e| plan(e, &stored, &policy, monday, now))
         .unwrap();
     assert_eq!(planned.payouts.len(), 3);
     let runs_version = state

@@ -1,11 +1,11 @@
-//! Providers' earnings: every metered usage line, per provider, in log order, with running sums,
-//! so a total over any time range is two binary searches and a subtraction, and the lines of a
-//! range (for a statement, or per GPU and per model) are one slice.
+//! Providers' earnings as this process keeps them in memory: what stays bounded as history
+//! grows (ADR 0007). Per provider: the sums of every line ever metered, the adjustments posted
+//! to its payable account, its payout settings and its payouts. The lines themselves are the
+//! stored projection [`crate::earnings_lines`]; readers combine the two at one log position
+//! ([`Earnings::position`]): the stored lines read `as of` that position.
 //!
-//! A line is dated when it was metered (`metered_at`; events from before that field, when they
-//! were recorded). Within a provider the dates never go backwards (a line dated "earlier" than the
-//! one before it, which two servers' clocks could produce, takes the previous date), so ranges are
-//! contiguous slices.
+//! [`Line`], [`Earnings::per_gpu`] and [`Earnings::per_model`] are the shapes readers get lines
+//! in and the rules that split them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,8 +13,8 @@ use std::sync::Arc;
 use gpunex_domain::DomainEvent;
 use gpunex_domain::ledger::{Account, Side};
 use gpunex_domain::money::Usdc;
-use gpunex_domain::payouts::{PayoutEvent, PayoutScheduled, PayoutSettingsChanged, SettledLines};
-use gpunex_domain::rental::{RentalEvent, UsageMetered};
+use gpunex_domain::payouts::{PayoutEvent, PayoutSettingsChanged, SettledLines};
+use gpunex_domain::rental::RentalEvent;
 use gpunex_domain::time::Timestamp;
 use uuid::Uuid;
 
@@ -89,7 +89,8 @@ impl Sums {
         self.add(gross, fee, net, gpu_seconds, 1);
     }
 
-    fn minus(self, other: Sums) -> Sums {
+    /// These sums less `other` (sums through an earlier line).
+    pub fn minus(self, other: Sums) -> Sums {
         Sums {
             gross: self.gross - other.gross,
             fee: self.fee - other.fee,
@@ -99,7 +100,8 @@ impl Sums {
         }
     }
 
-    fn of(line: &Line) -> Sums {
+    /// The sums of one line.
+    pub fn of(line: &Line) -> Sums {
         Sums {
             gross: line.gross.micros(),
             fee: line.fee.micros(),
@@ -111,16 +113,9 @@ impl Sums {
 }
 
 #[derive(Debug, Clone, Default)]
-struct ProviderLines {
-    lines: Vec<Line>,
-    /// `running[i]`: the sums of `lines[..=i]`.
-    running: Vec<Sums>,
-}
-
-#[derive(Debug, Clone, Default)]
 pub struct Earnings {
-    rentals: HashMap<Uuid, Arc<RentalRef>>,
-    providers: HashMap<Uuid, ProviderLines>,
+    /// Each provider's sums over every line ever metered.
+    providers: HashMap<Uuid, Sums>,
     totals: Sums,
     /// Net of the adjustments posted to each provider's payable account (credits positive).
     adjustments: HashMap<Uuid, i64>,
@@ -129,6 +124,18 @@ pub struct Earnings {
     payouts: PayoutBook,
     /// The last log position applied.
     position: u64,
+}
+
+/// What the stored lines say about one provider for a payout at a cutoff, read as of one
+/// position: the sums through the last line its payouts settled, and through the last line dated
+/// before the cutoff (with that line's position).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoredRange {
+    /// The `settled_through` position these figures were read for.
+    pub settled_through: u64,
+    pub settled: Sums,
+    pub before_cutoff: Sums,
+    pub before_cutoff_position: Option<u64>,
 }
 
 /// What a provider could be paid at a cutoff: the unsettled lines dated before it, and what
@@ -150,25 +157,16 @@ pub fn equal_shares(amount: i64, n: usize) -> Vec<i64> {
 
 impl Earnings {
     /// Applies one event of the log at `position`, recorded at `recorded_at_us`.
-    pub fn apply(&mut self, position: u64, recorded_at_us: i64, event: &DomainEvent) {
+    pub fn apply(&mut self, position: u64, event: &DomainEvent) {
         self.position = self.position.max(position);
         match event {
-            DomainEvent::Rental(RentalEvent::Started(started)) => {
-                self.rentals.insert(
-                    started.rental_id,
-                    Arc::new(RentalRef {
-                        rental_id: started.rental_id,
-                        renter_id: started.renter_id,
-                        provider_id: started.provider_id,
-                        machine_id: started.machine_id,
-                        model_id: started.model_id.clone(),
-                        gpu_uuids: started.gpu_uuids.clone(),
-                    }),
-                );
-            }
-            DomainEvent::Rental(RentalEvent::UsageMetered(metered)) => {
-                self.add_line(position, recorded_at_us, metered);
-            }
+            DomainEvent::Rental(RentalEvent::UsageMetered(m)) => self.add_line(
+                m.gross.micros(),
+                m.fee.micros(),
+                m.net.micros(),
+                m.to_gpu_seconds.saturating_sub(m.from_gpu_seconds),
+                m.provider_id,
+            ),
             DomainEvent::Payout(PayoutEvent::SettingsChanged(changed)) => {
                 self.payout_settings
                     .insert(changed.provider_id, changed.clone());
@@ -202,39 +200,12 @@ impl Earnings {
         }
     }
 
-    fn add_line(&mut self, position: u64, recorded_at_us: i64, metered: &UsageMetered) {
-        let Some(rental) = self.rentals.get(&metered.rental_id).cloned() else {
-            return;
-        };
-        let provider = self.providers.entry(metered.provider_id).or_default();
-        let dated = metered
-            .metered_at
-            .map_or(recorded_at_us, |t| t.unix_micros());
-        let at = provider
-            .lines
-            .last()
-            .map_or(dated, |l| l.at.unix_micros().max(dated));
-        let line = Line {
-            position,
-            at: Timestamp::from_unix_micros(at),
-            entry_id: metered.entry_id,
-            report_id: metered.report_id,
-            rental,
-            from_gpu_seconds: metered.from_gpu_seconds,
-            to_gpu_seconds: metered.to_gpu_seconds,
-            price_per_gpu_hour: metered.price_per_gpu_hour,
-            gross: metered.gross,
-            fee: metered.fee,
-            net: metered.net,
-            fee_bp: metered.fee_bp,
-        };
-        let mut running = provider.running.last().copied().unwrap_or_default();
-        let sums = Sums::of(&line);
-        running.add(sums.gross, sums.fee, sums.net, sums.gpu_seconds, 1);
-        self.totals
-            .add(sums.gross, sums.fee, sums.net, sums.gpu_seconds, 1);
-        provider.lines.push(line);
-        provider.running.push(running);
+    fn add_line(&mut self, gross: i64, fee: i64, net: i64, gpu_seconds: u64, provider_id: Uuid) {
+        self.providers
+            .entry(provider_id)
+            .or_default()
+            .add_line(gross, fee, net, gpu_seconds);
+        self.totals.add_line(gross, fee, net, gpu_seconds);
     }
 
     /// A provider's payout settings in force, if it chose any.
@@ -252,34 +223,6 @@ impl Earnings {
     /// Everything ever metered.
     pub fn totals(&self) -> Sums {
         self.totals
-    }
-
-    fn bounds(lines: &[Line], from: Timestamp, until: Timestamp) -> (usize, usize) {
-        let start = lines.partition_point(|l| l.at < from);
-        let end = lines.partition_point(|l| l.at < until).max(start);
-        (start, end)
-    }
-
-    /// A provider's lines dated in `[from, until)`, oldest first.
-    pub fn lines(&self, provider_id: Uuid, from: Timestamp, until: Timestamp) -> &[Line] {
-        let Some(provider) = self.providers.get(&provider_id) else {
-            return &[];
-        };
-        let (start, end) = Earnings::bounds(&provider.lines, from, until);
-        &provider.lines[start..end]
-    }
-
-    /// A provider's sums over `[from, until)`.
-    pub fn sums(&self, provider_id: Uuid, from: Timestamp, until: Timestamp) -> Sums {
-        let Some(provider) = self.providers.get(&provider_id) else {
-            return Sums::default();
-        };
-        let (start, end) = Earnings::bounds(&provider.lines, from, until);
-        let upto = |i: usize| {
-            i.checked_sub(1)
-                .map_or(Sums::default(), |i| provider.running[i])
-        };
-        upto(end).minus(upto(start))
     }
 
     /// What a provider earned: every line's net plus adjustments.
@@ -304,42 +247,34 @@ impl Earnings {
         &self.payouts
     }
 
-    fn unsettled_range(&self, provider_id: Uuid, cutoff: Timestamp) -> (usize, usize) {
-        let Some(provider) = self.providers.get(&provider_id) else {
-            return (0, 0);
-        };
-        let settled = self.payouts.provider(provider_id).settled_through;
-        let start = provider.lines.partition_point(|l| l.position <= settled);
-        let end = provider.lines.partition_point(|l| l.at < cutoff).max(start);
-        (start, end)
+    /// The position through which a provider's payouts settled its lines.
+    pub fn settled_through(&self, provider_id: Uuid) -> u64 {
+        self.payouts.provider(provider_id).settled_through
     }
 
-    /// What a provider could be paid with earnings dated before `cutoff`: the lines no payout
-    /// settled yet, plus what is brought forward (earlier carries, failed payouts, adjustments).
-    pub fn payable_at(&self, provider_id: Uuid, cutoff: Timestamp) -> Payable {
-        let (start, end) = self.unsettled_range(provider_id, cutoff);
-        let lines = self
-            .providers
-            .get(&provider_id)
-            .map_or(&[][..], |p| &p.lines[start..end]);
-        let upto = |i: usize| {
-            i.checked_sub(1).map_or(Sums::default(), |i| {
-                self.providers
-                    .get(&provider_id)
-                    .map_or(Sums::default(), |p| p.running[i])
-            })
-        };
-        let new = upto(end).minus(upto(start));
-        let settled_net = upto(start).net;
+    /// What a provider could be paid with earnings dated before a cutoff, from what the stored
+    /// lines say ([`StoredRange`], read as of [`Earnings::position`]): the lines no payout settled
+    /// yet, plus what is brought forward (earlier carries, failed payouts, adjustments).
+    pub fn payable(&self, provider_id: Uuid, stored: &StoredRange) -> Payable {
         let payouts = self.payouts.provider(provider_id);
-        let brought_forward = settled_net
+        let (new, through) = if stored.before_cutoff.lines > stored.settled.lines {
+            (
+                stored.before_cutoff.minus(stored.settled),
+                stored
+                    .before_cutoff_position
+                    .unwrap_or(payouts.settled_through),
+            )
+        } else {
+            (Sums::default(), payouts.settled_through)
+        };
+        let brought_forward = stored.settled.net
             + self.adjustments.get(&provider_id).copied().unwrap_or(0)
             - payouts.scheduled
             + payouts.failed;
         Payable {
             lines: SettledLines {
                 after_position: payouts.settled_through,
-                through_position: lines.last().map_or(payouts.settled_through, |l| l.position),
+                through_position: through,
                 count: new.lines,
                 net: Usdc::from_micros(new.net),
             },
@@ -348,36 +283,11 @@ impl Earnings {
         }
     }
 
-    /// The lines a payout settled.
-    pub fn settled_lines(&self, payout: &PayoutScheduled) -> &[Line] {
-        let Some(provider) = self.providers.get(&payout.provider_id) else {
-            return &[];
-        };
-        let start = provider
-            .lines
-            .partition_point(|l| l.position <= payout.lines.after_position);
-        let end = provider
-            .lines
-            .partition_point(|l| l.position <= payout.lines.through_position)
-            .max(start);
-        &provider.lines[start..end]
-    }
-
-    /// A provider's sums over the lines at log positions up to `position`.
-    pub fn lifetime_upto(&self, provider_id: Uuid, position: u64) -> Sums {
-        let Some(provider) = self.providers.get(&provider_id) else {
-            return Sums::default();
-        };
-        let end = provider.lines.partition_point(|l| l.position <= position);
-        end.checked_sub(1)
-            .map_or(Sums::default(), |i| provider.running[i])
-    }
-
     /// A provider's sums over all time.
     pub fn lifetime(&self, provider_id: Uuid) -> Sums {
         self.providers
             .get(&provider_id)
-            .and_then(|p| p.running.last().copied())
+            .copied()
             .unwrap_or_default()
     }
 
@@ -434,7 +344,7 @@ impl Earnings {
 mod tests {
     use super::*;
     use gpunex_domain::ledger::{JournalEntry, Posting};
-    use gpunex_domain::rental::RentalStarted;
+    use gpunex_domain::rental::{RentalStarted, UsageMetered};
 
     fn id(n: u128) -> Uuid {
         Uuid::from_u128(n)
@@ -486,31 +396,55 @@ mod tests {
         }))
     }
 
+    fn line(rental: &Arc<RentalRef>, position: u64, gross: i64, fee: i64) -> Line {
+        Line {
+            position,
+            at: Timestamp::from_unix_micros(0),
+            entry_id: id(u128::from(position)),
+            report_id: id(u128::from(position) + 1_000),
+            rental: rental.clone(),
+            from_gpu_seconds: 0,
+            to_gpu_seconds: 30,
+            price_per_gpu_hour: Usdc::from_micros(2_000_000),
+            gross: Usdc::from_micros(gross),
+            fee: Usdc::from_micros(fee),
+            net: Usdc::from_micros(gross - fee),
+            fee_bp: 2_000,
+        }
+    }
+
     #[test]
-    fn ranges_sum_by_date_and_shares_add_up() {
+    fn lifetime_sums_follow_the_lines_and_shares_add_up() {
         let provider = id(4);
         let mut earnings = Earnings::default();
         let rental = started(provider, &["GPU-a", "GPU-b", "GPU-c"]);
         earnings.apply(
             1,
-            0,
             &DomainEvent::Rental(RentalEvent::Started(rental.clone())),
         );
-        let t = Timestamp::from_unix_micros;
-        earnings.apply(2, 100, &metered(&rental, 10, 1_001, 200));
-        earnings.apply(3, 200, &metered(&rental, 20, 2_000, 400));
-        // Recorded "before" the previous line (another server's clock): dated at 200.
-        earnings.apply(4, 150, &metered(&rental, 30, 3_000, 600));
-        assert_eq!(earnings.sums(provider, t(0), t(1_000)).gross, 6_001);
-        assert_eq!(earnings.sums(provider, t(101), t(1_000)).gross, 5_000);
-        assert_eq!(earnings.sums(provider, t(100), t(200)).net, 801);
-        assert_eq!(earnings.sums(provider, t(300), t(200)), Sums::default());
-        assert_eq!(earnings.lines(provider, t(200), t(201)).len(), 2);
+        earnings.apply(2, &metered(&rental, 10, 1_001, 200));
+        earnings.apply(3, &metered(&rental, 20, 2_000, 400));
+        earnings.apply(4, &metered(&rental, 30, 3_000, 600));
         assert_eq!(earnings.lifetime(provider).lines, 3);
+        assert_eq!(earnings.lifetime(provider).gross, 6_001);
         assert_eq!(earnings.totals().fee, 1_200);
+        assert_eq!(earnings.pending_balance(provider), 4_801);
+        assert_eq!(earnings.position(), 4);
 
-        let all = earnings.lines(provider, t(0), t(1_000));
-        let per_gpu = Earnings::per_gpu(all);
+        let reference = Arc::new(RentalRef {
+            rental_id: rental.rental_id,
+            renter_id: rental.renter_id,
+            provider_id: provider,
+            machine_id: rental.machine_id,
+            model_id: rental.model_id.clone(),
+            gpu_uuids: rental.gpu_uuids.clone(),
+        });
+        let all = [
+            line(&reference, 2, 1_001, 200),
+            line(&reference, 3, 2_000, 400),
+            line(&reference, 4, 3_000, 600),
+        ];
+        let per_gpu = Earnings::per_gpu(&all);
         let gross: i64 = per_gpu.values().map(|(_, s)| s.gross).sum();
         let net: i64 = per_gpu.values().map(|(_, s)| s.net).sum();
         assert_eq!((gross, net), (6_001, 4_801));
@@ -518,7 +452,37 @@ mod tests {
         assert_eq!(per_gpu["GPU-a"].1.gross, 334 + 667 + 1_000);
         assert_eq!(per_gpu["GPU-c"].1.gross, 333 + 666 + 1_000);
         assert!(per_gpu.values().all(|(_, s)| s.gross == s.fee + s.net));
-        assert_eq!(Earnings::per_model(all)["h100-80gb"].gross, 6_001);
+        assert_eq!(Earnings::per_model(&all)["h100-80gb"].gross, 6_001);
         assert_eq!(equal_shares(-5, 2), vec![-2, -3]);
+    }
+
+    #[test]
+    fn payable_takes_the_unsettled_lines_before_the_cutoff() {
+        let provider = id(4);
+        let earnings = Earnings::default();
+        let sums = |lines: u64, net: i64| Sums {
+            net,
+            lines,
+            ..Sums::default()
+        };
+        let stored = StoredRange {
+            settled_through: 0,
+            settled: Sums::default(),
+            before_cutoff: sums(2, 700),
+            before_cutoff_position: Some(9),
+        };
+        let payable = earnings.payable(provider, &stored);
+        assert_eq!(payable.lines.count, 2);
+        assert_eq!(payable.lines.through_position, 9);
+        assert_eq!(payable.available, Usdc::from_micros(700));
+        // Nothing dated before the cutoff beyond what was settled: no new lines.
+        let stored = StoredRange {
+            settled: sums(2, 700),
+            before_cutoff: sums(2, 700),
+            ..stored
+        };
+        let payable = earnings.payable(provider, &stored);
+        assert_eq!(payable.lines.count, 0);
+        assert_eq!(payable.lines.through_position, 0);
     }
 }

@@ -15,6 +15,7 @@ pub mod adjustments;
 pub mod applications;
 pub mod credentials;
 pub mod earnings;
+pub mod earnings_lines;
 pub mod fleet;
 pub mod ledger;
 pub mod market;
@@ -28,7 +29,7 @@ use uuid::Uuid;
 pub use runner::{ProjectionBackend, RunReport, catch_up};
 
 /// The name of every projection, in the order they are run and audited.
-pub const PROJECTIONS: &[&str] = &[ledger::LEDGER];
+pub const PROJECTIONS: &[&str] = &[ledger::LEDGER, earnings_lines::EARNINGS];
 
 /// An event as projections see it: decoded at its current schema version, with its place in the log.
 #[derive(Debug, Clone, PartialEq, Eq)]

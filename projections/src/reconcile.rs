@@ -450,12 +450,9 @@ impl Reconciler {
     }
 
     /// Every mismatch as of `now` (the end of rentals still active), and the totals. With
-    /// `live`, also compares a live earnings projection's sums over the same log positions.
-    pub fn check(
-        &self,
-        now: Timestamp,
-        live: Option<&crate::earnings::Earnings>,
-    ) -> ReconcileReport {
+    /// `live`, also compares what the served earnings projections say over the same log
+    /// positions.
+    pub fn check(&self, now: Timestamp, live: Option<&Served>) -> ReconcileReport {
         let mut mismatches = self.mismatches.clone();
         let t = self.totals;
         if t.gross != t.fee + t.net {
@@ -548,8 +545,8 @@ impl Reconciler {
                 });
             }
             if let Some(live) = live {
-                let served = live.pending_balance(*provider_id);
-                if live_is_at(live, self.position) && served != money.payable_posted {
+                let served = live.pending_balance.get(provider_id).copied().unwrap_or(0);
+                if live.position <= self.position && served != money.payable_posted {
                     mismatches.push(Mismatch {
                         kind: "projection_drift",
                         rental_id: None,
@@ -563,12 +560,15 @@ impl Reconciler {
         }
         if let Some(live) = live {
             let mut live_total = Sums::default();
-            for provider_id in live.providers() {
-                let sums = live.lifetime_upto(provider_id, self.position);
-                live_total.add_sums(sums);
+            for sums in live.lines_upto.values() {
+                live_total.add_sums(*sums);
             }
             for (provider_id, sums) in &self.per_provider {
-                let found = live.lifetime_upto(*provider_id, self.position);
+                let found = live
+                    .lines_upto
+                    .get(provider_id)
+                    .copied()
+                    .unwrap_or_default();
                 if found != *sums {
                     mismatches.push(Mismatch {
                         kind: "projection_drift",
@@ -611,10 +611,15 @@ impl Reconciler {
     }
 }
 
-/// Whether a live projection has folded nothing beyond the replay's `position` (its balances
-/// are then comparable with the replay's; one ahead of it is compared on line sums only).
-fn live_is_at(live: &crate::earnings::Earnings, position: u64) -> bool {
-    live.position() <= position
+/// What the served earnings projections say, for [`Reconciler::check`] to compare with the
+/// replay: each provider's pending balance (in memory, at `position`) and the sums of its stored
+/// lines up to the replay's position. Balances are compared only when `position` is not past the
+/// replay's (a projection ahead of it is compared on line sums only).
+#[derive(Debug, Clone, Default)]
+pub struct Served {
+    pub position: u64,
+    pub pending_balance: BTreeMap<Uuid, i64>,
+    pub lines_upto: BTreeMap<Uuid, Sums>,
 }
 
 #[cfg(test)]

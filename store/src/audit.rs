@@ -74,6 +74,18 @@ pub enum AuditFinding {
         debits_micro_usdc: String,
         credits_micro_usdc: String,
     },
+    /// A stored earnings line that differs from the replay's (or exists on one side only).
+    EarningsLineMismatch {
+        position: u64,
+        stored: Option<String>,
+        replayed: Option<String>,
+    },
+    /// A provider's stored place in the earnings fold differs from the replay's.
+    EarningsCursorMismatch {
+        provider_id: String,
+        stored: Option<String>,
+        replayed: Option<String>,
+    },
 }
 
 impl AuditFinding {
@@ -85,10 +97,12 @@ impl AuditFinding {
             | AuditFinding::StreamVersionGap { position, .. }
             | AuditFinding::Undecodable { position, .. }
             | AuditFinding::ProjectionFailed { position, .. }
-            | AuditFinding::LineMismatch { position, .. } => Some(*position),
+            | AuditFinding::LineMismatch { position, .. }
+            | AuditFinding::EarningsLineMismatch { position, .. } => Some(*position),
             AuditFinding::HeadMismatch { log_position, .. } => Some(*log_position),
             AuditFinding::CheckpointAhead { .. }
             | AuditFinding::BalanceMismatch { .. }
+            | AuditFinding::EarningsCursorMismatch { .. }
             | AuditFinding::Unbalanced { .. } => None,
         }
     }
@@ -177,6 +191,26 @@ impl fmt::Display for AuditFinding {
                 f,
                 "{source} trial balance: debits {debits_micro_usdc} != credits {credits_micro_usdc} micro-USDC"
             ),
+            AuditFinding::EarningsLineMismatch {
+                position,
+                stored,
+                replayed,
+            } => write!(
+                f,
+                "earnings line at position {position}: stored {}, replayed {}",
+                stored.as_deref().unwrap_or("(missing)"),
+                replayed.as_deref().unwrap_or("(missing)")
+            ),
+            AuditFinding::EarningsCursorMismatch {
+                provider_id,
+                stored,
+                replayed,
+            } => write!(
+                f,
+                "earnings of provider {provider_id}: stored {}, replayed {}",
+                stored.as_deref().unwrap_or("(missing)"),
+                replayed.as_deref().unwrap_or("(missing)")
+            ),
         }
     }
 }
@@ -191,6 +225,10 @@ pub struct AuditReport {
     pub accounts_checked: u64,
     /// Sum of all debits (= sum of all credits when clean), micro-USDC, as a string: may exceed i64.
     pub total_debits_micro_usdc: String,
+    /// How far the stored earnings projection had folded, and how many of its lines were
+    /// compared with the replay.
+    pub earnings_checkpoint: u64,
+    pub earnings_lines_checked: u64,
     pub findings: Vec<AuditFinding>,
     pub findings_omitted: u64,
 }
@@ -239,13 +277,13 @@ pub(crate) trait AuditSource {
     ) -> impl Future<Output = Result<BTreeMap<Account, AccountTotals>, StoreError>> + Send;
 }
 
-struct Findings {
-    kept: Vec<AuditFinding>,
-    omitted: u64,
+pub(crate) struct Findings {
+    pub(crate) kept: Vec<AuditFinding>,
+    pub(crate) omitted: u64,
 }
 
 impl Findings {
-    fn push(&mut self, finding: AuditFinding) {
+    pub(crate) fn push(&mut self, finding: AuditFinding) {
         if self.kept.len() < FINDINGS_MAX {
             self.kept.push(finding);
         } else {
@@ -347,6 +385,8 @@ pub(crate) async fn run<S: AuditSource>(
         journal_lines_checked: lines_checked,
         accounts_checked: replayed_totals.len().max(stored_totals.len()) as u64,
         total_debits_micro_usdc: debits.to_string(),
+        earnings_checkpoint: 0,
+        earnings_lines_checked: 0,
         findings: findings.kept,
         findings_omitted: findings.omitted,
     })

@@ -4,7 +4,6 @@
 use gpunex_domain::fleet::GpuSample;
 use uuid::Uuid;
 
-use crate::store::Db;
 use crate::{Store, StoreError, to_i64};
 
 /// Ids bound per `IN (...)` list (SQLite allows 32,766 parameters; PostgreSQL 65,535).
@@ -94,42 +93,6 @@ macro_rules! bind_sample {
             .bind(opt_i64($s.clock_event_reasons))
             .bind(opt_i64($s.ecc_corrected))
             .bind(opt_i64($s.ecc_uncorrected))
-    };
-}
-
-/// Runs the same statements in one transaction on either database.
-macro_rules! in_transaction {
-    ($store:expr, |$tx:ident| $body:block) => {
-        match &$store.inner.db {
-            Db::Sqlite(db) => {
-                let mut $tx = db.write.begin_with("BEGIN IMMEDIATE").await?;
-                let result = $body;
-                $tx.commit().await?;
-                result
-            }
-            Db::Postgres(db) => {
-                let mut $tx = db.pool.begin().await?;
-                let result = $body;
-                $tx.commit().await?;
-                result
-            }
-        }
-    };
-}
-
-/// Runs one read on either database.
-macro_rules! on_reader {
-    ($store:expr, |$conn:ident| $body:expr) => {
-        match &$store.inner.db {
-            Db::Sqlite(db) => {
-                let $conn = &db.read;
-                $body
-            }
-            Db::Postgres(db) => {
-                let $conn = &db.pool;
-                $body
-            }
-        }
     };
 }
 

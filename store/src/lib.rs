@@ -17,6 +17,42 @@ macro_rules! sql {
     };
 }
 
+/// Runs the same statements in one transaction on either database.
+macro_rules! in_transaction {
+    ($store:expr, |$tx:ident| $body:block) => {
+        match &$store.inner.db {
+            crate::store::Db::Sqlite(db) => {
+                let mut $tx = db.write.begin_with("BEGIN IMMEDIATE").await?;
+                let result = $body;
+                $tx.commit().await?;
+                result
+            }
+            crate::store::Db::Postgres(db) => {
+                let mut $tx = db.pool.begin().await?;
+                let result = $body;
+                $tx.commit().await?;
+                result
+            }
+        }
+    };
+}
+
+/// Runs one read on either database.
+macro_rules! on_reader {
+    ($store:expr, |$conn:ident| $body:expr) => {
+        match &$store.inner.db {
+            crate::store::Db::Sqlite(db) => {
+                let $conn = &db.read;
+                $body
+            }
+            crate::store::Db::Postgres(db) => {
+                let $conn = &db.pool;
+                $body
+            }
+        }
+    };
+}
+
 /// The writes of an `Idempotency-Key` reservation inside a group commit, for one backend's
 /// connection type (`$conn`) and the integer type its `status` column binds as (`$status`):
 /// the same SQL on both databases, written once.
@@ -94,6 +130,7 @@ macro_rules! reservation_writes {
 pub mod audit;
 pub mod bench;
 mod clock;
+pub mod earnings;
 pub mod envelope;
 pub mod fleet;
 pub mod idempotency;

@@ -83,6 +83,14 @@ impl PgBackend {
         .bind(self.now_us())
         .execute(&mut *tx)
         .await?;
+        sqlx::query(
+            "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES ($1, 0, $2) \
+             ON CONFLICT (projection) DO NOTHING",
+        )
+        .bind(gpunex_projections::earnings_lines::EARNINGS)
+        .bind(self.now_us())
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }

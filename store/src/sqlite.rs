@@ -90,6 +90,14 @@ impl SqliteBackend {
         .bind(self.now_us())
         .execute(&mut *conn)
         .await?;
+        sqlx::query(
+            "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES (?, 0, ?) \
+             ON CONFLICT (projection) DO NOTHING",
+        )
+        .bind(gpunex_projections::earnings_lines::EARNINGS)
+        .bind(self.now_us())
+        .execute(&mut *conn)
+        .await?;
         Ok(())
     }
 

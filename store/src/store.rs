@@ -56,6 +56,8 @@ pub(crate) struct Inner {
     pub head: watch::Sender<u64>,
     listener: OnceCell<()>,
     clock: gpunex_domain::clock::SharedClock,
+    /// Held while this process folds the earnings projection, so its readers fold it once.
+    pub earnings_fold: tokio::sync::Mutex<()>,
 }
 
 /// A cheap-to-clone handle on the event store.
@@ -117,6 +119,7 @@ impl Store {
                 head,
                 listener: OnceCell::new(),
                 clock: options.clock.clone(),
+                earnings_fold: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -316,13 +319,25 @@ impl Store {
     }
 
     /// Folds every event after the checkpoints into the read models.
+    /// The report counts the events and batches of the projection that folded the most, and
+    /// its checkpoint is the lower of the projections'.
     pub async fn run_projections(&self) -> Result<RunReport, StoreError> {
-        gpunex_projections::catch_up(self, gpunex_projections::runner::BATCH_EVENTS_MAX)
-            .await
-            .map_err(|error| match error {
-                gpunex_projections::runner::RunError::Backend(e) => e,
-                gpunex_projections::runner::RunError::Fold(e) => StoreError::Fold(e),
-            })
+        let ledger =
+            gpunex_projections::catch_up(self, gpunex_projections::runner::BATCH_EVENTS_MAX)
+                .await
+                .map_err(|error| match error {
+                    gpunex_projections::runner::RunError::Backend(e) => e,
+                    gpunex_projections::runner::RunError::Fold(e) => StoreError::Fold(e),
+                })?;
+        let earnings = {
+            let _folding = self.inner.earnings_fold.lock().await;
+            self.catch_up_earnings().await?
+        };
+        Ok(RunReport {
+            events: ledger.events.max(earnings.events),
+            batches: ledger.batches.max(earnings.batches),
+            checkpoint: ledger.checkpoint.min(earnings.checkpoint),
+        })
     }
 
     /// Rebuilds every read model from position 0 into fresh tables and swaps them in. Returns
@@ -332,10 +347,12 @@ impl Store {
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<u64, StoreError> {
         let run_id = uuid::Uuid::now_v7();
-        match &self.inner.db {
-            Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await,
-            Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await,
-        }
+        let ledger = match &self.inner.db {
+            Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
+            Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
+        };
+        let earnings = self.rebuild_earnings().await?;
+        Ok(ledger.min(earnings))
     }
 
     /// Every account's totals from the ledger read model.
@@ -374,16 +391,18 @@ impl Store {
         &self,
         progress: &(dyn Fn(AuditProgress) + Sync),
     ) -> Result<AuditReport, StoreError> {
-        match &self.inner.db {
+        let mut report = match &self.inner.db {
             Db::Sqlite(db) => {
                 let snapshot = crate::sqlite_scan::SqliteSnapshot::begin(db.path.clone()).await?;
-                crate::audit::run(snapshot, progress).await
+                crate::audit::run(snapshot, progress).await?
             }
             Db::Postgres(db) => {
                 let snapshot = crate::postgres_snapshot::PgSnapshot::begin(&db.pool).await?;
-                crate::audit::run(snapshot, progress).await
+                crate::audit::run(snapshot, progress).await?
             }
-        }
+        };
+        self.verify_earnings(&mut report).await?;
+        Ok(report)
     }
 
     /// Cheap liveness check of the database, for `/readyz`.

@@ -5,6 +5,7 @@ use gpunex_store::{AuditFinding, AuditReport, ExpectedVersion, Store};
 use gpunex_tests::{TestDb, conformance, credits, provider, seed_credits, stream};
 
 conformance!(
+    earnings_lines_are_stored_read_as_of_a_position_and_audited,
     runner_folds_every_event_once,
     failure_mid_batch_neither_loses_nor_doubles,
     rebuild_swaps_in_fresh_tables_and_repairs_drift,
@@ -21,6 +22,249 @@ conformance!(
 
 async fn audit(store: &Store) -> AuditReport {
     store.audit(&|_| {}).await.unwrap()
+}
+
+/// A rental of two GPUs for `provider`, and `count` usage lines of it: line `i` covers 10
+/// GPU-seconds, grosses `1_000 + i` micro-USDC (20% fee) and is metered at `at(i)`.
+fn usage_events(
+    provider_id: uuid::Uuid,
+    count: u64,
+    at: impl Fn(u64) -> i64,
+) -> (uuid::Uuid, Vec<gpunex_store::NewEvent>) {
+    use gpunex_domain::DomainEvent;
+    use gpunex_domain::ledger::{JournalEntry, Posting};
+    use gpunex_domain::money::Usdc;
+    use gpunex_domain::rental::{RentalEvent, RentalStarted, UsageMetered};
+    use gpunex_domain::time::Timestamp;
+    let rental = RentalStarted {
+        rental_id: uuid::Uuid::now_v7(),
+        renter_id: provider(900),
+        provider_id,
+        machine_id: uuid::Uuid::now_v7(),
+        gpu_uuids: vec!["GPU-a".to_owned(), "GPU-b".to_owned()],
+        model_id: "h100-80gb".to_owned(),
+        price_per_gpu_hour: Usdc::from_micros(2_000_000),
+        started_at: Timestamp::from_unix_micros(at(0)),
+        workload: None,
+    };
+    let mut events = vec![gpunex_tests::new_event(&DomainEvent::Rental(
+        RentalEvent::Started(rental.clone()),
+    ))];
+    for i in 0..count {
+        let gross = 1_000 + i64::try_from(i).unwrap();
+        let fee = gross / 5;
+        let postings = JournalEntry::new(vec![
+            Posting::debit(
+                Account::RenterReceivable(rental.renter_id),
+                Usdc::from_micros(gross),
+            ),
+            Posting::credit(
+                Account::ProviderPayable(provider_id),
+                Usdc::from_micros(gross - fee),
+            ),
+            Posting::credit(Account::PlatformRevenue, Usdc::from_micros(fee)),
+        ])
+        .unwrap();
+        events.push(gpunex_tests::new_event(&DomainEvent::Rental(
+            RentalEvent::UsageMetered(UsageMetered {
+                entry_id: uuid::Uuid::now_v7(),
+                rental_id: rental.rental_id,
+                renter_id: rental.renter_id,
+                provider_id,
+                report_id: uuid::Uuid::now_v7(),
+                from_gpu_seconds: i * 10,
+                to_gpu_seconds: (i + 1) * 10,
+                price_per_gpu_hour: rental.price_per_gpu_hour,
+                gross: Usdc::from_micros(gross),
+                fee: Usdc::from_micros(fee),
+                net: Usdc::from_micros(gross - fee),
+                fee_bp: 2_000,
+                postings,
+                reported_gpu_seconds: None,
+                metered_at: Some(Timestamp::from_unix_micros(at(i))),
+            }),
+        )));
+    }
+    (rental.rental_id, events)
+}
+
+/// The stored earnings projection folds lines across batches as the in-memory model would,
+/// reads them as of a position, and `audit verify` catches an edited, a deleted or a stray line;
+/// a rebuild repairs them.
+async fn earnings_lines_are_stored_read_as_of_a_position_and_audited(db: &TestDb) {
+    use gpunex_domain::time::Timestamp;
+    use gpunex_store::earnings::LineRange;
+    let store = db.open().await;
+    let (a, b) = (provider(1), provider(2));
+    const SECOND: i64 = 1_000_000;
+    let t0 = 1_790_000_000 * SECOND;
+    // Provider a: 1,500 lines a second apart, except line 700, metered "before" line 699 (another
+    // server's clock), which takes line 699's date.
+    let (rental_a, events_a) = usage_events(a, 1_500, |i| {
+        t0 + SECOND * i64::try_from(if i == 700 { 500 } else { i }).unwrap()
+    });
+    let (_, events_b) = usage_events(b, 800, |i| t0 + 2 * SECOND * i64::try_from(i).unwrap());
+    let first = store
+        .append(
+            stream(&format!("rental-{rental_a}")),
+            ExpectedVersion::NoStream,
+            events_a,
+        )
+        .await
+        .unwrap();
+    let middle = first.last_position();
+    store
+        .append(stream("rental-b"), ExpectedVersion::NoStream, events_b)
+        .await
+        .unwrap();
+    // Nothing folded yet: a read as of the first append folds what it needs first.
+    assert_eq!(store.earnings_checkpoint().await.unwrap(), 0);
+    store.earnings_reached(middle).await.unwrap();
+    assert!(store.earnings_checkpoint().await.unwrap() >= middle);
+    store.run_projections().await.unwrap();
+    let head = store.head_position().await.unwrap();
+    assert_eq!(store.earnings_checkpoint().await.unwrap(), head);
+
+    let all = (
+        Timestamp::from_unix_micros(0),
+        Timestamp::from_unix_micros(i64::MAX),
+    );
+    let sums = store.earnings_sums(a, all.0, all.1, head).await.unwrap();
+    let gross: i64 = (0..1_500).map(|i| 1_000 + i).sum();
+    let fee: i64 = (0..1_500).map(|i| (1_000 + i) / 5).sum();
+    assert_eq!(
+        (sums.lines, sums.gross, sums.fee, sums.net),
+        (1_500, gross, fee, gross - fee)
+    );
+    assert_eq!(sums.gpu_seconds, 15_000);
+    // Line 700 is dated at line 699's second: [699 s, 700 s) holds two lines.
+    let at = |s: i64| Timestamp::from_unix_micros(t0 + s * SECOND);
+    assert_eq!(
+        store
+            .earnings_sums(a, at(699), at(700), head)
+            .await
+            .unwrap()
+            .lines,
+        2
+    );
+    assert_eq!(
+        store
+            .earnings_sums(a, at(0), at(10), head)
+            .await
+            .unwrap()
+            .lines,
+        10
+    );
+    // As of the middle position, provider b has nothing yet; a has everything.
+    assert_eq!(
+        store
+            .earnings_sums(b, all.0, all.1, middle)
+            .await
+            .unwrap()
+            .lines,
+        0
+    );
+    assert_eq!(
+        store
+            .earnings_sums(b, all.0, all.1, head)
+            .await
+            .unwrap()
+            .lines,
+        800
+    );
+    // Keyset pages: 1,500 lines in pages of 400, in date order, each naming its rental.
+    let range = LineRange::Dated {
+        from: all.0,
+        until: all.1,
+        as_of: head,
+    };
+    let mut lines = Vec::new();
+    loop {
+        let after = lines
+            .last()
+            .map_or(0, |l: &gpunex_projections::earnings::Line| l.position);
+        let page = store.earnings_lines(a, range, after, 400).await.unwrap();
+        let done = page.len() < 400;
+        lines.extend(page);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(lines.len(), 1_500);
+    assert!(
+        lines
+            .windows(2)
+            .all(|w| w[0].at <= w[1].at && w[0].position < w[1].position)
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.rental.rental_id == rental_a && l.rental.gpu_uuids.len() == 2)
+    );
+    let settled = LineRange::Positions {
+        after: lines[9].position,
+        through: lines[19].position,
+    };
+    assert_eq!(
+        store
+            .earnings_lines(a, settled, 0, 100)
+            .await
+            .unwrap()
+            .len(),
+        10
+    );
+    assert_eq!(
+        store
+            .earnings_through(a, lines[19].position)
+            .await
+            .unwrap()
+            .lines,
+        20
+    );
+
+    let report = audit(&store).await;
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(report.earnings_lines_checked, 2_300);
+    assert_eq!(report.earnings_checkpoint, head);
+
+    // An edited amount, a deleted line and a provider's cursor changed by hand: each reported.
+    let edited = lines[100].position;
+    let deleted = lines[200].position;
+    db.execute_raw(
+        &[
+            &format!("UPDATE earnings_lines SET net_micro_usdc = net_micro_usdc + 1 WHERE position = {edited}"),
+            &format!("DELETE FROM earnings_lines WHERE position = {deleted}"),
+            "UPDATE earnings_providers SET through_lines = through_lines + 1",
+        ],
+        &[
+            &format!("UPDATE earnings_lines SET net_micro_usdc = net_micro_usdc + 1 WHERE position = {edited}"),
+            &format!("DELETE FROM earnings_lines WHERE position = {deleted}"),
+            "UPDATE earnings_providers SET through_lines = through_lines + 1",
+        ],
+    )
+    .await;
+    let report = audit(&store).await;
+    let positions: Vec<u64> = report
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            AuditFinding::EarningsLineMismatch { position, .. } => Some(*position),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(positions, vec![edited, deleted], "{:?}", report.findings);
+    let cursors = report
+        .findings
+        .iter()
+        .filter(|f| matches!(f, AuditFinding::EarningsCursorMismatch { .. }))
+        .count();
+    assert_eq!(cursors, 2, "{:?}", report.findings);
+    assert_eq!(report.first_bad_position(), Some(edited));
+
+    store.rebuild_projections(&|_| {}).await.unwrap();
+    let report = audit(&store).await;
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(report.earnings_lines_checked, 2_300);
 }
 
 async fn runner_folds_every_event_once(db: &TestDb) {

@@ -1,0 +1,693 @@
+//! The stored earnings projection (`earnings_lines`, `earnings_rentals`, `earnings_providers`):
+//! its runner, its rebuild and its reads. The fold is `gpunex_projections::earnings_lines`; this
+//! module moves its rows. The SQL uses `$N` placeholders on both databases.
+//!
+//! Every read takes the log position it is `as of` and returns exactly what the fold of the log
+//! up to that position says, provided the projection's checkpoint has reached it
+//! ([`Store::earnings_reached`]), so a reader can combine it with in-memory state folded to the
+//! same position.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use gpunex_domain::events::{RENTAL_STARTED, USAGE_METERED};
+use gpunex_domain::money::Usdc;
+use gpunex_domain::time::Timestamp;
+use gpunex_projections::RunReport;
+use gpunex_projections::earnings::{Line, RentalRef, Sums};
+use gpunex_projections::earnings_lines::{
+    Before, Cursor, EARNINGS, EarningsBatch, LineRow, fold_batch, needs,
+};
+use uuid::Uuid;
+
+use crate::audit::{AuditFinding, AuditReport, Findings};
+use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
+
+/// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
+/// 4,500 per statement, under SQLite's 32,766).
+const ROWS_PER_STATEMENT: usize = 250;
+
+/// `($k+1, ..., $k+n)` for each of `rows` rows of `n` parameters.
+fn values(rows: usize, n: usize) -> String {
+    (0..rows)
+        .map(|r| {
+            let list: Vec<String> = (1..=n).map(|c| format!("${}", r * n + c)).collect();
+            format!("({})", list.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn placeholders(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn corrupt(reason: impl std::fmt::Display) -> StoreError {
+    StoreError::CorruptRow {
+        position: 0,
+        reason: format!("earnings projection: {reason}"),
+    }
+}
+
+fn uuid(text: &str) -> Result<Uuid, StoreError> {
+    Uuid::try_parse(text).map_err(corrupt)
+}
+
+/// Running sums as stored: gross, fee, net, GPU-seconds, lines.
+type SumsRow = (i64, i64, i64, i64, i64);
+
+fn sums(row: SumsRow) -> Result<Sums, StoreError> {
+    Ok(Sums {
+        gross: row.0,
+        fee: row.1,
+        net: row.2,
+        gpu_seconds: to_u64(row.3, 0, "gpu_seconds")?,
+        lines: to_u64(row.4, 0, "lines")?,
+    })
+}
+
+const LINE_COLUMNS: &str = "position, provider_id, at_us, entry_id, report_id, rental_id, \
+     from_gpu_seconds, to_gpu_seconds, price_micro_usdc, gross_micro_usdc, fee_micro_usdc, \
+     net_micro_usdc, fee_bp";
+const THROUGH_COLUMNS: &str =
+    "through_gross, through_fee, through_net, through_gpu_seconds, through_lines";
+
+type LineTuple = (
+    i64,
+    String,
+    i64,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+);
+
+/// Which lines of a provider to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineRange {
+    /// Dated in `[from, until)`, folded by `as_of`.
+    Dated {
+        from: Timestamp,
+        until: Timestamp,
+        as_of: u64,
+    },
+    /// At log positions in `(after, through]` (what a payout settled).
+    Positions { after: u64, through: u64 },
+}
+
+fn rental_row(
+    row: (String, String, String, String, String, String),
+) -> Result<RentalRef, StoreError> {
+    Ok(RentalRef {
+        rental_id: uuid(&row.0)?,
+        renter_id: uuid(&row.1)?,
+        provider_id: uuid(&row.2)?,
+        machine_id: uuid(&row.3)?,
+        model_id: row.4,
+        gpu_uuids: serde_json::from_str(&row.5).map_err(corrupt)?,
+    })
+}
+
+impl Store {
+    /// How far the earnings projection has folded the log.
+    pub async fn earnings_checkpoint(&self) -> Result<u64, StoreError> {
+        self.consumer_checkpoint(EARNINGS).await
+    }
+
+    /// Folds every event after the earnings checkpoint, one transaction per batch, and returns
+    /// when there is nothing left. Another process doing the same is harmless: each batch moves
+    /// the checkpoint only from where it started (`CheckpointMoved` for the loser).
+    pub async fn catch_up_earnings(&self) -> Result<RunReport, StoreError> {
+        let mut report = RunReport {
+            checkpoint: self.earnings_checkpoint().await?,
+            ..RunReport::default()
+        };
+        loop {
+            let events = self
+                .read_all(report.checkpoint, READ_BATCH_EVENTS_MAX)
+                .await?;
+            let Some(to) = events.last().map(|e| e.position) else {
+                return Ok(report);
+            };
+            let batch = self.fold_earnings(&events).await?;
+            self.commit_earnings(&batch, report.checkpoint, to).await?;
+            report.events += events.len() as u64;
+            report.batches += 1;
+            report.checkpoint = to;
+        }
+    }
+
+    /// Whether the earnings projection has folded the log up to `position`; if not, folds what
+    /// is missing here and now (so a read never waits for a background runner that may not be
+    /// there). Fails with `CheckpointMoved` only if another process keeps moving it.
+    pub async fn earnings_reached(&self, position: u64) -> Result<(), StoreError> {
+        const ATTEMPTS: usize = 5;
+        let mut last = None;
+        for _ in 0..ATTEMPTS {
+            if self.earnings_checkpoint().await? >= position {
+                return Ok(());
+            }
+            let _folding = self.inner.earnings_fold.lock().await;
+            match self.catch_up_earnings().await {
+                Ok(_) => {}
+                Err(error @ StoreError::CheckpointMoved { .. }) => last = Some(error),
+                Err(error) => return Err(error),
+            }
+        }
+        match last {
+            Some(error) if self.earnings_checkpoint().await? < position => Err(error),
+            _ => Ok(()),
+        }
+    }
+
+    /// Decodes the events the fold reads and folds them with what it needs from before.
+    async fn fold_earnings(&self, events: &[RecordedEvent]) -> Result<EarningsBatch, StoreError> {
+        let projected = events
+            .iter()
+            .filter(|e| e.event_type == USAGE_METERED || e.event_type == RENTAL_STARTED)
+            .map(RecordedEvent::to_projected)
+            .collect::<Result<Vec<_>, _>>()?;
+        let (rentals, providers) = needs(&projected);
+        let before = Before {
+            rentals: self
+                .earnings_rentals(&rentals)
+                .await?
+                .into_iter()
+                .map(|r| (r.rental_id, r))
+                .collect(),
+            cursors: self.earnings_cursors(&providers).await?,
+        };
+        Ok(fold_batch(&projected, &before)?)
+    }
+
+    async fn commit_earnings(
+        &self,
+        batch: &EarningsBatch,
+        from: u64,
+        to: u64,
+    ) -> Result<(), StoreError> {
+        let now = self.now_us();
+        in_transaction!(self, |tx| {
+            let moved = sqlx::query(
+                "UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 \
+                 WHERE projection = $3 AND position = $4",
+            )
+            .bind(to_i64(to))
+            .bind(now)
+            .bind(EARNINGS)
+            .bind(to_i64(from))
+            .execute(&mut *tx)
+            .await?;
+            if moved.rows_affected() != 1 {
+                return Err(StoreError::CheckpointMoved {
+                    projection: EARNINGS.to_owned(),
+                    expected: from,
+                });
+            }
+            for chunk in batch.rentals.chunks(ROWS_PER_STATEMENT) {
+                let sql = format!(
+                    "INSERT INTO earnings_rentals (rental_id, renter_id, provider_id, machine_id, \
+                     model_id, gpu_uuids) VALUES {} ON CONFLICT (rental_id) DO NOTHING",
+                    values(chunk.len(), 6)
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for rental in chunk {
+                    query = query
+                        .bind(rental.rental_id.to_string())
+                        .bind(rental.renter_id.to_string())
+                        .bind(rental.provider_id.to_string())
+                        .bind(rental.machine_id.to_string())
+                        .bind(rental.model_id.clone())
+                        .bind(serde_json::to_string(&rental.gpu_uuids).map_err(corrupt)?);
+                }
+                query.execute(&mut *tx).await?;
+            }
+            for chunk in batch.lines.chunks(ROWS_PER_STATEMENT) {
+                let sql = format!(
+                    "INSERT INTO earnings_lines ({LINE_COLUMNS}, {THROUGH_COLUMNS}) VALUES {}",
+                    values(chunk.len(), 18)
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for line in chunk {
+                    query = query
+                        .bind(to_i64(line.position))
+                        .bind(line.provider_id.to_string())
+                        .bind(line.at_us)
+                        .bind(line.entry_id.to_string())
+                        .bind(line.report_id.to_string())
+                        .bind(line.rental_id.to_string())
+                        .bind(to_i64(line.from_gpu_seconds))
+                        .bind(to_i64(line.to_gpu_seconds))
+                        .bind(line.price_per_gpu_hour)
+                        .bind(line.gross)
+                        .bind(line.fee)
+                        .bind(line.net)
+                        .bind(i64::from(line.fee_bp))
+                        .bind(line.through.gross)
+                        .bind(line.through.fee)
+                        .bind(line.through.net)
+                        .bind(to_i64(line.through.gpu_seconds))
+                        .bind(to_i64(line.through.lines));
+                }
+                query.execute(&mut *tx).await?;
+            }
+            for (provider, cursor) in &batch.cursors {
+                sqlx::query(
+                    "INSERT INTO earnings_providers (provider_id, last_at_us, through_gross, \
+                     through_fee, through_net, through_gpu_seconds, through_lines) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (provider_id) DO UPDATE SET \
+                     last_at_us = excluded.last_at_us, through_gross = excluded.through_gross, \
+                     through_fee = excluded.through_fee, through_net = excluded.through_net, \
+                     through_gpu_seconds = excluded.through_gpu_seconds, \
+                     through_lines = excluded.through_lines",
+                )
+                .bind(provider.to_string())
+                .bind(cursor.last_at_us)
+                .bind(cursor.through.gross)
+                .bind(cursor.through.fee)
+                .bind(cursor.through.net)
+                .bind(to_i64(cursor.through.gpu_seconds))
+                .bind(to_i64(cursor.through.lines))
+                .execute(&mut *tx)
+                .await?;
+            }
+        });
+        Ok(())
+    }
+
+    /// Empties the earnings projection and sets its checkpoint to 0 in one transaction, then
+    /// folds the log again. Returns the checkpoint reached.
+    pub async fn rebuild_earnings(&self) -> Result<u64, StoreError> {
+        let now = self.now_us();
+        in_transaction!(self, |tx| {
+            for table in ["earnings_lines", "earnings_rentals", "earnings_providers"] {
+                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table}")))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query(
+                "UPDATE projection_checkpoints SET position = 0, updated_at_us = $1 \
+                 WHERE projection = $2",
+            )
+            .bind(now)
+            .bind(EARNINGS)
+            .execute(&mut *tx)
+            .await?;
+        });
+        let _folding = self.inner.earnings_fold.lock().await;
+        Ok(self.catch_up_earnings().await?.checkpoint)
+    }
+
+    /// The rentals with these ids that the projection holds.
+    pub async fn earnings_rentals(&self, ids: &[Uuid]) -> Result<Vec<RentalRef>, StoreError> {
+        let mut found = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(ROWS_PER_STATEMENT) {
+            let sql = format!(
+                "SELECT rental_id, renter_id, provider_id, machine_id, model_id, gpu_uuids \
+                 FROM earnings_rentals WHERE rental_id IN ({})",
+                placeholders(chunk.len())
+            );
+            let rows: Vec<(String, String, String, String, String, String)> =
+                on_reader!(self, |conn| {
+                    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql));
+                    for id in chunk {
+                        query = query.bind(id.to_string());
+                    }
+                    query.fetch_all(conn).await?
+                });
+            for row in rows {
+                found.push(rental_row(row)?);
+            }
+        }
+        Ok(found)
+    }
+
+    /// These providers' cursors (providers with no line yet are absent).
+    pub async fn earnings_cursors(
+        &self,
+        providers: &[Uuid],
+    ) -> Result<HashMap<Uuid, Cursor>, StoreError> {
+        let mut found = HashMap::with_capacity(providers.len());
+        for chunk in providers.chunks(ROWS_PER_STATEMENT) {
+            let sql = format!(
+                "SELECT provider_id, last_at_us, {THROUGH_COLUMNS} FROM earnings_providers \
+                 WHERE provider_id IN ({})",
+                placeholders(chunk.len())
+            );
+            let rows: Vec<(String, i64, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
+                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql));
+                for id in chunk {
+                    query = query.bind(id.to_string());
+                }
+                query.fetch_all(conn).await?
+            });
+            for row in rows {
+                found.insert(
+                    uuid(&row.0)?,
+                    Cursor {
+                        last_at_us: row.1,
+                        through: sums((row.2, row.3, row.4, row.5, row.6))?,
+                    },
+                );
+            }
+        }
+        Ok(found)
+    }
+
+    /// Every provider's cursor, for `audit verify`.
+    pub async fn earnings_all_cursors(&self) -> Result<HashMap<Uuid, Cursor>, StoreError> {
+        let ids: Vec<String> = on_reader!(self, |conn| sqlx::query_scalar(
+            "SELECT provider_id FROM earnings_providers ORDER BY provider_id"
+        )
+        .fetch_all(conn)
+        .await?);
+        let ids = ids
+            .iter()
+            .map(|id| uuid(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.earnings_cursors(&ids).await
+    }
+
+    /// A provider's sums through its last line dated before `before`, among the lines folded by
+    /// `as_of`, and that line's position (`None`: no such line).
+    pub async fn earnings_before(
+        &self,
+        provider_id: Uuid,
+        before: Timestamp,
+        as_of: u64,
+    ) -> Result<(Sums, Option<u64>), StoreError> {
+        let sql = format!(
+            "SELECT {THROUGH_COLUMNS}, position FROM earnings_lines \
+             WHERE provider_id = $1 AND at_us < $2 AND position <= $3 \
+             ORDER BY at_us DESC, position DESC LIMIT 1"
+        );
+        let row: Option<(i64, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(provider_id.to_string())
+                .bind(before.unix_micros())
+                .bind(to_i64(as_of))
+                .fetch_optional(conn)
+                .await?
+        });
+        match row {
+            None => Ok((Sums::default(), None)),
+            Some(r) => Ok((
+                sums((r.0, r.1, r.2, r.3, r.4))?,
+                Some(to_u64(r.5, 0, "position")?),
+            )),
+        }
+    }
+
+    /// A provider's sums over its lines dated in `[from, until)` folded by `as_of`.
+    pub async fn earnings_sums(
+        &self,
+        provider_id: Uuid,
+        from: Timestamp,
+        until: Timestamp,
+        as_of: u64,
+    ) -> Result<Sums, StoreError> {
+        if until <= from {
+            return Ok(Sums::default());
+        }
+        let (end, _) = self.earnings_before(provider_id, until, as_of).await?;
+        let (start, _) = self.earnings_before(provider_id, from, as_of).await?;
+        Ok(end.minus(start))
+    }
+
+    /// A provider's sums over its lines at positions up to `position`.
+    pub async fn earnings_through(
+        &self,
+        provider_id: Uuid,
+        position: u64,
+    ) -> Result<Sums, StoreError> {
+        let sql = format!(
+            "SELECT {THROUGH_COLUMNS} FROM earnings_lines \
+             WHERE provider_id = $1 AND position <= $2 ORDER BY position DESC LIMIT 1"
+        );
+        let row: Option<SumsRow> = on_reader!(self, |conn| {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(provider_id.to_string())
+                .bind(to_i64(position))
+                .fetch_optional(conn)
+                .await?
+        });
+        row.map_or(Ok(Sums::default()), sums)
+    }
+
+    /// Up to `limit` of a provider's lines in `range` after log position `after` (a keyset
+    /// page), oldest first.
+    pub async fn earnings_lines(
+        &self,
+        provider_id: Uuid,
+        range: LineRange,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Line>, StoreError> {
+        let (sql, a, b, c) = match range {
+            LineRange::Dated { from, until, as_of } => (
+                format!(
+                    "SELECT {LINE_COLUMNS} FROM earnings_lines WHERE provider_id = $1 \
+                     AND at_us >= $2 AND at_us < $3 AND position <= $4 AND position > $5 \
+                     ORDER BY at_us, position LIMIT $6"
+                ),
+                from.unix_micros(),
+                until.unix_micros(),
+                to_i64(as_of),
+            ),
+            LineRange::Positions { after, through } => (
+                format!(
+                    "SELECT {LINE_COLUMNS} FROM earnings_lines WHERE provider_id = $1 \
+                     AND position > $2 AND position <= $3 AND $4 = $4 AND position > $5 \
+                     ORDER BY position LIMIT $6"
+                ),
+                to_i64(after),
+                to_i64(through),
+                0,
+            ),
+        };
+        let rows: Vec<LineTuple> = on_reader!(self, |conn| {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(provider_id.to_string())
+                .bind(a)
+                .bind(b)
+                .bind(c)
+                .bind(to_i64(after))
+                .bind(to_i64(limit as u64))
+                .fetch_all(conn)
+                .await?
+        });
+        let wanted: BTreeSet<&str> = rows.iter().map(|r| r.5.as_str()).collect();
+        let ids = wanted
+            .into_iter()
+            .map(uuid)
+            .collect::<Result<Vec<_>, _>>()?;
+        let rentals: HashMap<Uuid, Arc<RentalRef>> = self
+            .earnings_rentals(&ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.rental_id, Arc::new(r)))
+            .collect();
+        rows.into_iter()
+            .map(|r| {
+                let rental_id = uuid(&r.5)?;
+                Ok(Line {
+                    position: to_u64(r.0, 0, "position")?,
+                    at: Timestamp::from_unix_micros(r.2),
+                    entry_id: uuid(&r.3)?,
+                    report_id: uuid(&r.4)?,
+                    rental: rentals
+                        .get(&rental_id)
+                        .cloned()
+                        .ok_or_else(|| corrupt(format!("line of unknown rental {rental_id}")))?,
+                    from_gpu_seconds: to_u64(r.6, 0, "from_gpu_seconds")?,
+                    to_gpu_seconds: to_u64(r.7, 0, "to_gpu_seconds")?,
+                    price_per_gpu_hour: Usdc::from_micros(r.8),
+                    gross: Usdc::from_micros(r.9),
+                    fee: Usdc::from_micros(r.10),
+                    net: Usdc::from_micros(r.11),
+                    fee_bp: u32::try_from(r.12).map_err(corrupt)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Every stored line at positions in `(after, through]`, in position order, as stored (with
+    /// running sums): what `audit verify` compares with the replay.
+    pub async fn earnings_rows(
+        &self,
+        after: u64,
+        through: u64,
+    ) -> Result<Vec<LineRow>, StoreError> {
+        let sql = format!(
+            "SELECT {LINE_COLUMNS}, {THROUGH_COLUMNS} FROM earnings_lines \
+             WHERE position > $1 AND position <= $2 ORDER BY position"
+        );
+        let rows: Vec<(LineTuple, SumsRow)> = on_reader!(self, |conn| {
+            use sqlx::Row;
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(to_i64(after))
+                .bind(to_i64(through))
+                .fetch_all(conn)
+                .await?;
+            let mut found = Vec::with_capacity(rows.len());
+            for row in &rows {
+                found.push((
+                    (
+                        row.try_get(0)?,
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get(3)?,
+                        row.try_get(4)?,
+                        row.try_get(5)?,
+                        row.try_get(6)?,
+                        row.try_get(7)?,
+                        row.try_get(8)?,
+                        row.try_get(9)?,
+                        row.try_get(10)?,
+                        row.try_get(11)?,
+                        row.try_get(12)?,
+                    ),
+                    (
+                        row.try_get(13)?,
+                        row.try_get(14)?,
+                        row.try_get(15)?,
+                        row.try_get(16)?,
+                        row.try_get(17)?,
+                    ),
+                ));
+            }
+            found
+        });
+        rows.into_iter()
+            .map(|(r, t)| {
+                Ok(LineRow {
+                    position: to_u64(r.0, 0, "position")?,
+                    provider_id: uuid(&r.1)?,
+                    at_us: r.2,
+                    entry_id: uuid(&r.3)?,
+                    report_id: uuid(&r.4)?,
+                    rental_id: uuid(&r.5)?,
+                    from_gpu_seconds: to_u64(r.6, 0, "from_gpu_seconds")?,
+                    to_gpu_seconds: to_u64(r.7, 0, "to_gpu_seconds")?,
+                    price_per_gpu_hour: r.8,
+                    gross: r.9,
+                    fee: r.10,
+                    net: r.11,
+                    fee_bp: u32::try_from(r.12).map_err(corrupt)?,
+                    through: sums(t)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The earnings projection's part of `audit verify`: folds the log up to the projection's
+    /// checkpoint in memory, page by page, and compares every stored line (and, if the checkpoint
+    /// did not move meanwhile, every provider's place in the fold) with the replay's. Stored lines
+    /// up to a checkpoint never change, so this needs no snapshot shared with the ledger's part.
+    pub(crate) async fn verify_earnings(&self, report: &mut AuditReport) -> Result<(), StoreError> {
+        let store = self;
+        use gpunex_domain::events::{RENTAL_STARTED, USAGE_METERED};
+        use gpunex_projections::earnings_lines::{LineRow, Replay as EarningsReplay};
+
+        let checkpoint = store.earnings_checkpoint().await?;
+        let mut findings = Findings {
+            kept: std::mem::take(&mut report.findings),
+            omitted: report.findings_omitted,
+        };
+        let describe = |row: &LineRow| format!("{row:?}");
+        let mut replay = EarningsReplay::default();
+        let mut checked = 0;
+        let mut after = 0;
+        while after < checkpoint {
+            let events = store.read_all(after, READ_BATCH_EVENTS_MAX).await?;
+            let events: Vec<_> = events
+                .into_iter()
+                .take_while(|e| e.position <= checkpoint)
+                .collect();
+            let Some(last) = events.last().map(|e| e.position) else {
+                break;
+            };
+            let mut projected = Vec::new();
+            for event in &events {
+                // An event that does not decode is reported by the log's part of the audit.
+                if (event.event_type == USAGE_METERED || event.event_type == RENTAL_STARTED)
+                    && let Ok(p) = event.to_projected()
+                {
+                    projected.push(p);
+                }
+            }
+            let replayed = match replay.fold(&projected) {
+                Ok(batch) => batch.lines,
+                Err(error) => {
+                    findings.push(AuditFinding::ProjectionFailed {
+                        position: error.position(),
+                        reason: format!("earnings: {error}"),
+                    });
+                    break;
+                }
+            };
+            let stored = store.earnings_rows(after, last).await?;
+            let mut stored_by: BTreeMap<u64, &LineRow> =
+                stored.iter().map(|r| (r.position, r)).collect();
+            for row in &replayed {
+                match stored_by.remove(&row.position) {
+                    Some(found) if found == row => {}
+                    found => findings.push(AuditFinding::EarningsLineMismatch {
+                        position: row.position,
+                        stored: found.map(describe),
+                        replayed: Some(describe(row)),
+                    }),
+                }
+            }
+            for (position, found) in stored_by {
+                findings.push(AuditFinding::EarningsLineMismatch {
+                    position,
+                    stored: Some(describe(found)),
+                    replayed: None,
+                });
+            }
+            checked += replayed.len() as u64;
+            after = last;
+        }
+        // Rows past the checkpoint would be rows without a committed checkpoint.
+        let now = store.earnings_checkpoint().await?;
+        for stray in store.earnings_rows(now, u64::MAX >> 1).await? {
+            findings.push(AuditFinding::EarningsLineMismatch {
+                position: stray.position,
+                stored: Some(describe(&stray)),
+                replayed: None,
+            });
+        }
+        if now == checkpoint {
+            let stored = store.earnings_all_cursors().await?;
+            let replayed = replay.cursors();
+            let mut providers: Vec<&uuid::Uuid> = stored.keys().chain(replayed.keys()).collect();
+            providers.sort();
+            providers.dedup();
+            for provider in providers {
+                let (a, b) = (stored.get(provider), replayed.get(provider));
+                if a != b {
+                    findings.push(AuditFinding::EarningsCursorMismatch {
+                        provider_id: provider.to_string(),
+                        stored: a.map(|c| format!("{c:?}")),
+                        replayed: b.map(|c| format!("{c:?}")),
+                    });
+                }
+            }
+        }
+        report.earnings_checkpoint = checkpoint;
+        report.earnings_lines_checked = checked;
+        report.findings = findings.kept;
+        report.findings_omitted = findings.omitted;
+        Ok(())
+    }
+}
