@@ -210,15 +210,18 @@ pub async fn sign_up(
             },
         ])
         .await;
-    match result {
-        Ok(_) => {}
+    let committed = match result {
+        Ok(committed) => committed,
         Err(AppendError::WrongExpectedVersion { .. }) => return Err(taken()),
         Err(AppendError::Store(error)) => return Err(error.into()),
         Err(other) => {
             return Err(crate::error::append_failure(other));
         }
-    }
-    state.credentials.apply(&registered);
+    };
+    state
+        .credentials
+        .wait_for(committed.last_position())
+        .await?;
     Ok((StatusCode::CREATED, Json(wire::Account { user_id, email })))
 }
 
@@ -325,7 +328,7 @@ pub async fn sign_out(
         detail: e.to_string(),
     })?;
     let event = DomainEvent::Credential(CredentialEvent::Revoked(revoked));
-    state
+    let committed = state
         .store
         .append(
             stream(format!("credential-{}", caller.token_id)),
@@ -344,7 +347,10 @@ pub async fn sign_out(
                 detail: other.to_string(),
             },
         })?;
-    state.credentials.apply(&event);
+    state
+        .credentials
+        .wait_for(committed.last_position())
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

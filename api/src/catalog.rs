@@ -131,7 +131,7 @@ pub async fn add(
     let stream = gpunex_domain::StreamId::parse(format!("catalog_model-{}", added.model_id))
         .map_err(|e| ApiError::body("/model_id", ErrorCode::InvalidModelId, e.to_string()))?;
     // One stream per id, expected empty: two admins adding one id cannot both succeed.
-    state
+    let committed = state
         .store
         .append(
             stream,
@@ -147,7 +147,10 @@ pub async fn add(
             AppendError::Store(error) => error.into(),
             _ => taken(CatalogRejection::AlreadyListed),
         })?;
-    state.credentials.apply(&event);
+    state
+        .credentials
+        .wait_for(committed.last_position())
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(CatalogModel {

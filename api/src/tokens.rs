@@ -197,9 +197,9 @@ pub async fn issue_token(
     if let Some(caller) = caller.filter(|caller| Some(*caller) != replaces.map(|r| r.token_id)) {
         streams.push(caller_still_active(caller));
     }
-    store.append_streams(streams).await.map_err(append_error)?;
+    let committed = store.append_streams(streams).await.map_err(append_error)?;
     if let Some(cache) = cache {
-        events.iter().for_each(|event| cache.apply(event));
+        cache.wait_for(committed.last_position()).await?;
     }
     Ok((new, issued))
 }
@@ -608,12 +608,15 @@ pub async fn revoke(
     if caller.token_id != token_id {
         streams.push(caller_still_active(caller.token_id));
     }
-    state
+    let committed = state
         .store
         .append_streams(streams)
         .await
         .map_err(append_error)?;
-    state.credentials.apply(&event);
+    state
+        .credentials
+        .wait_for(committed.last_position())
+        .await?;
     let record = state
         .credentials
         .get(&token_id)

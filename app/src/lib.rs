@@ -10,6 +10,7 @@
 pub mod error;
 pub mod listings;
 pub mod read_models;
+pub mod snapshot;
 
 pub use error::AppError;
 pub use read_models::ReadModels;

@@ -21,6 +21,10 @@ use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 use crate::error::AppError;
+use crate::snapshot::{
+    Body, BodyRef, SNAPSHOT_EVERY_EVENTS, SNAPSHOT_FORMAT, SNAPSHOT_NAME, SnapshotCheck,
+    differing_models,
+};
 
 /// What every token starts with.
 pub const TOKEN_PREFIX: &str = "gpnx";
@@ -62,6 +66,8 @@ pub struct ReadModels {
     undecodable: Arc<AtomicBool>,
     /// Cleared while the follower cannot read the log.
     behind: Arc<AtomicBool>,
+    /// The position of the snapshot the models started from (0: they folded the whole log).
+    started_from: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for ReadModels {
@@ -78,8 +84,24 @@ impl Default for ReadModels {
             adjustments: Arc::default(),
             undecodable: Arc::default(),
             behind: Arc::default(),
+            started_from: Arc::default(),
         }
     }
+}
+
+/// Events folded at start after which the start writes a snapshot at once.
+const SNAPSHOT_AT_START_EVENTS: u64 = 10_000;
+
+/// A lock's contents for reading, also after a panic elsewhere poisoned it.
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A lock's contents for writing, also after a panic elsewhere poisoned it.
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How long the registry's follower pauses after the log could not be read.
@@ -89,19 +111,39 @@ const FOLLOWER_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_mill
 const READ_YOUR_WRITES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl ReadModels {
-    /// Folds every credential event up to the current head, then follows the log in the
-    /// background so tokens issued or revoked by other processes take effect here too.
+    /// Starts from the newest snapshot this binary can read (else position 0), folds every event
+    /// after it up to the current head, then follows the log in the background so what other
+    /// processes write takes effect here too. The follower writes a new snapshot every
+    /// [`SNAPSHOT_EVERY_EVENTS`] events, so a later start folds at most that many.
     pub async fn load(store: &Store) -> Result<ReadModels, StoreError> {
         let cache = ReadModels::default();
+        let start = cache.restore_snapshot(store).await?;
+        cache.started_from.store(start, Ordering::SeqCst);
         let head = store.head_position().await?;
-        let mut subscription = store.subscribe(0).await;
+        let mut subscription = store.subscribe(start).await;
+        let mut last_hash = None;
         while subscription.position() < head {
             let events = subscription
                 .next_batch(gpunex_store::READ_BATCH_EVENTS_MAX)
                 .await?;
             cache.apply_recorded(&events);
+            last_hash = events.last().map(|e| e.hash).or(last_hash);
         }
-        cache.position.send_replace(subscription.position());
+        let position = subscription.position();
+        cache.position.send_replace(position);
+        let mut snapshot_at = start;
+        if let Some(hash) = last_hash
+            && position - start >= SNAPSHOT_AT_START_EVENTS
+            && cache.write_snapshot(store, position, &hash).await
+        {
+            snapshot_at = position;
+        }
+        tracing::info!(
+            snapshot = start,
+            folded = position - start,
+            head = position,
+            "read models loaded"
+        );
         let follower = cache.clone();
         let store = store.clone();
         tokio::spawn(async move {
@@ -129,8 +171,15 @@ impl ReadModels {
                 {
                     Ok(events) => {
                         follower.apply_recorded(&events);
-                        follower.position.send_replace(subscription.position());
+                        let position = subscription.position();
+                        follower.position.send_replace(position);
                         follower.behind.store(false, Ordering::SeqCst);
+                        if let Some(last) = events.last()
+                            && position - snapshot_at >= SNAPSHOT_EVERY_EVENTS
+                            && follower.write_snapshot(&store, position, &last.hash).await
+                        {
+                            snapshot_at = position;
+                        }
                     }
                     Err(error) => {
                         follower.behind.store(true, Ordering::SeqCst);
@@ -141,6 +190,172 @@ impl ReadModels {
             }
         });
         Ok(cache)
+    }
+
+    /// Installs the stored snapshot if this binary can read it and it belongs to this log;
+    /// returns its position (0 when none is used). A snapshot it cannot use is logged and
+    /// ignored: the models then fold from position 0.
+    async fn restore_snapshot(&self, store: &Store) -> Result<u64, StoreError> {
+        let Some(stored) = store.read_snapshot(SNAPSHOT_NAME).await? else {
+            return Ok(0);
+        };
+        if stored.format != SNAPSHOT_FORMAT {
+            tracing::info!(
+                format = stored.format,
+                expected = SNAPSHOT_FORMAT,
+                "read-model snapshot of another format: folding the log from position 0"
+            );
+            return Ok(0);
+        }
+        let body: Body = match serde_json::from_str(&stored.body) {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::warn!(%error, "read-model snapshot unreadable: folding the log from position 0");
+                return Ok(0);
+            }
+        };
+        if !store
+            .event_hash_is(stored.position, &body.position_hash)
+            .await?
+        {
+            tracing::warn!(
+                position = stored.position,
+                "read-model snapshot does not match the log at its position: folding the log from position 0"
+            );
+            return Ok(0);
+        }
+        *write(&self.inner) = body.credentials;
+        *write(&self.users) = body.users;
+        *write(&self.applications) = body.applications;
+        *write(&self.models) = body.models;
+        *write(&self.fleet) = body.fleet;
+        *write(&self.market) = body.market;
+        *write(&self.earnings) = body.earnings;
+        *write(&self.adjustments) = body.adjustments;
+        Ok(stored.position)
+    }
+
+    /// Every model as a snapshot at `position` (whose event has `hash`), serialized.
+    fn snapshot_body(&self, hash: &[u8; 32]) -> Result<String, serde_json::Error> {
+        let hash = hex::encode(hash);
+        let (credentials, users, applications, models) = (
+            read(&self.inner),
+            read(&self.users),
+            read(&self.applications),
+            read(&self.models),
+        );
+        let (fleet, market, earnings, adjustments) = (
+            read(&self.fleet),
+            read(&self.market),
+            read(&self.earnings),
+            read(&self.adjustments),
+        );
+        serde_json::to_string(&BodyRef {
+            position_hash: &hash,
+            credentials: &credentials,
+            users: &users,
+            applications: &applications,
+            models: &models,
+            fleet: &fleet,
+            market: &market,
+            earnings: &earnings,
+            adjustments: &adjustments,
+        })
+    }
+
+    /// Writes a snapshot at `position` unless the models cannot be trusted; says whether one was
+    /// written. Failures are logged: a snapshot only makes the next start faster.
+    async fn write_snapshot(&self, store: &Store, position: u64, hash: &[u8; 32]) -> bool {
+        if self.undecodable.load(Ordering::SeqCst) {
+            return false;
+        }
+        let body = match self.snapshot_body(hash) {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::warn!(%error, "cannot serialize the read models");
+                return false;
+            }
+        };
+        match store
+            .write_snapshot(SNAPSHOT_NAME, position, SNAPSHOT_FORMAT, &body)
+            .await
+        {
+            Ok(written) => {
+                tracing::debug!(position, bytes = body.len(), written, "read-model snapshot");
+                written
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot store a read-model snapshot");
+                false
+            }
+        }
+    }
+
+    /// Whether the stored snapshot equals the fold of the log up to its position: `audit
+    /// verify`'s check of it. Folds the log from position 0 in memory.
+    pub async fn verify_snapshot(store: &Store) -> Result<SnapshotCheck, StoreError> {
+        let Some(stored) = store.read_snapshot(SNAPSHOT_NAME).await? else {
+            return Ok(SnapshotCheck::Missing);
+        };
+        let position = stored.position;
+        if stored.format != SNAPSHOT_FORMAT {
+            return Ok(SnapshotCheck::OtherFormat {
+                position,
+                format: stored.format,
+            });
+        }
+        let differs = |reason: String| SnapshotCheck::Differs {
+            position,
+            models: Vec::new(),
+            reason: Some(reason),
+        };
+        let stored_value: serde_json::Value = match serde_json::from_str(&stored.body) {
+            Ok(value) => value,
+            Err(error) => return Ok(differs(format!("unreadable: {error}"))),
+        };
+        if let Err(error) = serde_json::from_value::<Body>(stored_value.clone()) {
+            return Ok(differs(format!("unreadable: {error}")));
+        }
+        let fresh = ReadModels::default();
+        let mut after = 0;
+        let mut hash = None;
+        while after < position {
+            let limit = usize::try_from(position - after)
+                .unwrap_or(usize::MAX)
+                .min(gpunex_store::READ_BATCH_EVENTS_MAX);
+            let events = store.read_all(after, limit).await?;
+            let Some(last) = events.last() else { break };
+            after = last.position;
+            hash = Some(last.hash);
+            fresh.apply_recorded(&events);
+        }
+        let Some(hash) = hash.filter(|_| after == position) else {
+            return Ok(differs(format!(
+                "the log ends at {after}, before the snapshot's position"
+            )));
+        };
+        let folded: serde_json::Value = match fresh
+            .snapshot_body(&hash)
+            .and_then(|body| serde_json::from_str(&body))
+        {
+            Ok(value) => value,
+            Err(error) => return Ok(differs(format!("cannot serialize the fold: {error}"))),
+        };
+        if stored_value.get("position_hash") != folded.get("position_hash") {
+            return Ok(differs(
+                "it was folded from another log (the hash at its position differs)".to_owned(),
+            ));
+        }
+        let models = differing_models(&stored_value, &folded);
+        Ok(if models.is_empty() {
+            SnapshotCheck::Matches { position }
+        } else {
+            SnapshotCheck::Differs {
+                position,
+                models,
+                reason: None,
+            }
+        })
     }
 
     fn apply_recorded(&self, events: &[gpunex_store::RecordedEvent]) {
@@ -269,6 +484,12 @@ impl ReadModels {
         }
     }
 
+    /// The position of the snapshot these models started from; 0 when they folded the whole
+    /// log.
+    pub fn started_from(&self) -> u64 {
+        self.started_from.load(Ordering::SeqCst)
+    }
+
     /// The last log position the registry has applied.
     pub fn position(&self) -> u64 {
         *self.position.borrow()
@@ -284,8 +505,9 @@ impl ReadModels {
         !self.undecodable.load(Ordering::SeqCst) && !self.behind.load(Ordering::SeqCst)
     }
 
-    /// Applies an event this process has just committed, before the subscription delivers it.
-    pub fn apply(&self, event: &DomainEvent) {
+    /// Applies one event to the credentials, users and catalog additions (the follower's work;
+    /// writers wait for their position instead, so a snapshot is exactly the fold of the log).
+    fn apply(&self, event: &DomainEvent) {
         if let Ok(mut credentials) = self.inner.write() {
             credentials.apply(event);
         }

@@ -744,7 +744,7 @@ pub fn offline_due(
 }
 
 /// A half-open span of time `[from, until)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Span {
     pub from: Timestamp,
     pub until: Timestamp,

@@ -685,7 +685,7 @@ impl ApplicationStatus {
 }
 
 /// The state of one application, folded from its events.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Application {
     pub application_id: Uuid,
     pub applicant_user_id: Uuid,

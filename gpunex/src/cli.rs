@@ -563,13 +563,14 @@ pub async fn audit_verify(
 ) -> anyhow::Result<bool> {
     let head = store.head_position().await?;
     let bar = progress_bar(head, "verifying");
-    let report = store
+    let mut report = store
         .audit(&|p: AuditProgress| {
             bar.set_length(p.head);
             bar.set_position(p.position);
         })
         .await?;
     bar.finish_and_clear();
+    check_snapshot(store, &mut report).await?;
     let anchor_problem = match expected_head {
         Some((position, hash)) => check_anchor(store, position, &hash).await?,
         None => None,
@@ -608,6 +609,35 @@ async fn check_anchor(store: &Store, position: u64, hash: &str) -> anyhow::Resul
     })
 }
 
+/// Adds the check of the in-memory read models' snapshot to an audit report.
+pub async fn check_snapshot(store: &Store, report: &mut AuditReport) -> anyhow::Result<()> {
+    use gpunex_app::snapshot::SnapshotCheck;
+    report.snapshot = match gpunex_app::ReadModels::verify_snapshot(store).await? {
+        SnapshotCheck::Missing => "none stored".to_owned(),
+        SnapshotCheck::OtherFormat { position, format } => {
+            format!("at position {position} of format {format}, which this binary ignores")
+        }
+        SnapshotCheck::Matches { position } => {
+            format!("at position {position}, equal to the fold of the log")
+        }
+        SnapshotCheck::Differs {
+            position,
+            models,
+            reason,
+        } => {
+            report
+                .findings
+                .push(gpunex_store::AuditFinding::SnapshotMismatch {
+                    position,
+                    models: models.iter().map(|m| (*m).to_owned()).collect(),
+                    reason,
+                });
+            format!("at position {position}, DIFFERENT from the fold of the log")
+        }
+    };
+    Ok(())
+}
+
 fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
     println!("events checked:        {}", report.events_checked);
     println!(
@@ -617,6 +647,9 @@ fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
     println!("ledger checkpoint:     {}", report.ledger_checkpoint);
     println!("journal lines checked: {}", report.journal_lines_checked);
     println!("accounts checked:      {}", report.accounts_checked);
+    println!("earnings checkpoint:   {}", report.earnings_checkpoint);
+    println!("earnings lines checked: {}", report.earnings_lines_checked);
+    println!("read-model snapshot:   {}", report.snapshot);
     println!(
         "total debits:          {} micro-USDC",
         report.total_debits_micro_usdc

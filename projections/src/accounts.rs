@@ -8,7 +8,7 @@ use gpunex_domain::accounts::AccountEvent;
 use gpunex_domain::time::Timestamp;
 use uuid::Uuid;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UserRecord {
     pub user_id: Uuid,
     pub email: String,
@@ -16,7 +16,7 @@ pub struct UserRecord {
     pub registered_at: Timestamp,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Users {
     by_id: HashMap<Uuid, UserRecord>,
     /// Keyed by the lowercased address: sign-in ignores case.

@@ -7,7 +7,7 @@ use gpunex_domain::adjustments::{AdjustmentDecided, AdjustmentEvent, AdjustmentP
 use uuid::Uuid;
 
 /// A proposal as it stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Proposal {
     pub proposed: AdjustmentProposed,
     pub decided: Option<AdjustmentDecided>,
@@ -15,7 +15,7 @@ pub struct Proposal {
     pub position: u64,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Adjustments {
     proposals: BTreeMap<Uuid, Proposal>,
 }

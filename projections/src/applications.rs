@@ -7,7 +7,7 @@ use gpunex_domain::DomainEvent;
 use gpunex_domain::onboarding::{Application, ApplicationEvent, evolve};
 use uuid::Uuid;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Applications {
     by_id: HashMap<Uuid, Application>,
     /// Log position of each application's submission: the order reviewers page in (commit

@@ -11,7 +11,7 @@ use gpunex_domain::credentials::{CredentialEvent, Role};
 use gpunex_domain::time::Timestamp;
 use uuid::Uuid;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CredentialRecord {
     pub token_id: Uuid,
     pub role: Role,
@@ -24,7 +24,7 @@ pub struct CredentialRecord {
     pub revoked_at: Option<Timestamp>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Credentials {
     tokens: HashMap<Uuid, CredentialRecord>,
     /// Each machine id an agent token was ever bound to, and the provider of the first such

@@ -55,7 +55,7 @@ impl Line {
 }
 
 /// Sums of lines, in micro-USDC and GPU-seconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Sums {
     pub gross: i64,
     pub fee: i64,
@@ -112,7 +112,7 @@ impl Sums {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Earnings {
     /// Each provider's sums over every line ever metered.
     providers: HashMap<Uuid, Sums>,

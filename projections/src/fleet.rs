@@ -14,7 +14,7 @@ use uuid::Uuid;
 /// Presence transitions older than this (before the newest event) are forgotten.
 pub const PRESENCE_HISTORY_DAYS: i64 = 90;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MachineState {
     pub machine_id: Uuid,
     pub provider_id: Uuid,
@@ -48,7 +48,7 @@ impl MachineState {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Fleet {
     machines: HashMap<Uuid, MachineState>,
     /// Which machine each GPU UUID is registered on now.

@@ -22,6 +22,7 @@ pub mod market;
 pub mod payouts;
 pub mod reconcile;
 pub mod runner;
+pub mod serde_pairs;
 
 use gpunex_domain::{DomainEvent, StreamId};
 use uuid::Uuid;

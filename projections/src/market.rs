@@ -23,9 +23,10 @@ use uuid::Uuid;
 
 use crate::fleet::{Fleet, MachineState};
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Market {
     /// Price history per provider and model, in log order.
+    #[serde(with = "crate::serde_pairs")]
     prices: HashMap<(Uuid, String), Vec<PriceSet>>,
     availability: HashMap<Uuid, Availability>,
     /// Announced and not cancelled, by id.
@@ -43,7 +44,7 @@ pub struct Market {
 }
 
 /// A rental as folded: how it started and, once over, how it ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RentalState {
     pub started: RentalStarted,
     pub ended: Option<RentalEnded>,

@@ -27,7 +27,7 @@ pub enum PayoutStatus {
 }
 
 /// One payout and everything that happened to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PayoutRecord {
     pub scheduled: PayoutScheduled,
     /// Solana attempts, oldest first.
@@ -40,7 +40,7 @@ pub struct PayoutRecord {
     pub version: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BankFileRef {
     pub message_id: String,
     pub amount_cents: i64,
@@ -70,7 +70,7 @@ impl PayoutRecord {
 }
 
 /// A date's batch and the bank files made from it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BatchRecord {
     pub created: BatchCreated,
     /// Its payouts, in the order they were scheduled.
@@ -83,7 +83,7 @@ pub struct BatchRecord {
 }
 
 /// Per provider: the money that left the payable account and where it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProviderPayouts {
     /// Sum of every scheduled payout.
     pub scheduled: i64,
@@ -103,7 +103,7 @@ impl ProviderPayouts {
 }
 
 /// Every payout and batch.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct PayoutBook {
     pub(crate) payouts: HashMap<Uuid, PayoutRecord>,
     pub(crate) by_provider: HashMap<Uuid, Vec<Uuid>>,
@@ -118,7 +118,7 @@ pub struct PayoutBook {
     pub(crate) started: HashMap<Uuid, NaiveDate>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Forming {
     payouts: Vec<Uuid>,
     rolled_forward: Vec<RolledForward>,

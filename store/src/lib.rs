@@ -140,6 +140,7 @@ mod postgres;
 mod postgres_snapshot;
 mod rebuild;
 mod rows;
+pub mod snapshots;
 mod sqlite;
 mod sqlite_scan;
 pub mod stats;
