@@ -799,36 +799,7 @@ async fn watch_once(
     last_prune: &mut i64,
 ) -> Result<(), ApiError> {
     let at = store.clock().now();
-    let previous = store.tick_platform_liveness(at.unix_micros()).await?;
-    let threshold = i64::try_from(config.outage_threshold().as_micros()).unwrap_or(i64::MAX);
-    if let Some(previous) = previous
-        && at.unix_micros() - previous > threshold
-    {
-        let event =
-            DomainEvent::Fleet(FleetEvent::PlatformOutageRecorded(PlatformOutageRecorded {
-                from: Timestamp::from_unix_micros(previous),
-                until: at,
-            }));
-        let stream =
-            StreamId::parse(OUTAGE_STREAM).unwrap_or_else(|_| unreachable!("a valid stream id"));
-        store
-            .append(
-                stream,
-                ExpectedVersion::Any,
-                vec![NewEvent::from_domain(
-                    Uuid::now_v7(),
-                    &event,
-                    Metadata::actor("system:watchdog"),
-                )],
-            )
-            .await
-            .map_err(append_failure)?;
-        tracing::warn!(
-            from = previous,
-            until = at.unix_micros(),
-            "platform outage recorded"
-        );
-    }
+    record_outage(store, config, at).await?;
     let presences: HashMap<Uuid, Presence> = store
         .presences(None)
         .await?
@@ -888,6 +859,52 @@ async fn watch_once(
         }
         *last_prune = at.unix_micros();
     }
+    Ok(())
+}
+
+/// Records the platform outage the last liveness tick shows, if its gap is longer than the
+/// threshold, and only then ticks: a pass that fails in between leaves the tick where it was, so
+/// the next pass finds the same gap and the outage is not lost (its id is derived from where it
+/// began, so it is stored once however many passes find it).
+async fn record_outage(store: &Store, config: &FleetConfig, at: Timestamp) -> Result<(), ApiError> {
+    let threshold = i64::try_from(config.outage_threshold().as_micros()).unwrap_or(i64::MAX);
+    if let Some(previous) = store.platform_tick().await?
+        && at.unix_micros() - previous > threshold
+    {
+        let from = Timestamp::from_unix_micros(previous);
+        let event =
+            DomainEvent::Fleet(FleetEvent::PlatformOutageRecorded(PlatformOutageRecorded {
+                from,
+                until: at,
+            }));
+        let stream =
+            StreamId::parse(OUTAGE_STREAM).unwrap_or_else(|_| unreachable!("a valid stream id"));
+        let appended = store
+            .append(
+                stream,
+                ExpectedVersion::Any,
+                vec![NewEvent::from_domain(
+                    fleet::outage_event_id(from),
+                    &event,
+                    Metadata::actor("system:watchdog"),
+                )],
+            )
+            .await;
+        match appended {
+            Ok(committed) if !committed.replayed => {
+                tracing::warn!(
+                    from = previous,
+                    until = at.unix_micros(),
+                    "platform outage recorded"
+                );
+            }
+            // Recorded already, by an earlier pass or another server's watchdog (which saw the
+            // gap end at another instant).
+            Ok(_) | Err(AppendError::IdempotencyConflict { .. }) => {}
+            Err(other) => return Err(append_failure(other)),
+        }
+    }
+    store.record_platform_tick(at.unix_micros()).await?;
     Ok(())
 }
 

@@ -730,6 +730,21 @@ pub enum FleetEvent {
     PlatformOutageRecorded(PlatformOutageRecorded),
 }
 
+const OUTAGE_NAMESPACE: Uuid = Uuid::from_u128(0x3d0c_91e2_5b7a_4f16_a8e4_0c6b_72d9_15f3);
+
+/// The id of the outage that began at the liveness tick `from`: every watchdog pass (of this
+/// server or another, or a retry after a failure) that finds the gap after that tick derives the
+/// same id, so the outage is stored once. A UUIDv7 (as every event id) dated at `from`, its
+/// random bits taken from a UUIDv5 of the instant.
+pub fn outage_event_id(from: Timestamp) -> Uuid {
+    let name = format!("outage/{}", from.unix_micros());
+    let digest = Uuid::new_v5(&OUTAGE_NAMESPACE, name.as_bytes());
+    let mut random = [0_u8; 10];
+    random.copy_from_slice(&digest.as_bytes()[..10]);
+    let millis = u64::try_from(from.unix_micros().div_euclid(1_000)).unwrap_or(0);
+    uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid()
+}
+
 /// Whether the watchdog should declare a machine offline at `now`. The grace period runs from
 /// the last heartbeat, or from when this watchdog started watching if that is later: heartbeats
 /// that could not arrive because the platform was down do not count against the machine.
@@ -1179,6 +1194,19 @@ mod tests {
         assert_eq!(
             provider_downtime_micros(&open, &[], window),
             1_000 * MICROS_PER_SECOND
+        );
+    }
+
+    #[test]
+    fn outage_ids_are_v7_and_follow_the_instant_the_outage_began() {
+        let a = outage_event_id(ts(1_700_000_000));
+        assert_eq!(a.get_version_num(), 7);
+        assert_eq!(a, outage_event_id(ts(1_700_000_000)));
+        assert_ne!(
+            a,
+            outage_event_id(Timestamp::from_unix_micros(
+                1_700_000_000 * MICROS_PER_SECOND + 1
+            ))
         );
     }
 

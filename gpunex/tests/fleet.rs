@@ -715,6 +715,11 @@ async fn platform_outages_are_not_provider_downtime(db: &TestDb) {
     .await;
     assert_eq!(ack["status"], "online");
     let heard = clock.now();
+    // The first watchdog's first pass has ticked (on a loaded machine it may not have run yet).
+    eventually("the first liveness tick", || async {
+        p.state.store.platform_tick().await.unwrap().is_some()
+    })
+    .await;
 
     // The platform goes down (no watchdog ticks) and the machine dies while it is down.
     first.abort();

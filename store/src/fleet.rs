@@ -268,20 +268,27 @@ impl Store {
         Ok(deleted)
     }
 
-    /// Ticks the platform's liveness at `now_us` and returns the previous tick (none on the very
-    /// first start). Ticks never move backwards.
-    pub async fn tick_platform_liveness(&self, now_us: i64) -> Result<Option<i64>, StoreError> {
+    /// The platform's last liveness tick (none before the very first watchdog pass).
+    pub async fn platform_tick(&self) -> Result<Option<i64>, StoreError> {
         let select = "SELECT last_tick_us FROM platform_liveness WHERE id = 1";
+        let row: Option<(i64,)> = on_reader!(self, |pool| sqlx::query_as(select)
+            .fetch_optional(pool)
+            .await?);
+        Ok(row.map(|(tick,)| tick))
+    }
+
+    /// Records a liveness tick at `now_us`. Ticks never move backwards. The watchdog records a
+    /// tick only after any outage the previous tick shows is stored, so a failure in between
+    /// finds the same gap on the next pass instead of losing it.
+    pub async fn record_platform_tick(&self, now_us: i64) -> Result<(), StoreError> {
         let upsert = "INSERT INTO platform_liveness (id, last_tick_us) VALUES (1, $1) \
                       ON CONFLICT (id) DO UPDATE SET last_tick_us = CASE \
                       WHEN excluded.last_tick_us > platform_liveness.last_tick_us \
                       THEN excluded.last_tick_us ELSE platform_liveness.last_tick_us END";
-        let previous = in_transaction!(self, |tx| {
-            let previous: Option<(i64,)> = sqlx::query_as(select).fetch_optional(&mut *tx).await?;
+        in_transaction!(self, |tx| {
             sqlx::query(upsert).bind(now_us).execute(&mut *tx).await?;
-            previous.map(|(tick,)| tick)
         });
-        Ok(previous)
+        Ok(())
     }
 
     /// Whether an event with this id is stored, and at which position.
