@@ -1,20 +1,20 @@
 //! Provider applications over HTTP: a signed-in person applies, reads, answers and withdraws;
-//! admins (reviewers) list, request information, approve with a tier, or reject. Every step is
-//! decided by `domain::onboarding::decide` against the registry's state and appended with the
-//! stream version that state was folded from, so two racing decisions cannot both land.
+//! admins (reviewers) list, request information, approve with a tier, or reject. Every step runs
+//! on the command executor (`gpunex_app::applications`): decided by `domain::onboarding::decide`
+//! against the application folded from its stream and appended at that stream's version, so two
+//! racing decisions cannot both land.
 
 use crate::json::Json;
 use crate::params::{Path, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
-use gpunex_domain::DomainEvent;
+use gpunex_app::command::Rejection;
 use gpunex_domain::codes::ErrorCode;
 use gpunex_domain::credentials::Role;
 use gpunex_domain::onboarding::{
     self, Application, ApplicationCommand, ApplicationInput, ApplicationRejection,
     ApplicationStatus, Tier,
 };
-use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
 use gpunex_wire as wire;
 use uuid::Uuid;
 
@@ -26,11 +26,6 @@ use gpunex_domain::time::Timestamp;
 
 /// Largest page of applications.
 pub const APPLICATIONS_PAGE_MAX: usize = 100;
-
-fn stream_of(id: Uuid) -> gpunex_domain::StreamId {
-    gpunex_domain::StreamId::parse(format!("application-{id}"))
-        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
-}
 
 fn snake(value: impl serde::Serialize) -> String {
     serde_json::to_value(value)
@@ -94,86 +89,38 @@ fn user_of(caller: &Caller) -> Result<Uuid, ApiError> {
     }
 }
 
-/// Decides `command` against the application's state and appends what it produces, expecting
-/// the stream at the version that state was folded from; returns the state after the new
-/// events (folded here, so the answer never waits on the registry).
+/// Decides `command` for the application on the command executor (`gpunex_app::applications`);
+/// answers the application after its new events.
 async fn execute(
     state: &AppState,
     caller: &Caller,
     application_id: Uuid,
-    current: Option<Application>,
-    version: u64,
     command: ApplicationCommand,
 ) -> Result<Application, ApiError> {
-    let events = onboarding::decide(current.as_ref(), command).map_err(rejection)?;
-    let metadata = Metadata::actor(caller.actor());
-    let new_events = events
-        .iter()
-        .map(|e| {
-            NewEvent::from_domain(
-                Uuid::now_v7(),
-                &DomainEvent::Application(e.clone()),
-                metadata.clone(),
-            )
-        })
-        .collect();
-    let expected = if version == 0 {
-        ExpectedVersion::NoStream
-    } else {
-        ExpectedVersion::Exact(version)
-    };
-    let committed = state
-        .store
-        .append(stream_of(application_id), expected, new_events)
-        .await
-        .map_err(|error| match error {
-            AppendError::Store(error) => error.into(),
-            AppendError::WrongExpectedVersion { .. } => ApiError::Refused {
+    let exec = gpunex_app::command::Executor::new(&state.store, &state.credentials);
+    gpunex_app::applications::execute(&exec, &caller.actor(), application_id, &command)
+        .await?
+        .map_err(|refused| match refused {
+            Rejection::Rule(error) => rejection(error),
+            Rejection::Contended { .. } => ApiError::Refused {
                 code: ErrorCode::ConcurrentChange,
                 detail: "the application changed while this request ran; read it again".to_owned(),
             },
-            other => crate::error::append_failure(other),
-        })?;
-    // Read-your-writes for this process's registry (lists, reads); the answer itself comes
-    // from the fold below, so a slow registry delays but never fails a committed step.
-    let _ = state.credentials.wait_for(committed.last_position()).await;
-    events
-        .iter()
-        .fold(current, onboarding::evolve)
-        .ok_or(ApiError::NotFound("application"))
+            Rejection::IdTaken { event_id, reason } => {
+                crate::error::append_failure(gpunex_store::AppendError::IdempotencyConflict {
+                    event_id,
+                    reason,
+                })
+            }
+        })
 }
 
-/// The application folded from its own stream, and the stream's version: state and version
-/// from one read, so a decision is checked against exactly what it will be appended after.
-async fn load(state: &AppState, id: Uuid) -> Result<(Application, u64), ApiError> {
-    let stream = stream_of(id);
-    let mut application = None;
-    let mut version = 0;
-    loop {
-        let page = state
-            .store
-            .read_stream(&stream, version, gpunex_store::READ_BATCH_EVENTS_MAX)
-            .await?;
-        let Some(last) = page.last().map(|e| e.stream_version) else {
-            break;
-        };
-        for recorded in &page {
-            let event = recorded.decode().map_err(|e| {
-                ApiError::Internal(gpunex_store::StoreError::CorruptRow {
-                    position: recorded.position,
-                    reason: e.to_string(),
-                })
-            })?;
-            if let DomainEvent::Application(event) = event {
-                application = onboarding::evolve(application, &event);
-            }
-        }
-        version = last;
-    }
-    Ok((
-        application.ok_or(ApiError::NotFound("application"))?,
-        version,
-    ))
+/// The application folded from its own stream.
+async fn load(state: &AppState, id: Uuid) -> Result<Application, ApiError> {
+    gpunex_app::applications::load(&state.store, id)
+        .await?
+        .0
+        .ok_or(ApiError::NotFound("application"))
 }
 
 /// An applicant reads only their own; admins read all. Others' applications do not exist.
@@ -223,7 +170,7 @@ pub async fn submit(
         form,
         at: state.clock.now(),
     };
-    let application = execute(&state, &caller, application_id, None, 0, command).await?;
+    let application = execute(&state, &caller, application_id, command).await?;
     // The registry shows it soon; the response does not wait for that.
     Ok((
         StatusCode::CREATED,
@@ -359,10 +306,10 @@ async fn step(
     id: Uuid,
     make: impl FnOnce(&Caller) -> Result<ApplicationCommand, ApiError>,
 ) -> Result<Json<wire::ApplicationView>, ApiError> {
-    let (application, version) = load(&state, id).await?;
+    let application = load(&state, id).await?;
     visible(&caller, &application)?;
     let command = make(&caller)?;
-    let application = execute(&state, &caller, id, Some(application), version, command).await?;
+    let application = execute(&state, &caller, id, command).await?;
     Ok(Json(view(&application, state.clock.now())))
 }
 

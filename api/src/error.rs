@@ -232,6 +232,7 @@ impl From<gpunex_app::AppError> for ApiError {
         match error {
             gpunex_app::AppError::ReadModelsBehind => ApiError::CredentialsUnavailable,
             gpunex_app::AppError::Store(error) => ApiError::from(error),
+            gpunex_app::AppError::Append(error) => append_failure(error),
         }
     }
 }

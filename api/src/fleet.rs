@@ -850,7 +850,12 @@ async fn watch_once(
             Err(other) => return Err(append_failure(other)),
         }
     }
-    crate::rentals::end_abandoned(store, registry, config.rental_grace, started).await?;
+    gpunex_app::rentals::end_abandoned(
+        &gpunex_app::command::Executor::new(store, registry),
+        config.rental_grace,
+        started,
+    )
+    .await?;
     if at.unix_micros() - *last_prune > 60 * MICROS_PER_SECOND {
         let retention = i64::try_from(config.telemetry_retention.as_micros()).unwrap_or(i64::MAX);
         let deleted = store.prune_telemetry(at.unix_micros() - retention).await?;

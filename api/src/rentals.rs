@@ -19,6 +19,9 @@ use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, StreamAppen
 use gpunex_wire::rentals as wr;
 use uuid::Uuid;
 
+use gpunex_app::command::{Executor, Rejection};
+use gpunex_app::rentals::{self as app_rentals, Refusal};
+
 use crate::auth::Caller;
 use crate::error::{ApiError, append_failure};
 use crate::server::{AppState, timestamp};
@@ -373,24 +376,15 @@ pub async fn end(
         Role::Admin => EndCause::Platform,
         _ => EndCause::RenterCancelled,
     };
-    let ended = rental::end(
-        rental_id,
-        rental.ended.is_some(),
+    let position = app_rentals::end(
+        &executor(&state),
+        rental.started.rental_id,
         cause,
-        state.clock.now(),
         &caller.actor(),
         &request.evidence,
     )
-    .map_err(rejection)?;
-    let position = finish(
-        &state.store,
-        &state.credentials,
-        &rental,
-        ended,
-        Vec::new(),
-        Metadata::actor(caller.actor()),
-    )
-    .await?;
+    .await?
+    .map_err(refused)?;
     state.listings.wait_for(position).await;
     let rental = state
         .credentials
@@ -399,130 +393,31 @@ pub async fn end(
     Ok(Json(view(&rental)))
 }
 
-/// How many times a rental command decides again after another write moved a stream it
-/// appends to (a usage report, the renter ending it, a silent machine) before answering
-/// `concurrent_change`.
-const APPEND_ATTEMPTS: usize = 5;
-
-/// The streams ending a rental appends to at expected versions: the rental's and each of its
-/// GPUs' lease streams.
-fn rental_streams(rental: &RentalState) -> Vec<StreamId> {
-    let mut streams = vec![stream(format!("rental-{}", rental.started.rental_id))];
-    streams.extend(
-        rental
-            .started
-            .gpu_uuids
-            .iter()
-            .map(|uuid| stream(format!("gpu_lease-{uuid}"))),
-    );
-    streams
+/// The executor for this process's store and read models.
+fn executor(state: &AppState) -> Executor<'_> {
+    Executor::new(&state.store, &state.credentials)
 }
 
-/// Ends a rental: `before` (events of the rental's own stream, such as the job's end), then
-/// `rental.ended`, appended at the rental stream's version as folded, with one release per GPU.
-/// Ending twice, or racing a usage report, fails on the version. Returns the last position,
-/// already folded.
-async fn finish(
-    store: &gpunex_store::Store,
-    registry: &gpunex_app::ReadModels,
-    rental: &RentalState,
-    ended: rental::RentalEnded,
-    before: Vec<(Uuid, RentalEvent)>,
-    meta: Metadata,
-) -> Result<u64, ApiError> {
-    let rental_id = rental.started.rental_id;
-    let at = ended.ended_at;
-    let event = |e: RentalEvent| {
-        NewEvent::from_domain(Uuid::now_v7(), &DomainEvent::Rental(e), meta.clone())
-    };
-    let versions: Vec<u64> = registry.with_market(|m| {
-        rental
-            .started
-            .gpu_uuids
-            .iter()
-            .map(|uuid| m.lease_version(uuid))
-            .collect()
-    });
-    let mut own: Vec<NewEvent> = before
-        .into_iter()
-        .map(|(id, e)| NewEvent::from_domain(id, &DomainEvent::Rental(e), meta.clone()))
-        .collect();
-    own.push(event(RentalEvent::Ended(ended)));
-    let mut streams = vec![StreamAppend {
-        stream_id: stream(format!("rental-{rental_id}")),
-        expected: ExpectedVersion::Exact(rental.stream_version),
-        events: own,
-    }];
-    for (uuid, version) in rental.started.gpu_uuids.iter().zip(versions) {
-        streams.push(StreamAppend {
-            stream_id: stream(format!("gpu_lease-{uuid}")),
-            expected: ExpectedVersion::Exact(version),
-            events: vec![event(RentalEvent::GpuReleased(GpuLease {
-                gpu_uuid: uuid.clone(),
-                rental_id,
-                at,
-            }))],
-        });
+/// The answer to a refused rental command.
+fn refused(refusal: Rejection<Refusal>) -> ApiError {
+    match refusal {
+        Rejection::Rule(Refusal::NotFound) => ApiError::NotFound("rental"),
+        Rejection::Rule(Refusal::Rule(error)) => rejection(error),
+        Rejection::Rule(Refusal::Metering(error)) => ApiError::Refused {
+            code: ErrorCode::UsageOutOfRange,
+            detail: error.to_string(),
+        },
+        Rejection::Contended { .. } => ApiError::Refused {
+            code: ErrorCode::ConcurrentChange,
+            detail: "the rental kept changing (usage was metered meanwhile); retry".to_owned(),
+        },
+        Rejection::IdTaken { event_id, reason } => {
+            append_failure(AppendError::IdempotencyConflict { event_id, reason })
+        }
     }
-    let ended_meanwhile =
-        || registry.with_market(|m| m.rental(&rental_id).is_some_and(|r| r.ended.is_some()));
-    let committed = store
-        .append_streams(streams)
-        .await
-        .map_err(|error| match error {
-            AppendError::WrongExpectedVersion { .. } if ended_meanwhile() => {
-                rejection(RentalRejection::AlreadyEnded)
-            }
-            AppendError::WrongExpectedVersion { .. } => ApiError::Refused {
-                code: ErrorCode::ConcurrentChange,
-                detail: "the rental changed while it was being ended (usage was metered); retry"
-                    .to_owned(),
-            },
-            other => append_failure(other),
-        })?;
-    let position = committed.last_position();
-    registry.wait_for(position).await?;
-    Ok(position)
 }
 
-/// The provider's tier, which sets the fee (Community until approved otherwise).
-fn tier_of(state: &AppState, provider_id: Uuid) -> gpunex_domain::onboarding::Tier {
-    state
-        .credentials
-        .provider_application(&provider_id)
-        .and_then(|a| a.tier)
-        .unwrap_or(gpunex_domain::onboarding::Tier::Community)
-}
-
-/// The most GPU-seconds a rental can be billed for now: its GPUs times the seconds its machine
-/// was online between the start and the end (or now). An offline transition is dated at the last
-/// heartbeat, so nothing after it counts: no heartbeat, no meter.
-pub fn online_gpu_seconds(
-    registry: &gpunex_app::ReadModels,
-    rental: &RentalState,
-    now: gpunex_domain::time::Timestamp,
-) -> u64 {
-    let transitions = registry
-        .with_fleet(|f| {
-            f.machine(&rental.started.machine_id)
-                .map(|m| m.transitions.clone())
-        })
-        .unwrap_or_default();
-    let until = rental.ended.as_ref().map_or(now, |e| e.ended_at).min(now);
-    let window = gpunex_domain::fleet::Span {
-        from: rental.started.started_at,
-        until,
-    };
-    let micros = gpunex_domain::fleet::online_micros(&transitions, window);
-    let seconds = u64::try_from(micros / 1_000_000).unwrap_or(0);
-    seconds.saturating_mul(rental.started.gpu_uuids.len() as u64)
-}
-
-/// Meters one usage report (an agent event): the charge beyond what the rental was already
-/// charged, at the rental's locked price, split into fee and net by the provider's tier, and
-/// posted. The counter is capped at the GPU-seconds the machine was online during the rental.
-/// Appended to the rental's stream at its expected version under the report's id, so a re-sent
-/// report is a duplicate and two reports never charge the same seconds twice. A counter at or
+/// Meters one usage report (an agent event): see `gpunex_app::rentals::meter`. A counter at or
 /// below the highest metered (or one that adds less than a micro-USDC) is `absorbed`.
 pub async fn meter(
     state: &AppState,
@@ -531,133 +426,17 @@ pub async fn meter(
     rental_id: Uuid,
     gpu_seconds: u64,
 ) -> Result<(Option<u64>, &'static str), ApiError> {
-    let fees = state.fleet.fees;
-    let rental_stream = stream(format!("rental-{rental_id}"));
-    for _attempt in 0..APPEND_ATTEMPTS {
-        // The rental's state and the machine's presence, each as of its stream's last event.
-        // (The provider's tier was decided before the rental began, so it is already applied.)
-        state
-            .credentials
-            .wait_for_streams(&state.store, &[&rental_stream])
-            .await?;
-        let machine_id = state
-            .credentials
-            .with_market(|m| m.rental(&rental_id).map(|r| r.started.machine_id))
-            .ok_or(ApiError::NotFound("rental"))?;
-        state
-            .credentials
-            .wait_for_streams(&state.store, &[&stream(format!("machine-{machine_id}"))])
-            .await?;
-        let rental = state
-            .credentials
-            .with_market(|m| m.rental(&rental_id).cloned())
-            .ok_or(ApiError::NotFound("rental"))?;
-        let at = state.clock.now();
-        let input = rental::UsageInput {
-            rental: &rental.started,
-            meter: rental.meter,
-            tier: tier_of(state, rental.started.provider_id),
-            fees,
-            reported_gpu_seconds: gpu_seconds,
-            online_gpu_seconds: online_gpu_seconds(&state.credentials, &rental, at),
-            report_id,
-            at,
-        };
-        let metered = rental::meter_usage(&input).map_err(|e| ApiError::Refused {
-            code: ErrorCode::UsageOutOfRange,
-            detail: e.to_string(),
-        })?;
-        let Some(metered) = metered else {
-            return Ok((None, "absorbed"));
-        };
-        let event = DomainEvent::Rental(RentalEvent::UsageMetered(metered));
-        match append_at(
-            state,
-            rental_id,
-            rental.stream_version,
-            report_id,
-            &event,
-            meta.clone(),
-        )
-        .await?
-        {
-            Some(outcome) => return Ok(outcome),
-            None => continue,
-        }
-    }
-    Err(ApiError::Refused {
-        code: ErrorCode::ConcurrentChange,
-        detail: "the rental kept changing; retry".to_owned(),
-    })
-}
-
-/// Appends one event to a rental's stream at `version`, under `event_id`. `Ok(None)` when the
-/// stream moved meanwhile (the caller looks again); an id already stored answers `duplicate`
-/// with its position.
-async fn append_at(
-    state: &AppState,
-    rental_id: Uuid,
-    version: u64,
-    event_id: Uuid,
-    event: &DomainEvent,
-    meta: Metadata,
-) -> Result<Option<(Option<u64>, &'static str)>, ApiError> {
-    let appended = state
-        .store
-        .append(
-            stream(format!("rental-{rental_id}")),
-            ExpectedVersion::Exact(version),
-            vec![NewEvent::from_domain(event_id, event, meta)],
-        )
-        .await;
-    match appended {
-        Ok(committed) => {
-            let position = committed.last_position();
-            state.credentials.wait_for(position).await?;
-            let status = if committed.replayed {
-                "duplicate"
-            } else {
-                "recorded"
-            };
-            Ok(Some((Some(position), status)))
-        }
-        Err(AppendError::WrongExpectedVersion { .. }) => Ok(None),
-        Err(AppendError::IdempotencyConflict { .. }) => Ok(Some((
-            state.store.event_position(event_id).await?,
-            "duplicate",
-        ))),
-        Err(other) => Err(append_failure(other)),
-    }
-}
-
-/// Appends one event to a rental's stream at its version, retrying when usage moved it.
-async fn append_to_rental(
-    state: &AppState,
-    rental_id: Uuid,
-    event_id: Uuid,
-    event: RentalEvent,
-    meta: Metadata,
-) -> Result<(u64, &'static str), ApiError> {
-    let event = DomainEvent::Rental(event);
-    for _attempt in 0..APPEND_ATTEMPTS {
-        let version = state
-            .credentials
-            .with_market(|m| m.rental(&rental_id).map(|r| r.stream_version))
-            .ok_or(ApiError::NotFound("rental"))?;
-        match append_at(state, rental_id, version, event_id, &event, meta.clone()).await? {
-            Some((position, status)) => return Ok((position.unwrap_or(0), status)),
-            None => {
-                state
-                    .credentials
-                    .wait_for_streams(&state.store, &[&stream(format!("rental-{rental_id}"))])
-                    .await?;
-            }
-        }
-    }
-    Err(ApiError::Refused {
-        code: ErrorCode::ConcurrentChange,
-        detail: "the rental kept changing; retry".to_owned(),
-    })
+    let delivered = app_rentals::meter(
+        &executor(state),
+        state.fleet.fees,
+        report_id,
+        &meta,
+        rental_id,
+        gpu_seconds,
+    )
+    .await?
+    .map_err(refused)?;
+    Ok((delivered.position, delivered.delivery.as_str()))
 }
 
 /// An agent started a rental's workload (`rental.job_started`, under the agent's event id).
@@ -674,19 +453,21 @@ pub async fn job_started(
         handle: report.handle.clone(),
         started_at: occurred,
     };
-    append_to_rental(
-        state,
+    let delivered = app_rentals::record(
+        &executor(state),
         report.rental_id,
         delivery.event_id,
         RentalEvent::JobStarted(started),
-        delivery.metadata(report.machine_id),
+        &delivery.metadata(report.machine_id),
     )
-    .await
+    .await?
+    .map_err(refused)?;
+    Ok((delivered.position.unwrap_or(0), delivered.delivery.as_str()))
 }
 
 /// An agent's job ended: its final counter is metered (under an id derived from the event's),
 /// then `rental.job_ended` is recorded under the event's id; if the rental was still active, it
-/// ends with the job's cause and evidence and its GPUs are released.
+/// ends with the job's cause and evidence and its GPUs are released (listed again).
 pub async fn job_ended(
     state: &AppState,
     delivery: &crate::fleet::Delivery,
@@ -704,72 +485,20 @@ pub async fn job_ended(
         report.gpu_seconds,
     )
     .await?;
-    for _attempt in 0..APPEND_ATTEMPTS {
-        let rental = state
-            .credentials
-            .with_market(|m| m.rental(&report.rental_id).cloned())
-            .ok_or(ApiError::NotFound("rental"))?;
-        let at = occurred
-            .max(rental.started.started_at)
-            .min(state.clock.now());
-        let job = rental::JobEnded {
-            rental_id: report.rental_id,
-            machine_id: report.machine_id,
-            cause: report.cause,
-            evidence: report.evidence.clone(),
-            gpu_seconds: report.gpu_seconds,
-            ended_at: at,
-        };
-        if rental.ended.is_some() {
-            return append_to_rental(
-                state,
-                report.rental_id,
-                event_id,
-                RentalEvent::JobEnded(job),
-                meta,
-            )
-            .await;
-        }
-        let ended = rental::RentalEnded {
-            rental_id: report.rental_id,
-            cause: report.cause,
-            ended_at: at,
-            ended_by: format!("agent:{}", report.machine_id),
-            evidence: report.evidence.summary(),
-        };
-        match finish(
-            &state.store,
-            &state.credentials,
-            &rental,
-            ended,
-            vec![(event_id, RentalEvent::JobEnded(job))],
-            meta.clone(),
-        )
-        .await
-        {
-            Ok(position) => {
-                state.listings.wait_for(position).await;
-                return Ok((position, "recorded"));
-            }
-            // Ended meanwhile (the renter cancelled) or metered: look again.
-            Err(ApiError::Refused { .. }) => {
-                if let Some(position) = state.store.event_position(event_id).await? {
-                    return Ok((position, "duplicate"));
-                }
-                let streams = rental_streams(&rental);
-                let streams: Vec<&StreamId> = streams.iter().collect();
-                state
-                    .credentials
-                    .wait_for_streams(&state.store, &streams)
-                    .await?;
-            }
-            Err(other) => return Err(other),
-        }
-    }
-    Err(ApiError::Refused {
-        code: ErrorCode::ConcurrentChange,
-        detail: "the rental kept changing; retry".to_owned(),
-    })
+    let job = rental::JobEnded {
+        rental_id: report.rental_id,
+        machine_id: report.machine_id,
+        cause: report.cause,
+        evidence: report.evidence.clone(),
+        gpu_seconds: report.gpu_seconds,
+        ended_at: occurred,
+    };
+    let delivered = app_rentals::job_ended(&executor(state), event_id, &job, occurred, &meta)
+        .await?
+        .map_err(refused)?;
+    let position = delivered.position.unwrap_or(0);
+    state.listings.wait_for(position).await;
+    Ok((position, delivered.delivery.as_str()))
 }
 
 /// Longest an agent's assignment poll may wait for a change.
@@ -867,69 +596,4 @@ pub async fn assignments(
             }));
         }
     }
-}
-
-/// Ends, as interrupted by the provider (`network_loss`), every active rental whose machine has
-/// been offline for longer than `grace` (counted from its last heartbeat). The rental ends at the
-/// last heartbeat: nothing after it is billed. Run by the presence watchdog, which passes when it
-/// started watching.
-pub async fn end_abandoned(
-    store: &gpunex_store::Store,
-    registry: &gpunex_app::ReadModels,
-    grace: std::time::Duration,
-    watching_since: gpunex_domain::time::Timestamp,
-) -> Result<usize, ApiError> {
-    let at = store.clock().now();
-    let grace_micros = i64::try_from(grace.as_micros()).unwrap_or(i64::MAX);
-    let rentals: Vec<RentalState> =
-        registry.with_market(|m| m.active_rentals().into_iter().cloned().collect());
-    let mut ended = 0;
-    for rental in rentals {
-        let offline = registry.with_fleet(|f| {
-            f.machine(&rental.started.machine_id)
-                .filter(|m| !m.online)
-                .and_then(|m| m.since)
-        });
-        let Some(last_heartbeat) = offline else {
-            continue;
-        };
-        // Silence while the platform itself was down does not count against the machine.
-        if !gpunex_domain::fleet::offline_due(last_heartbeat, watching_since, at, grace_micros) {
-            continue;
-        }
-        let ended_at = last_heartbeat.max(rental.started.started_at);
-        let evidence = format!(
-            "machine {} offline: last heartbeat {}, no heartbeat for {} s (grace {} s)",
-            rental.started.machine_id,
-            timestamp(last_heartbeat.unix_micros()),
-            (at.unix_micros() - last_heartbeat.unix_micros()) / 1_000_000,
-            grace.as_secs(),
-        );
-        let end = rental::RentalEnded {
-            rental_id: rental.started.rental_id,
-            cause: EndCause::NetworkLoss,
-            ended_at,
-            ended_by: "system:watchdog".to_owned(),
-            evidence,
-        };
-        match finish(
-            store,
-            registry,
-            &rental,
-            end,
-            Vec::new(),
-            Metadata::actor("system:watchdog"),
-        )
-        .await
-        {
-            Ok(_) => {
-                tracing::warn!(rental_id = %rental.started.rental_id, "rental ended: machine offline past the grace period");
-                ended += 1;
-            }
-            // Ended or metered meanwhile: the next pass looks again.
-            Err(ApiError::Refused { .. }) => {}
-            Err(other) => return Err(other),
-        }
-    }
-    Ok(ended)
 }

@@ -1,15 +1,18 @@
 //! The application layer, between HTTP (`gpunex-api`) and storage and rules (`gpunex-store`,
-//! `gpunex-projections`, `gpunex-domain`): the read models a process hosts and how a command
-//! waits for them. It knows nothing of HTTP.
+//! `gpunex-projections`, `gpunex-domain`): the command executor, the commands built on it, the
+//! read models a process hosts and how a command waits for them. It knows nothing of HTTP.
 #![deny(clippy::float_arithmetic)]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod applications;
+pub mod command;
 pub mod error;
 pub mod listings;
 pub mod read_models;
+pub mod rentals;
 pub mod snapshot;
 
 pub use error::AppError;

@@ -520,6 +520,50 @@ pub fn end(
     })
 }
 
+impl RentalEvent {
+    /// The stream the event belongs to: a GPU's lease stream for leases and releases, the
+    /// rental's own stream for the rest.
+    pub fn stream(&self) -> crate::StreamId {
+        let name = match self {
+            RentalEvent::GpuLeased(lease) | RentalEvent::GpuReleased(lease) => {
+                format!("gpu_lease-{}", lease.gpu_uuid)
+            }
+            RentalEvent::Started(e) => format!("rental-{}", e.rental_id),
+            RentalEvent::Ended(e) => format!("rental-{}", e.rental_id),
+            RentalEvent::UsageMetered(e) => format!("rental-{}", e.rental_id),
+            RentalEvent::JobStarted(e) => format!("rental-{}", e.rental_id),
+            RentalEvent::JobEnded(e) => format!("rental-{}", e.rental_id),
+        };
+        crate::StreamId::parse(name)
+            .unwrap_or_else(|_| unreachable!("uuids and checked GPU uuids make valid stream ids"))
+    }
+}
+
+/// Decides the end of a rental: `before` (the rental's own events that come first, such as the
+/// job's end its agent reported), the end, and one release per GPU, each GPU listed again.
+/// Refuses a rental that already ended.
+pub fn decide_end(
+    started: &RentalStarted,
+    already_ended: bool,
+    ended: RentalEnded,
+    before: Vec<RentalEvent>,
+) -> Result<Vec<RentalEvent>, RentalRejection> {
+    if already_ended {
+        return Err(RentalRejection::AlreadyEnded);
+    }
+    let at = ended.ended_at;
+    let mut events = before;
+    events.push(RentalEvent::Ended(ended));
+    events.extend(started.gpu_uuids.iter().map(|uuid| {
+        RentalEvent::GpuReleased(GpuLease {
+            gpu_uuid: uuid.clone(),
+            rental_id: started.rental_id,
+            at,
+        })
+    }));
+    Ok(events)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,6 +589,46 @@ mod tests {
         assert!(EndCause::HardwareFault.is_provider_fault());
         assert!(EndCause::NetworkLoss.is_provider_fault());
         assert!(!EndCause::RenterCancelled.is_provider_fault());
+    }
+
+    #[test]
+    fn an_end_releases_every_gpu_on_its_lease_stream_and_comes_once() {
+        let started = RentalStarted {
+            rental_id: Uuid::from_u128(7),
+            renter_id: Uuid::from_u128(1),
+            provider_id: Uuid::from_u128(2),
+            machine_id: Uuid::from_u128(3),
+            gpu_uuids: vec!["GPU-0a".to_owned(), "GPU-0b".to_owned()],
+            model_id: "h100-80gb".to_owned(),
+            price_per_gpu_hour: Usdc::from_micros(2_000_000),
+            started_at: Timestamp::from_unix_micros(0),
+            workload: None,
+        };
+        let at = Timestamp::from_unix_micros(5_000_000);
+        let ended = end(
+            started.rental_id,
+            false,
+            EndCause::RenterCancelled,
+            at,
+            "t",
+            "",
+        )
+        .unwrap();
+        let events = decide_end(&started, false, ended.clone(), Vec::new()).unwrap();
+        let streams: Vec<String> = events.iter().map(|e| e.stream().to_string()).collect();
+        assert_eq!(
+            streams,
+            [
+                format!("rental-{}", started.rental_id),
+                "gpu_lease-GPU-0a".to_owned(),
+                "gpu_lease-GPU-0b".to_owned()
+            ]
+        );
+        assert!(matches!(&events[1], RentalEvent::GpuReleased(l) if l.at == at));
+        assert_eq!(
+            decide_end(&started, true, ended, Vec::new()),
+            Err(RentalRejection::AlreadyEnded)
+        );
     }
 
     #[test]

@@ -107,6 +107,16 @@ impl Timestamp {
     }
 }
 
+impl Timestamp {
+    /// RFC 3339 in UTC with microseconds (`2026-11-27T12:00:00.000000Z`), as the API writes
+    /// instants; the bare microseconds where chrono cannot represent the instant.
+    pub fn rfc3339(self) -> String {
+        chrono::DateTime::from_timestamp_micros(self.micros)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+            .unwrap_or_else(|| self.micros.to_string())
+    }
+}
+
 impl fmt::Debug for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Timestamp({}us)", self.micros)

@@ -1,0 +1,98 @@
+//! Provider application commands on the command executor: each step (submit, answer, withdraw,
+//! request information, approve, reject) is decided by `gpunex_domain::onboarding::decide`
+//! against the application folded from its own stream, and appended at the version it was folded
+//! from, so two racing decisions cannot both land: the later one decides again on what the first
+//! wrote.
+
+use gpunex_domain::onboarding::{self, Application, ApplicationCommand, ApplicationRejection};
+use gpunex_domain::{DomainEvent, StreamId};
+use gpunex_store::StreamAppend;
+use gpunex_store::{ExpectedVersion, Metadata, NewEvent, READ_BATCH_EVENTS_MAX, Store, StoreError};
+use uuid::Uuid;
+
+use crate::AppError;
+use crate::command::{Done, Executor, Rejection, Retry};
+
+/// How many times a step decides again after another step of the same application landed first.
+pub const APPLICATION_RETRY: Retry = Retry {
+    name: "application",
+    attempts: 3,
+};
+
+pub fn stream_of(id: Uuid) -> StreamId {
+    StreamId::parse(format!("application-{id}"))
+        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
+}
+
+/// The application folded from its own stream (none if it has no events), and the stream's
+/// version: state and version from one read, so a decision is checked against exactly what it
+/// will be appended after.
+pub async fn load(store: &Store, id: Uuid) -> Result<(Option<Application>, u64), AppError> {
+    let stream = stream_of(id);
+    let mut application = None;
+    let mut version = 0;
+    loop {
+        let page = store
+            .read_stream(&stream, version, READ_BATCH_EVENTS_MAX)
+            .await?;
+        let Some(last) = page.last().map(|e| e.stream_version) else {
+            break;
+        };
+        for recorded in &page {
+            let event = recorded.decode().map_err(|e| StoreError::CorruptRow {
+                position: recorded.position,
+                reason: e.to_string(),
+            })?;
+            if let DomainEvent::Application(event) = event {
+                application = onboarding::evolve(application, &event);
+            }
+        }
+        version = last;
+    }
+    Ok((application, version))
+}
+
+/// Decides `command` for the application `id` and appends what it decides; answers the
+/// application after its new events (folded from the decision itself, not read back).
+pub async fn execute(
+    exec: &Executor<'_>,
+    actor: &str,
+    id: Uuid,
+    command: &ApplicationCommand,
+) -> Result<Result<Application, Rejection<ApplicationRejection>>, AppError> {
+    let metadata = Metadata::actor(actor);
+    let mut after: Option<Application> = None;
+    let outcome = exec
+        .execute(
+            APPLICATION_RETRY,
+            move || async move { load(exec.store(), id).await },
+            |(current, version): &(Option<Application>, u64), _now| {
+                let events = onboarding::decide(current.as_ref(), command.clone())?;
+                after = events.iter().fold(current.clone(), onboarding::evolve);
+                Ok(vec![StreamAppend {
+                    stream_id: stream_of(id),
+                    expected: match version {
+                        0 => ExpectedVersion::NoStream,
+                        v => ExpectedVersion::Exact(*v),
+                    },
+                    events: events
+                        .into_iter()
+                        .map(|e| {
+                            NewEvent::from_domain(
+                                Uuid::now_v7(),
+                                &DomainEvent::Application(e),
+                                metadata.clone(),
+                            )
+                        })
+                        .collect(),
+                }])
+            },
+        )
+        .await?;
+    Ok(match outcome {
+        Ok(Done::Committed(_)) | Ok(Done::Nothing) => {
+            after.ok_or(Rejection::Rule(ApplicationRejection::NotFound))
+        }
+        Err(rejection) => Err(rejection),
+    })
+}

@@ -1,0 +1,450 @@
+//! Rental commands after the start, on the command executor: metering an agent's usage report,
+//! recording its job reports, and ending a rental (the renter or an admin, the agent's job end,
+//! and the presence watchdog's abandoned rentals). Each loads the rental (and what metering needs
+//! of its machine) from the read models once they reach its streams, decides with the rules in
+//! `gpunex_domain::rental`, and appends at the versions it read: the rental's stream, and the
+//! GPUs' lease streams when it ends.
+
+use gpunex_domain::DomainEvent;
+use gpunex_domain::fleet::Span;
+use gpunex_domain::metering::FeeSchedule;
+use gpunex_domain::onboarding::Tier;
+use gpunex_domain::rental::{
+    self, EndCause, JobEnded, MeteringError, RentalEnded, RentalEvent, RentalRejection,
+};
+use gpunex_domain::time::{MICROS_PER_SECOND, Timestamp};
+use gpunex_domain::{StreamId, fleet};
+use gpunex_projections::market::RentalState;
+use gpunex_store::{ExpectedVersion, Metadata, NewEvent, StreamAppend};
+use uuid::Uuid;
+
+use crate::command::{Done, Executor, Rejection, Retry};
+use crate::{AppError, ReadModels};
+
+/// How many times a rental command decides again after another write moved a stream it appends
+/// to (a usage report, the renter ending it, a silent machine) before it is refused.
+pub const RENTAL_RETRY: Retry = Retry {
+    name: "rental",
+    attempts: 5,
+};
+
+/// How an agent's report was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Stored now.
+    Recorded,
+    /// Stored already, under the same id (a re-sent report).
+    Duplicate,
+    /// A usage counter at or below what was metered, or adding less than a micro-USDC: nothing
+    /// to store.
+    Absorbed,
+}
+
+impl Delivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Recorded => "recorded",
+            Delivery::Duplicate => "duplicate",
+            Delivery::Absorbed => "absorbed",
+        }
+    }
+}
+
+/// Where a report landed (`None` when absorbed) and how it was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    pub position: Option<u64>,
+    pub delivery: Delivery,
+}
+
+/// Why a rental command was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No such rental in the read models.
+    NotFound,
+    /// The rules refused it (ending twice, evidence too long).
+    Rule(RentalRejection),
+    /// A usage counter beyond what metering can price.
+    Metering(MeteringError),
+}
+
+/// The answer of a rental command: written, refused, or the infrastructure failed.
+pub type Outcome<T> = Result<Result<T, Rejection<Refusal>>, AppError>;
+
+/// The rental's stream.
+pub fn rental_stream(rental_id: Uuid) -> StreamId {
+    StreamId::parse(format!("rental-{rental_id}"))
+        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
+}
+
+/// The provider's tier, which sets the fee (Community until approved otherwise).
+pub fn tier_of(models: &ReadModels, provider_id: Uuid) -> Tier {
+    models
+        .provider_application(&provider_id)
+        .and_then(|a| a.tier)
+        .unwrap_or(Tier::Community)
+}
+
+/// The most GPU-seconds a rental can be billed for at `now`: its GPUs times the seconds its
+/// machine was online (by `transitions`) between the start and the end (or now). An offline
+/// transition is dated at the last heartbeat, so nothing after it counts: no heartbeat, no meter.
+pub fn online_gpu_seconds(
+    transitions: &[(bool, Timestamp)],
+    rental: &RentalState,
+    now: Timestamp,
+) -> u64 {
+    let until = rental.ended.as_ref().map_or(now, |e| e.ended_at).min(now);
+    let window = Span {
+        from: rental.started.started_at,
+        until,
+    };
+    let micros = fleet::online_micros(transitions, window);
+    let seconds = u64::try_from(micros / MICROS_PER_SECOND).unwrap_or(0);
+    seconds.saturating_mul(rental.started.gpu_uuids.len() as u64)
+}
+
+/// The machine's online and offline transitions, for metering its rentals.
+pub fn transitions_of(models: &ReadModels, machine_id: &Uuid) -> Vec<(bool, Timestamp)> {
+    models
+        .with_fleet(|f| f.machine(machine_id).map(|m| m.transitions.clone()))
+        .unwrap_or_default()
+}
+
+fn rental_of(models: &ReadModels, rental_id: &Uuid) -> Option<RentalState> {
+    models.with_market(|m| m.rental(rental_id).cloned())
+}
+
+/// Writes a rental's events: each to its stream (`RentalEvent::stream`), the rental's at the
+/// version it was read at, each lease stream at its version in the read models. The first
+/// `ids.len()` events take those ids (a report's own), the others new ones.
+fn writes(
+    models: &ReadModels,
+    rental: &RentalState,
+    ids: &[Uuid],
+    events: Vec<RentalEvent>,
+    meta: &Metadata,
+) -> Vec<StreamAppend> {
+    let own = rental_stream(rental.started.rental_id);
+    let mut writes: Vec<StreamAppend> = Vec::new();
+    for (i, event) in events.into_iter().enumerate() {
+        let stream_id = event.stream();
+        let id = ids.get(i).copied().unwrap_or_else(Uuid::now_v7);
+        let new = NewEvent::from_domain(id, &DomainEvent::Rental(event), meta.clone());
+        if let Some(write) = writes.iter_mut().find(|w| w.stream_id == stream_id) {
+            write.events.push(new);
+            continue;
+        }
+        let expected = if stream_id == own {
+            rental.stream_version
+        } else {
+            models.with_market(|m| m.lease_version(lease_of(&stream_id)))
+        };
+        writes.push(StreamAppend {
+            stream_id,
+            expected: match expected {
+                0 => ExpectedVersion::NoStream,
+                version => ExpectedVersion::Exact(version),
+            },
+            events: vec![new],
+        });
+    }
+    writes
+}
+
+fn lease_of(stream: &StreamId) -> &str {
+    let name = stream.as_str();
+    name.strip_prefix("gpu_lease-").unwrap_or(name)
+}
+
+/// The rental as of its stream's last event, once the read models have folded it.
+async fn load(exec: &Executor<'_>, rental_id: Uuid) -> Result<Option<RentalState>, AppError> {
+    exec.models()
+        .wait_for_streams(exec.store(), &[&rental_stream(rental_id)])
+        .await?;
+    Ok(rental_of(exec.models(), &rental_id))
+}
+
+/// A report stored under its own id: a re-send (same content) or an earlier delivery of it
+/// (`IdTaken`) is a duplicate, answered with where it landed.
+async fn delivered(
+    exec: &Executor<'_>,
+    report_id: Uuid,
+    outcome: Result<Done, Rejection<Refusal>>,
+) -> Outcome<Delivered> {
+    match outcome {
+        Ok(Done::Committed(committed)) => Ok(Ok(Delivered {
+            position: Some(committed.last_position()),
+            delivery: if committed.replayed {
+                Delivery::Duplicate
+            } else {
+                Delivery::Recorded
+            },
+        })),
+        Ok(Done::Nothing) => Ok(Ok(Delivered {
+            position: None,
+            delivery: Delivery::Absorbed,
+        })),
+        Err(Rejection::IdTaken { .. }) => Ok(Ok(Delivered {
+            position: exec.store().event_position(report_id).await?,
+            delivery: Delivery::Duplicate,
+        })),
+        Err(other) => Ok(Err(other)),
+    }
+}
+
+/// What metering a report reads: the rental, its machine's transitions and the provider's tier.
+struct Metering {
+    transitions: Vec<(bool, Timestamp)>,
+    tier: Tier,
+    rental: RentalState,
+}
+
+/// Meters one usage report: the charge beyond what the rental was already charged, at its
+/// locked price, split into fee and net by the provider's tier, posted on the rental's stream
+/// under the report's id (a re-sent report is a duplicate; two reports never charge the same
+/// seconds twice). The counter is capped at the GPU-seconds the machine was online.
+pub async fn meter(
+    exec: &Executor<'_>,
+    fees: FeeSchedule,
+    report_id: Uuid,
+    meta: &Metadata,
+    rental_id: Uuid,
+    gpu_seconds: u64,
+) -> Outcome<Delivered> {
+    let models = exec.models();
+    let outcome = exec
+        .execute(
+            RENTAL_RETRY,
+            move || async move {
+                let Some(rental) = load(exec, rental_id).await? else {
+                    return Ok(None);
+                };
+                // The machine's presence as of its stream's last event. (The provider's tier was
+                // decided before the rental began, so it is already applied.)
+                let machine = rental.started.machine_id;
+                let stream = StreamId::parse(format!("machine-{machine}"))
+                    .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"));
+                models.wait_for_streams(exec.store(), &[&stream]).await?;
+                Ok(rental_of(models, &rental_id).map(|rental| Metering {
+                    transitions: transitions_of(models, &machine),
+                    tier: tier_of(models, rental.started.provider_id),
+                    rental,
+                }))
+            },
+            |loaded: &Option<Metering>, now| {
+                let Some(Metering {
+                    transitions,
+                    tier,
+                    rental,
+                }) = loaded
+                else {
+                    return Err(Refusal::NotFound);
+                };
+                let input = rental::UsageInput {
+                    rental: &rental.started,
+                    meter: rental.meter,
+                    tier: *tier,
+                    fees,
+                    reported_gpu_seconds: gpu_seconds,
+                    online_gpu_seconds: online_gpu_seconds(transitions, rental, now),
+                    report_id,
+                    at: now,
+                };
+                let metered = rental::meter_usage(&input).map_err(Refusal::Metering)?;
+                let events: Vec<RentalEvent> =
+                    metered.into_iter().map(RentalEvent::UsageMetered).collect();
+                Ok(writes(models, rental, &[report_id], events, meta))
+            },
+        )
+        .await?;
+    delivered(exec, report_id, outcome).await
+}
+
+/// Records an agent's report on a rental's own stream (the job started, or ended after the
+/// rental did) under the report's id.
+pub async fn record(
+    exec: &Executor<'_>,
+    rental_id: Uuid,
+    report_id: Uuid,
+    event: RentalEvent,
+    meta: &Metadata,
+) -> Outcome<Delivered> {
+    let models = exec.models();
+    let outcome = exec
+        .execute(
+            RENTAL_RETRY,
+            move || async move { load(exec, rental_id).await },
+            |rental: &Option<RentalState>, _now| {
+                let rental = rental.as_ref().ok_or(Refusal::NotFound)?;
+                Ok(writes(
+                    models,
+                    rental,
+                    &[report_id],
+                    vec![event.clone()],
+                    meta,
+                ))
+            },
+        )
+        .await?;
+    delivered(exec, report_id, outcome).await
+}
+
+/// The agent's job ended: `rental.job_ended` under the report's id, and if the rental was still
+/// active, its end with the job's cause and evidence and its GPUs released, in one append.
+pub async fn job_ended(
+    exec: &Executor<'_>,
+    report_id: Uuid,
+    job: &JobEnded,
+    occurred: Timestamp,
+    meta: &Metadata,
+) -> Outcome<Delivered> {
+    let models = exec.models();
+    let rental_id = job.rental_id;
+    let outcome = exec
+        .execute(
+            RENTAL_RETRY,
+            move || async move { load(exec, rental_id).await },
+            |rental: &Option<RentalState>, now| {
+                let rental = rental.as_ref().ok_or(Refusal::NotFound)?;
+                let at = occurred.max(rental.started.started_at).min(now);
+                let job = JobEnded {
+                    ended_at: at,
+                    ..job.clone()
+                };
+                let events = if rental.ended.is_some() {
+                    vec![RentalEvent::JobEnded(job)]
+                } else {
+                    let ended = RentalEnded {
+                        rental_id: job.rental_id,
+                        cause: job.cause,
+                        ended_at: at,
+                        ended_by: format!("agent:{}", job.machine_id),
+                        evidence: job.evidence.summary(),
+                    };
+                    rental::decide_end(
+                        &rental.started,
+                        false,
+                        ended,
+                        vec![RentalEvent::JobEnded(job)],
+                    )
+                    .map_err(Refusal::Rule)?
+                };
+                Ok(writes(models, rental, &[report_id], events, meta))
+            },
+        )
+        .await?;
+    delivered(exec, report_id, outcome).await
+}
+
+/// Ends a rental for a person: the renter (`renter_cancelled`) or an admin for the platform
+/// (`platform`), with their evidence. Returns the position of the end.
+pub async fn end(
+    exec: &Executor<'_>,
+    rental_id: Uuid,
+    cause: EndCause,
+    actor: &str,
+    evidence: &str,
+) -> Outcome<u64> {
+    let models = exec.models();
+    let meta = Metadata::actor(actor);
+    let outcome = exec
+        .execute(
+            RENTAL_RETRY,
+            move || async move { load(exec, rental_id).await },
+            |rental: &Option<RentalState>, now| {
+                let rental = rental.as_ref().ok_or(Refusal::NotFound)?;
+                let ended = rental::end(
+                    rental_id,
+                    rental.ended.is_some(),
+                    cause,
+                    now,
+                    actor,
+                    evidence,
+                )
+                .map_err(Refusal::Rule)?;
+                let events = rental::decide_end(&rental.started, false, ended, Vec::new())
+                    .map_err(Refusal::Rule)?;
+                Ok(writes(models, rental, &[], events, &meta))
+            },
+        )
+        .await?;
+    Ok(outcome.map(|done| done.position().unwrap_or(0)))
+}
+
+/// Ends, as interrupted by the provider (`network_loss`), every active rental whose machine has
+/// been offline for longer than `grace` (counted from its last heartbeat, or from
+/// `watching_since` when the watchdog started later: silence while the platform itself was down
+/// does not count). The rental ends at the last heartbeat: nothing after it is billed. Returns how
+/// many it ended; a rental that ended or moved meanwhile is looked at again on the next pass.
+pub async fn end_abandoned(
+    exec: &Executor<'_>,
+    grace: std::time::Duration,
+    watching_since: Timestamp,
+) -> Result<usize, AppError> {
+    let models = exec.models();
+    let grace_micros = i64::try_from(grace.as_micros()).unwrap_or(i64::MAX);
+    let candidates: Vec<Uuid> = models.with_market(|m| {
+        m.active_rentals()
+            .into_iter()
+            .map(|r| r.started.rental_id)
+            .collect()
+    });
+    let meta = Metadata::actor("system:watchdog");
+    let mut ended = 0;
+    for rental_id in candidates {
+        let outcome: Result<Done, Rejection<Refusal>> = exec
+            .execute(
+                RENTAL_RETRY,
+                move || async move {
+                    Ok(rental_of(models, &rental_id).map(|rental| {
+                        let offline_since = models.with_fleet(|f| {
+                            f.machine(&rental.started.machine_id)
+                                .filter(|m| !m.online)
+                                .and_then(|m| m.since)
+                        });
+                        (offline_since, rental)
+                    }))
+                },
+                |loaded: &Option<(Option<Timestamp>, RentalState)>, now| {
+                    let Some((Some(last_heartbeat), rental)) = loaded else {
+                        return Ok(Vec::new());
+                    };
+                    let last_heartbeat = *last_heartbeat;
+                    if rental.ended.is_some()
+                        || !fleet::offline_due(last_heartbeat, watching_since, now, grace_micros)
+                    {
+                        return Ok(Vec::new());
+                    }
+                    let evidence = format!(
+                        "machine {} offline: last heartbeat {}, no heartbeat for {} s (grace {} s)",
+                        rental.started.machine_id,
+                        last_heartbeat.rfc3339(),
+                        (now.unix_micros() - last_heartbeat.unix_micros()) / MICROS_PER_SECOND,
+                        grace.as_secs(),
+                    );
+                    let end = RentalEnded {
+                        rental_id,
+                        cause: EndCause::NetworkLoss,
+                        ended_at: last_heartbeat.max(rental.started.started_at),
+                        ended_by: "system:watchdog".to_owned(),
+                        evidence,
+                    };
+                    let events = rental::decide_end(&rental.started, false, end, Vec::new())
+                        .map_err(Refusal::Rule)?;
+                    Ok(writes(models, rental, &[], events, &meta))
+                },
+            )
+            .await?;
+        match outcome {
+            Ok(Done::Committed(_)) => {
+                tracing::warn!(%rental_id, "rental ended: machine offline past the grace period");
+                ended += 1;
+            }
+            Ok(Done::Nothing) => {}
+            Err(refused) => {
+                tracing::debug!(%rental_id, ?refused, "abandoned rental not ended this pass");
+            }
+        }
+    }
+    Ok(ended)
+}

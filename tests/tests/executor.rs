@@ -1,0 +1,244 @@
+//! The command executor on both databases: a decision is appended at the version its state was
+//! read at and answered once the read models folded it; another writer moving the stream makes it
+//! load and decide again, up to its named bound, then `Contended`; a rule's refusal, an empty
+//! decision and an event id stored with other content each write nothing and answer as such; a
+//! store that fails is an `AppError`, never a rejection.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use gpunex_app::command::{Done, Executor, Rejection, Retry};
+use gpunex_app::{AppError, ReadModels};
+use gpunex_domain::StreamId;
+use gpunex_store::{ExpectedVersion, NewEvent, Store, StreamAppend};
+use gpunex_tests::{TestDb, conformance, credit, new_event, provider, stream};
+use uuid::Uuid;
+
+conformance!(
+    a_decision_lands_at_the_version_it_read_and_is_folded,
+    a_moved_stream_is_decided_again_up_to_the_bound,
+    refusals_and_empty_decisions_write_nothing,
+    an_id_stored_with_other_content_is_named,
+);
+
+const RETRY: Retry = Retry {
+    name: "test",
+    attempts: 3,
+};
+
+/// The stream's version as stored (0: no stream).
+async fn version(store: &Store, stream: &StreamId) -> u64 {
+    store
+        .read_stream(stream, 0, 10_000)
+        .await
+        .unwrap()
+        .last()
+        .map_or(0, |e| e.stream_version)
+}
+
+fn at(version: u64) -> ExpectedVersion {
+    match version {
+        0 => ExpectedVersion::NoStream,
+        v => ExpectedVersion::Exact(v),
+    }
+}
+
+fn one(stream_id: &StreamId, version: u64, event: NewEvent) -> Vec<StreamAppend> {
+    vec![StreamAppend {
+        stream_id: stream_id.clone(),
+        expected: at(version),
+        events: vec![event],
+    }]
+}
+
+async fn a_decision_lands_at_the_version_it_read_and_is_folded(db: &TestDb) {
+    let store = db.open().await;
+    let models = ReadModels::load(&store).await.unwrap();
+    let exec = Executor::new(&store, &models);
+    let target = stream("executor-one");
+    let done = exec
+        .execute(
+            RETRY,
+            async || Ok(version(&store, &target).await),
+            |v: &u64, _now| -> Result<_, ()> {
+                Ok(one(&target, *v, new_event(&credit(provider(1), 5_000))))
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let Done::Committed(committed) = done else {
+        panic!("nothing written")
+    };
+    assert!(!committed.replayed);
+    assert_eq!(committed.events[0].stream_version, 1);
+    // Read-your-writes of its own position.
+    assert!(models.position() >= committed.last_position());
+    assert_eq!(version(&store, &target).await, 1);
+}
+
+async fn a_moved_stream_is_decided_again_up_to_the_bound(db: &TestDb) {
+    let store = db.open().await;
+    let models = ReadModels::load(&store).await.unwrap();
+    let exec = Executor::new(&store, &models);
+    let target = stream("executor-moved");
+
+    // Another writer lands between the first load and its append: the second attempt reads the
+    // new version and lands after it.
+    let loads = AtomicUsize::new(0);
+    let done = exec
+        .execute(
+            RETRY,
+            async || {
+                let v = version(&store, &target).await;
+                if loads.fetch_add(1, Ordering::SeqCst) == 0 {
+                    store
+                        .append(
+                            target.clone(),
+                            at(v),
+                            vec![new_event(&credit(provider(2), 1_000))],
+                        )
+                        .await
+                        .unwrap();
+                }
+                Ok(v)
+            },
+            |v: &u64, _now| -> Result<_, ()> {
+                Ok(one(&target, *v, new_event(&credit(provider(2), 2_000))))
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(loads.load(Ordering::SeqCst), 2);
+    assert_eq!(done.position(), Some(store.head_position().await.unwrap()));
+    assert_eq!(version(&store, &target).await, 2);
+
+    // A writer that moves it before every attempt: refused after the bound, nothing of ours
+    // written.
+    let loads = AtomicUsize::new(0);
+    let refused = exec
+        .execute(
+            RETRY,
+            async || {
+                loads.fetch_add(1, Ordering::SeqCst);
+                let v = version(&store, &target).await;
+                store
+                    .append(
+                        target.clone(),
+                        at(v),
+                        vec![new_event(&credit(provider(3), 1_000))],
+                    )
+                    .await
+                    .unwrap();
+                Ok(v)
+            },
+            |v: &u64, _now| -> Result<_, ()> {
+                Ok(one(&target, *v, new_event(&credit(provider(3), 9_999))))
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        Rejection::Contended {
+            retry: "test",
+            attempts: 3
+        }
+    );
+    assert_eq!(loads.load(Ordering::SeqCst), 3);
+    assert_eq!(version(&store, &target).await, 2 + 3);
+}
+
+async fn refusals_and_empty_decisions_write_nothing(db: &TestDb) {
+    let store = db.open().await;
+    let models = ReadModels::load(&store).await.unwrap();
+    let exec = Executor::new(&store, &models);
+    let head = store.head_position().await.unwrap();
+    let refused = exec
+        .execute(
+            RETRY,
+            async || Ok(()),
+            |_: &(), _now| -> Result<Vec<StreamAppend>, &str> { Err("not allowed") },
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused, Rejection::Rule("not allowed"));
+    let nothing = exec
+        .execute(
+            RETRY,
+            async || Ok(()),
+            |_: &(), _now| -> Result<_, ()> {
+                Ok(vec![StreamAppend {
+                    stream_id: stream("executor-empty"),
+                    expected: ExpectedVersion::Any,
+                    events: Vec::new(),
+                }])
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(nothing, Done::Nothing));
+    // A load that fails is the infrastructure's failure, not a refusal.
+    let failed = exec
+        .execute(
+            RETRY,
+            async || -> Result<(), AppError> { Err(AppError::ReadModelsBehind) },
+            |_: &(), _now| -> Result<Vec<StreamAppend>, ()> { unreachable!("never decided") },
+        )
+        .await;
+    assert!(matches!(failed, Err(AppError::ReadModelsBehind)));
+    assert_eq!(store.head_position().await.unwrap(), head);
+}
+
+async fn an_id_stored_with_other_content_is_named(db: &TestDb) {
+    let store = db.open().await;
+    let models = ReadModels::load(&store).await.unwrap();
+    let exec = Executor::new(&store, &models);
+    let target = stream("executor-ids");
+    let id = Uuid::now_v7();
+    let first = credit(provider(4), 1_000);
+    let event = |e| NewEvent::from_domain(id, e, gpunex_tests::actor());
+    store
+        .append(target.clone(), ExpectedVersion::Any, vec![event(&first)])
+        .await
+        .unwrap();
+    // The same id and content again: stored once, answered as a replay.
+    let replay = exec
+        .execute(
+            RETRY,
+            async || Ok(()),
+            |_: &(), _now| -> Result<_, ()> {
+                Ok(vec![StreamAppend {
+                    stream_id: target.clone(),
+                    expected: ExpectedVersion::Any,
+                    events: vec![event(&first)],
+                }])
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(replay, Done::Committed(c) if c.replayed));
+    // Other content under that id: named, nothing written.
+    let other = credit(provider(4), 2_000);
+    let refused = exec
+        .execute(
+            RETRY,
+            async || Ok(()),
+            |_: &(), _now| -> Result<_, ()> {
+                Ok(vec![StreamAppend {
+                    stream_id: target.clone(),
+                    expected: ExpectedVersion::Any,
+                    events: vec![event(&other)],
+                }])
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(refused, Rejection::IdTaken { event_id, .. } if event_id == id));
+    assert_eq!(version(&store, &target).await, 1);
+}
