@@ -1,7 +1,8 @@
 //! `gpunex bench scale`: what a server costs as the log grows. On a database written by `gpunex
-//! simulate`, it starts `gpunex serve` as a fresh process and measures the time until `/readyz`
-//! answers ready with every read model caught up, the server's resident memory after the start
-//! and after a stretch of load, the provider dashboard and statement latency over HTTP (beside
+//! simulate`, it starts `gpunex serve` as a fresh process twice, first with no read-model
+//! snapshot stored (a fold of the whole log, which writes one) and then as a restart from that
+//! snapshot, and measures the time until `/readyz` answers ready with every read model caught
+//! up, the server's resident memory after each start and after a stretch of load, the provider dashboard and statement latency over HTTP (beside
 //! `/healthz` through the same client, the HTTP floor), and the stored projection's catch-up
 //! (a full rebuild of the ledger read model) beside a bare ordered read of the same log: the
 //! figures run twice, on logs of different lengths, show whether cost is flat in history.
@@ -46,7 +47,12 @@ pub struct ScaleBenchArgs {
 pub struct ScaleReport {
     pub database: String,
     pub events: u64,
-    /// From starting `gpunex serve` until `/readyz` answers ready with no projection behind.
+    /// The first start with no snapshot stored (it folds the whole log into memory and writes
+    /// one), until ready, and its resident memory then, in MiB.
+    pub cold_ready_seconds: f64,
+    pub cold_rss_mib: u64,
+    /// A restart, from the snapshot the first start wrote: from starting `gpunex serve` until
+    /// `/readyz` answers ready with no projection behind.
     pub ready_seconds: f64,
     /// The server's resident memory once ready, in MiB.
     pub rss_ready_mib: u64,
@@ -84,6 +90,34 @@ fn rss_mib(pid: u32) -> anyhow::Result<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))?;
     Ok(kib / 1024)
+}
+
+/// Starts `gpunex serve` on a free loopback port and waits until it is ready: the process, how
+/// long that took, and its base URL.
+async fn start_server(
+    database_url: &str,
+    mailbox: &std::path::Path,
+    args: &ScaleBenchArgs,
+) -> anyhow::Result<(Server, Duration, String)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    eprintln!("starting `gpunex serve` on {base} ...");
+    let started = Instant::now();
+    let server = Server(
+        std::process::Command::new(std::env::current_exe()?)
+            .args(["--database-url", database_url, "serve", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--mailbox-dir")
+            .arg(mailbox)
+            .arg("--no-payout-scheduler")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()?,
+    );
+    wait_ready(&base, Duration::from_secs(args.ready_timeout_seconds)).await?;
+    Ok((server, started.elapsed(), base))
 }
 
 /// Waits until `/readyz` answers 200 with every projection caught up.
@@ -352,26 +386,18 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     let rebuilt = store.rebuild_projections(&|_| {}).await?;
     let catch_up = started.elapsed();
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let base = format!("http://127.0.0.1:{port}");
+    // A first start with no snapshot folds the whole log (and writes one); a restart begins
+    // from that snapshot, as every start after a server has run does.
+    store
+        .delete_snapshot(gpunex_app::snapshot::SNAPSHOT_NAME)
+        .await?;
     let mailbox = tempfile::tempdir()?;
-    eprintln!("starting `gpunex serve` on {base} ...");
-    let started = Instant::now();
-    let server = Server(
-        std::process::Command::new(std::env::current_exe()?)
-            .args(["--database-url", database_url, "serve", "--listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--mailbox-dir")
-            .arg(mailbox.path())
-            .arg("--no-payout-scheduler")
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()?,
-    );
-    wait_ready(&base, Duration::from_secs(args.ready_timeout_seconds)).await?;
-    let ready = started.elapsed();
+    eprintln!("first start, no snapshot ...");
+    let (server, cold_ready, _) = start_server(database_url, mailbox.path(), &args).await?;
+    let cold_rss = rss_mib(server.0.id())?;
+    drop(server);
+    eprintln!("restart, from the snapshot ...");
+    let (server, ready, base) = start_server(database_url, mailbox.path(), &args).await?;
     let pid = server.0.id();
     let rss_ready = rss_mib(pid)?;
 
@@ -454,6 +480,8 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     let report = ScaleReport {
         database: format!("{:?}", store.backend()).to_lowercase(),
         events,
+        cold_ready_seconds: cold_ready.as_secs_f64(),
+        cold_rss_mib: cold_rss,
         ready_seconds: ready.as_secs_f64(),
         rss_ready_mib: rss_ready,
         rss_loaded_mib: rss_loaded,
@@ -471,7 +499,11 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     }
     println!("{}: {} events", report.database, report.events);
     println!(
-        "start until ready       {:>8.1} s     resident {:>5} MiB ready, {:>5} MiB after {} s of load",
+        "first start (no snapshot) {:>6.1} s     resident {:>5} MiB ready",
+        report.cold_ready_seconds, report.cold_rss_mib
+    );
+    println!(
+        "restart until ready     {:>8.1} s     resident {:>5} MiB ready, {:>5} MiB after {} s of load",
         report.ready_seconds, report.rss_ready_mib, report.rss_loaded_mib, report.load_seconds
     );
     println!(

@@ -762,6 +762,11 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     // Counted before the bench issues its own finance token.
     assert_eq!(report["events"].as_u64(), Some(head));
+    assert!(
+        report["cold_ready_seconds"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(report["cold_rss_mib"].as_u64().unwrap() > 0, "{report}");
     assert!(report["ready_seconds"].as_f64().unwrap() > 0.0, "{report}");
     assert!(report["rss_ready_mib"].as_u64().unwrap() > 0, "{report}");
     assert!(report["rss_loaded_mib"].as_u64().unwrap() > 0, "{report}");

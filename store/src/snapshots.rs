@@ -44,6 +44,19 @@ impl Store {
     }
 
     /// The stored snapshot of `name`, if any.
+    /// Deletes the snapshot `name` (the next start folds the whole log and writes a new one);
+    /// returns whether one was stored.
+    pub async fn delete_snapshot(&self, name: &str) -> Result<bool, StoreError> {
+        let deleted = in_transaction!(self, |tx| {
+            sqlx::query("DELETE FROM read_model_snapshots WHERE name = $1")
+                .bind(name)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+        });
+        Ok(deleted > 0)
+    }
+
     pub async fn read_snapshot(&self, name: &str) -> Result<Option<StoredSnapshot>, StoreError> {
         let row: Option<(i64, i64, String)> = on_reader!(self, |conn| {
             sqlx::query_as(
