@@ -7,15 +7,14 @@
 
 use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
-use std::time::Duration;
 
 use crate::json::Json;
 use crate::params::{Path, Query};
 use axum::extract::State;
 use gpunex_domain::credentials::Role;
 use gpunex_domain::fleet::{
-    self, DeclarationCompared, FleetEvent, GpuConditionChanged, GpuDetected, MachineOffline,
-    MachineOnline, MachineRegistered, PlatformOutageRecorded, ReportError, Span,
+    self, DeclarationCompared, FleetEvent, GpuConditionChanged, GpuDetected, MachineOnline,
+    MachineRegistered, ReportError, Span,
 };
 use gpunex_domain::onboarding::ApplicationStatus;
 use gpunex_domain::time::{MICROS_PER_DAY, MICROS_PER_SECOND, Timestamp};
@@ -28,76 +27,21 @@ use sha2::Digest;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, append_failure};
+use crate::error::ApiError;
 use crate::server::{AppState, timestamp};
 use gpunex_app::ReadModels;
 
-/// How presence is judged and telemetry kept. Defaults suit production; tests shorten them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FleetConfig {
-    /// How often agents are told to send heartbeats.
-    pub heartbeat_interval: Duration,
-    /// A machine silent for longer than this is offline (dated at its last heartbeat).
-    pub offline_grace: Duration,
-    /// Raw telemetry samples older than this are deleted.
-    pub telemetry_retention: Duration,
-    /// Simulated machines may be listed to renters (development deployments only).
-    pub dev_mode: bool,
-    /// A rental whose machine stays offline longer than this (from its last heartbeat) ends as
-    /// interrupted by the provider (`network_loss`).
-    pub rental_grace: Duration,
-    /// The platform fee per provider tier, charged on each metered usage.
-    pub fees: gpunex_domain::metering::FeeSchedule,
-}
-
-impl Default for FleetConfig {
-    fn default() -> Self {
-        FleetConfig {
-            heartbeat_interval: Duration::from_secs(15),
-            offline_grace: Duration::from_secs(60),
-            telemetry_retention: Duration::from_secs(24 * 3_600),
-            dev_mode: false,
-            rental_grace: Duration::from_secs(600),
-            fees: gpunex_domain::metering::FeeSchedule::default(),
-        }
-    }
-}
-
-impl FleetConfig {
-    /// How often the watchdog looks: a quarter of the grace period, at most 5 seconds.
-    pub fn watchdog_interval(&self) -> Duration {
-        (self.offline_grace / 4).clamp(Duration::from_millis(50), Duration::from_secs(5))
-    }
-
-    /// A gap in the platform's liveness ticks longer than this is a platform outage.
-    pub fn outage_threshold(&self) -> Duration {
-        self.watchdog_interval() * 3 + Duration::from_secs(1)
-    }
-
-    fn grace_micros(&self) -> i64 {
-        i64::try_from(self.offline_grace.as_micros()).unwrap_or(i64::MAX)
-    }
-}
-
-fn seconds(duration: Duration) -> u32 {
-    u32::try_from(duration.as_secs()).unwrap_or(u32::MAX)
-}
+pub use gpunex_app::presence::{FleetConfig, run_watchdog};
+use gpunex_app::presence::{machine_stream, whole_seconds as seconds};
 
 /// How many times a registration compares again after another registration of the same
 /// provider moved its fleet stream, before answering `concurrent_change`.
 const REGISTRATION_ATTEMPTS: usize = 5;
 
-fn machine_stream(machine_id: Uuid) -> StreamId {
-    StreamId::parse(format!("machine-{machine_id}"))
-        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
-}
-
 fn provider_fleet_stream(provider_id: Uuid) -> StreamId {
     StreamId::parse(format!("provider_fleet-{provider_id}"))
         .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
 }
-
-const OUTAGE_STREAM: &str = "platform-outages";
 
 /// The provider and machine an agent token is bound to. The binding alone is not trusted: a
 /// machine already registered to another provider is refused whatever the token says.
@@ -775,142 +719,6 @@ pub async fn heartbeat(
         heartbeat_interval_seconds: seconds(state.fleet.heartbeat_interval),
         offline_after_seconds: seconds(state.fleet.offline_grace),
     }))
-}
-
-/// Declares machines offline when their heartbeats stop, records platform outages, and prunes
-/// old telemetry. All its state is in the database, so a restarted server carries on; the grace
-/// period restarts with the watchdog so time the platform was down is not held against anyone.
-pub async fn run_watchdog(store: Store, registry: ReadModels, config: FleetConfig) {
-    let started = store.clock().now();
-    let mut last_prune = 0_i64;
-    loop {
-        if let Err(error) = watch_once(&store, &registry, &config, started, &mut last_prune).await {
-            tracing::warn!(%error, "presence watchdog pass failed; retrying");
-        }
-        tokio::time::sleep(config.watchdog_interval()).await;
-    }
-}
-
-async fn watch_once(
-    store: &Store,
-    registry: &ReadModels,
-    config: &FleetConfig,
-    started: Timestamp,
-    last_prune: &mut i64,
-) -> Result<(), ApiError> {
-    let at = store.clock().now();
-    record_outage(store, config, at).await?;
-    let presences: HashMap<Uuid, Presence> = store
-        .presences(None)
-        .await?
-        .into_iter()
-        .map(|p| (p.machine_id, p))
-        .collect();
-    let online: Vec<(Uuid, Uuid, u64, Option<Timestamp>)> = registry.with_fleet(|f| {
-        f.machines()
-            .into_iter()
-            .filter(|m| m.online)
-            .map(|m| (m.machine_id, m.provider_id, m.stream_version, m.since))
-            .collect()
-    });
-    for (machine_id, provider_id, version, since) in online {
-        let last = presences
-            .get(&machine_id)
-            .map(|p| Timestamp::from_unix_micros(p.last_heartbeat_us))
-            .or(since)
-            .unwrap_or(started);
-        if !fleet::offline_due(last, started, at, config.grace_micros()) {
-            continue;
-        }
-        let event = DomainEvent::Fleet(FleetEvent::MachineOffline(MachineOffline {
-            machine_id,
-            provider_id,
-            last_heartbeat_at: last,
-            detected_at: at,
-            grace_seconds: seconds(config.offline_grace),
-        }));
-        match store
-            .append(
-                machine_stream(machine_id),
-                ExpectedVersion::Exact(version),
-                vec![NewEvent::from_domain(
-                    Uuid::now_v7(),
-                    &event,
-                    Metadata::actor("system:watchdog"),
-                )],
-            )
-            .await
-        {
-            Ok(committed) => {
-                tracing::info!(%machine_id, "machine offline");
-                registry.wait_for(committed.last_position()).await?;
-            }
-            // A heartbeat, a registration or another server's watchdog got there first.
-            Err(AppendError::WrongExpectedVersion { .. }) => {}
-            Err(other) => return Err(append_failure(other)),
-        }
-    }
-    gpunex_app::rentals::end_abandoned(
-        &gpunex_app::command::Executor::new(store, registry),
-        config.rental_grace,
-        started,
-    )
-    .await?;
-    if at.unix_micros() - *last_prune > 60 * MICROS_PER_SECOND {
-        let retention = i64::try_from(config.telemetry_retention.as_micros()).unwrap_or(i64::MAX);
-        let deleted = store.prune_telemetry(at.unix_micros() - retention).await?;
-        if deleted > 0 {
-            tracing::debug!(deleted, "old telemetry pruned");
-        }
-        *last_prune = at.unix_micros();
-    }
-    Ok(())
-}
-
-/// Records the platform outage the last liveness tick shows, if its gap is longer than the
-/// threshold, and only then ticks: a pass that fails in between leaves the tick where it was, so
-/// the next pass finds the same gap and the outage is not lost (its id is derived from where it
-/// began, so it is stored once however many passes find it).
-async fn record_outage(store: &Store, config: &FleetConfig, at: Timestamp) -> Result<(), ApiError> {
-    let threshold = i64::try_from(config.outage_threshold().as_micros()).unwrap_or(i64::MAX);
-    if let Some(previous) = store.platform_tick().await?
-        && at.unix_micros() - previous > threshold
-    {
-        let from = Timestamp::from_unix_micros(previous);
-        let event =
-            DomainEvent::Fleet(FleetEvent::PlatformOutageRecorded(PlatformOutageRecorded {
-                from,
-                until: at,
-            }));
-        let stream =
-            StreamId::parse(OUTAGE_STREAM).unwrap_or_else(|_| unreachable!("a valid stream id"));
-        let appended = store
-            .append(
-                stream,
-                ExpectedVersion::Any,
-                vec![NewEvent::from_domain(
-                    fleet::outage_event_id(from),
-                    &event,
-                    Metadata::actor("system:watchdog"),
-                )],
-            )
-            .await;
-        match appended {
-            Ok(committed) if !committed.replayed => {
-                tracing::warn!(
-                    from = previous,
-                    until = at.unix_micros(),
-                    "platform outage recorded"
-                );
-            }
-            // Recorded already, by an earlier pass or another server's watchdog (which saw the
-            // gap end at another instant).
-            Ok(_) | Err(AppendError::IdempotencyConflict { .. }) => {}
-            Err(other) => return Err(append_failure(other)),
-        }
-    }
-    store.record_platform_tick(at.unix_micros()).await?;
-    Ok(())
 }
 
 fn telemetry_view(row: &TelemetryRow) -> wf::Telemetry {

@@ -22,16 +22,13 @@ pub mod idempotency;
 pub mod json;
 pub mod market;
 pub mod metrics;
-pub mod outbox;
 pub mod params;
 pub mod payout_run;
-pub mod payout_send;
 pub mod payouts;
 pub mod pricing;
 pub mod reconcile;
 pub mod rentals;
 pub mod routes;
-pub mod runner;
 pub mod server;
 pub mod tokens;
 

@@ -350,7 +350,7 @@ async fn read_model_figures(out: &mut Exposition, state: &AppState) {
         };
         let outbox = state
             .store
-            .consumer_checkpoint(crate::outbox::OUTBOX)
+            .consumer_checkpoint(gpunex_app::outbox::OUTBOX)
             .await?;
         Ok::<_, gpunex_store::StoreError>((projections, head, outbox))
     };

@@ -452,7 +452,7 @@ async fn settle(
     let payout_id = record.scheduled.payout_id;
     append_one(
         state,
-        crate::payout_run::payout_stream(payout_id),
+        gpunex_app::payout_run::payout_stream(payout_id),
         ExpectedVersion::Exact(record.version),
         event,
         actor,
@@ -786,7 +786,7 @@ pub async fn make_bank_files(
         };
         append_one(
             state,
-            crate::payout_run::batch_stream(date),
+            gpunex_app::payout_run::batch_stream(date),
             ExpectedVersion::Exact(version),
             PayoutEvent::BankFileCreated(file.clone()),
             actor,
@@ -1058,7 +1058,7 @@ pub async fn import_status_report(
             }
         };
         appends.push(gpunex_store::StreamAppend {
-            stream_id: crate::payout_run::payout_stream(scheduled.payout_id),
+            stream_id: gpunex_app::payout_run::payout_stream(scheduled.payout_id),
             expected: ExpectedVersion::Exact(record.version),
             events: vec![NewEvent::from_domain(
                 Uuid::now_v7(),

@@ -508,7 +508,7 @@ pub struct Payouts {
     /// Run each payout date's batch.
     pub scheduler: bool,
     /// Send Solana payouts.
-    pub solana: Option<crate::payout_send::SolanaRail>,
+    pub solana: Option<gpunex_app::payout_send::SolanaRail>,
 }
 
 /// How the HTTP side runs: its limits, and who reads `/metrics`.
@@ -522,7 +522,7 @@ pub struct Http {
 pub async fn serve(
     store: Store,
     listen: std::net::SocketAddr,
-    notifications: Option<crate::outbox::Transport>,
+    notifications: Option<gpunex_app::outbox::Transport>,
     fleet: crate::fleet::FleetConfig,
     payouts: Payouts,
     http: Http,
@@ -532,7 +532,7 @@ pub async fn serve(
         limits,
         metrics_loopback,
     } = http;
-    let runner = tokio::spawn(crate::runner::run_projections(store.clone()));
+    let runner = tokio::spawn(gpunex_app::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
@@ -555,19 +555,19 @@ pub async fn serve(
         .with_limits(limits)
         .with_metrics_loopback(metrics_loopback);
     let scheduler = payouts.scheduler.then(|| {
-        tokio::spawn(crate::payout_run::run_scheduler(
+        tokio::spawn(gpunex_app::payout_run::run_scheduler(
             state.store.clone(),
             state.credentials.clone(),
             payouts.config.policy.clone(),
             {
                 let clock = state.clock.clone();
-                move || crate::payout_run::today_utc(clock.now())
+                move || gpunex_app::payout_run::today_utc(clock.now())
             },
             std::time::Duration::from_secs(60),
         ))
     });
     let sender = payouts.solana.map(|rail| {
-        tokio::spawn(crate::payout_send::run(
+        tokio::spawn(gpunex_app::payout_send::run(
             state.store.clone(),
             state.credentials.clone(),
             rail,
@@ -579,7 +579,7 @@ pub async fn serve(
         fleet,
     ));
     let outbox = notifications.map(|transport| {
-        tokio::spawn(crate::outbox::run(
+        tokio::spawn(gpunex_app::outbox::run(
             state.store.clone(),
             state.credentials.clone(),
             transport,

@@ -11,8 +11,13 @@ pub mod applications;
 pub mod command;
 pub mod error;
 pub mod listings;
+pub mod outbox;
+pub mod payout_run;
+pub mod payout_send;
+pub mod presence;
 pub mod read_models;
 pub mod rentals;
+pub mod runner;
 pub mod snapshot;
 
 pub use error::AppError;

@@ -96,7 +96,7 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
             gpus: 8,
             days,
             renters: 200,
-            start: gpunex_api::payout_run::today_utc(store.clock().now())
+            start: gpunex_app::payout_run::today_utc(store.clock().now())
                 - chrono::Days::new(u64::from(days)),
             fees: gpunex_domain::metering::FeeSchedule::default(),
         };
@@ -146,7 +146,7 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let today = gpunex_api::payout_run::today_utc(state.clock.now());
+    let today = gpunex_app::payout_run::today_utc(state.clock.now());
     let month_ago = today - chrono::Days::new(30);
     let yesterday = today - chrono::Days::new(1);
     let paths = [

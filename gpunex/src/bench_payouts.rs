@@ -329,7 +329,7 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
         &state,
         date,
         rust_decimal::Decimal::new(92, 2),
-        gpunex_api::payout_run::today_utc(state.clock.now()),
+        gpunex_app::payout_run::today_utc(state.clock.now()),
         "system:bench",
     )
     .await

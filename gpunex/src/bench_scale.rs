@@ -63,6 +63,8 @@ pub struct ScaleReport {
     pub bare_read_events_per_second: u64,
     /// The stored ledger projection rebuilt from position 0.
     pub catch_up_events_per_second: u64,
+    /// The stored earnings projection (usage lines with running sums) rebuilt from position 0.
+    pub earnings_catch_up_events_per_second: u64,
     pub reference_healthz: Latency,
     pub endpoints: Vec<Endpoint>,
     /// `POST /v1/agent/events` with one usage report, while another writer appends.
@@ -375,7 +377,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let today = gpunex_api::payout_run::today_utc(store.clock().now());
+    let today = gpunex_app::payout_run::today_utc(store.clock().now());
 
     eprintln!(
         "{events} events: bare ordered read, then a full rebuild of the ledger projection ..."
@@ -383,8 +385,12 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     let head = store.head_position().await?;
     let (read, bare) = bare_read(&store, head).await?;
     let started = Instant::now();
-    let rebuilt = store.rebuild_projections(&|_| {}).await?;
+    let rebuilt = store.rebuild_ledger(&|_| {}).await?;
     let catch_up = started.elapsed();
+    eprintln!("... and of the stored earnings projection ...");
+    let started = Instant::now();
+    let earnings_rebuilt = store.rebuild_earnings().await?;
+    let earnings_catch_up = started.elapsed();
 
     // A first start with no snapshot folds the whole log (and writes one); a restart begins
     // from that snapshot, as every start after a server has run does.
@@ -488,6 +494,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         load_seconds: args.load_seconds,
         bare_read_events_per_second: rate(read, bare),
         catch_up_events_per_second: rate(rebuilt, catch_up),
+        earnings_catch_up_events_per_second: rate(earnings_rebuilt, earnings_catch_up),
         reference_healthz,
         endpoints,
         usage_report,
@@ -507,11 +514,20 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         report.ready_seconds, report.rss_ready_mib, report.rss_loaded_mib, report.load_seconds
     );
     println!(
-        "stored catch-up     {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
+        "ledger catch-up     {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
         report.catch_up_events_per_second,
         report.bare_read_events_per_second,
         ratio(
             report.catch_up_events_per_second,
+            report.bare_read_events_per_second
+        )
+    );
+    println!(
+        "earnings catch-up   {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
+        report.earnings_catch_up_events_per_second,
+        report.bare_read_events_per_second,
+        ratio(
+            report.earnings_catch_up_events_per_second,
             report.bare_read_events_per_second
         )
     );

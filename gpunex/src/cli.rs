@@ -153,7 +153,7 @@ pub async fn simulate(database_url: &str, args: &SimulateArgs) -> anyhow::Result
     let start = match &args.start {
         Some(text) => gpunex_domain::calendar::date(text)?,
         None => {
-            let today = gpunex_api::payout_run::today_utc(store.clock().now());
+            let today = gpunex_app::payout_run::today_utc(store.clock().now());
             today - chrono::Days::new(u64::from(args.days))
         }
     };
@@ -787,14 +787,14 @@ pub struct SolanaArgs {
 
 impl SolanaArgs {
     /// The rail, when an RPC endpoint is configured (then the key file is required).
-    pub fn rail(&self) -> anyhow::Result<Option<gpunex_api::payout_send::SolanaRail>> {
+    pub fn rail(&self) -> anyhow::Result<Option<gpunex_app::payout_send::SolanaRail>> {
         let Some(url) = &self.solana_rpc_url else {
             return Ok(None);
         };
         let path = self.treasury_keypair.as_ref().ok_or_else(|| {
             anyhow::anyhow!("--treasury-keypair is required with --solana-rpc-url")
         })?;
-        Ok(Some(gpunex_api::payout_send::SolanaRail {
+        Ok(Some(gpunex_app::payout_send::SolanaRail {
             rpc: gpunex_payouts::solana::Rpc::new(url.clone())?,
             treasury: gpunex_payouts::solana::Treasury::from_file(path)?,
             mint: gpunex_payouts::solana::pubkey(&self.usdc_mint)?,

@@ -72,11 +72,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let store = cli::open_store(&cli.database_url).await?;
             let notifications = match smtp_url {
                 _ if no_outbox => None,
-                Some(url) => Some(gpunex_api::outbox::Transport::Smtp(
-                    gpunex_api::outbox::Smtp::from_url(&url, &mail_from)?,
+                Some(url) => Some(gpunex_app::outbox::Transport::Smtp(
+                    gpunex_app::outbox::Smtp::from_url(&url, &mail_from)?,
                 )),
-                None => Some(gpunex_api::outbox::Transport::Mailbox(
-                    gpunex_api::outbox::Mailbox::open(&mailbox_dir, &mail_from)?,
+                None => Some(gpunex_app::outbox::Transport::Mailbox(
+                    gpunex_app::outbox::Mailbox::open(&mailbox_dir, &mail_from)?,
                 )),
             };
             gpunex_api::server::serve(
@@ -255,7 +255,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let store = cli::open_store(&cli.database_url).await?;
             let credentials = gpunex_app::ReadModels::load(&store).await?;
             loop {
-                let report = gpunex_api::payout_send::pass(&store, &credentials, &rail).await?;
+                let report = gpunex_app::payout_send::pass(&store, &credentials, &rail).await?;
                 println!(
                     "submitted {} rebroadcast {} re-signed {} confirmed {} failed {}; open {}",
                     report.submitted,

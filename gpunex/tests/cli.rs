@@ -771,6 +771,12 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
     assert!(report["rss_ready_mib"].as_u64().unwrap() > 0, "{report}");
     assert!(report["rss_loaded_mib"].as_u64().unwrap() > 0, "{report}");
     assert!(report["catch_up_events_per_second"].as_u64().unwrap() > 0);
+    assert!(
+        report["earnings_catch_up_events_per_second"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
     assert!(report["bare_read_events_per_second"].as_u64().unwrap() > 0);
     let endpoints = report["endpoints"].as_array().unwrap();
     assert_eq!(endpoints.len(), 4, "{report}");

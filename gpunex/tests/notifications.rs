@@ -4,7 +4,7 @@
 
 use axum::http::StatusCode;
 use gpunex_api::AppState;
-use gpunex_api::outbox::{Mailbox, OUTBOX, Transport, deliver_pending};
+use gpunex_app::outbox::{Mailbox, OUTBOX, Transport, deliver_pending};
 use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
 
@@ -254,7 +254,7 @@ async fn smtp_delivery_sends_each_notification_once() {
     .await;
 
     let smtp = Transport::Smtp(
-        gpunex_api::outbox::Smtp::from_url(
+        gpunex_app::outbox::Smtp::from_url(
             &format!("smtp://127.0.0.1:{port}"),
             "GPUnex <no-reply@gpunex.local>",
         )

@@ -609,7 +609,7 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
 /// The server's scheduler loop, on a clock that says Wednesday 2026-11-04: the Monday it missed
 /// (the server was down) is paid once; later ticks write nothing.
 async fn the_scheduler_runs_each_due_date_once_and_catches_up(db: &TestDb) {
-    use gpunex_api::payout_run::{SchedulerState, run_scheduler, scheduler_dates, scheduler_tick};
+    use gpunex_app::payout_run::{SchedulerState, run_scheduler, scheduler_dates, scheduler_tick};
     let date = |text: &str| NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap();
     let policy = PayoutPolicy::default();
     assert_eq!(
@@ -715,9 +715,21 @@ async fn the_scheduler_runs_each_due_date_once_and_catches_up(db: &TestDb) {
     )
     .await
     .unwrap();
-    assert_eq!(created.len(), 1);
-    assert_eq!(created[0].payouts[0].amount_micro_usdc, 20_000_000);
-    assert_eq!(created[0].date, "2026-11-09");
+    assert_eq!(created, [date("2026-11-09")]);
+    let (status, _, batch) = common::request(
+        &base,
+        "GET",
+        "/v1/payout-batches/2026-11-09",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{batch}");
+    assert_eq!(
+        payout_of(&batch, provider)["amount_micro_usdc"],
+        20_000_000,
+        "{batch}"
+    );
 }
 
 /// A pain.002.001.10 report `message_id` on the file `original`, with a group status block and
@@ -968,7 +980,8 @@ async fn a_bank_status_report_confirms_and_returns_payouts(db: &TestDb) {
 /// part-way holds back every other date until it is finished, and finishing it keeps its
 /// payouts even if a provider's schedule changed meanwhile.
 async fn one_batch_runs_at_a_time_and_an_interrupted_one_is_finished(db: &TestDb) {
-    use gpunex_api::payout_run::{plan, run_batch};
+    use gpunex_api::payout_run::run_batch;
+    use gpunex_app::payout_run::plan;
     let date = |text: &str| NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap();
     let state = AppState::load(db.open().await).await.unwrap();
     let admin = common::admin_token(&state).await;
@@ -1051,7 +1064,7 @@ async fn one_batch_runs_at_a_time_and_an_interrupted_one_is_finished(db: &TestDb
     let monday = date("2026-11-16");
     let now = gpunex_domain::time::Timestamp::from_unix_micros(1_794_000_000_000_000);
     let stored =
-        gpunex_api::payout_run::stored_ranges(store, &state.credentials, policy.cutoff(monday))
+        gpunex_app::payout_run::stored_ranges(store, &state.credentials, policy.cutoff(monday))
             .await
             .unwrap();
     let planned = state
@@ -1084,7 +1097,7 @@ async fn one_batch_runs_at_a_time_and_an_interrupted_one_is_finished(db: &TestDb
                 ))],
             },
             gpunex_store::StreamAppend {
-                stream_id: gpunex_api::payout_run::payout_stream(planned.payouts[0].payout_id),
+                stream_id: gpunex_app::payout_run::payout_stream(planned.payouts[0].payout_id),
                 expected: gpunex_store::ExpectedVersion::NoStream,
                 events: vec![event(gpunex_domain::payouts::PayoutEvent::Scheduled(
                     planned.payouts[0].clone(),

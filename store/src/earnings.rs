@@ -117,6 +117,12 @@ fn rental_row(
     })
 }
 
+/// The secondary indexes of `earnings_lines` (migration 0008), by name and columns.
+const LINE_INDEXES: [(&str, &str); 2] = [
+    ("earnings_lines_by_date", "provider_id, at_us, position"),
+    ("earnings_lines_by_position", "provider_id, position"),
+];
+
 impl Store {
     /// How far the earnings projection has folded the log.
     pub async fn earnings_checkpoint(&self) -> Result<u64, StoreError> {
@@ -303,8 +309,27 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         });
+        // The lines' secondary indexes are built once after the refold rather than kept up
+        // row by row: the same indexes as the migration, under the same names.
+        in_transaction!(self, |tx| {
+            for (name, _) in LINE_INDEXES {
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        });
         let _folding = self.inner.earnings_fold.lock().await;
-        Ok(self.catch_up_earnings().await?.checkpoint)
+        let folded = self.catch_up_earnings().await;
+        in_transaction!(self, |tx| {
+            for (name, columns) in LINE_INDEXES {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "CREATE INDEX IF NOT EXISTS {name} ON earnings_lines ({columns})"
+                )))
+                .execute(&mut *tx)
+                .await?;
+            }
+        });
+        Ok(folded?.checkpoint)
     }
 
     /// The rentals with these ids that the projection holds.
@@ -452,39 +477,45 @@ impl Store {
         after: u64,
         limit: usize,
     ) -> Result<Vec<Line>, StoreError> {
-        let (sql, a, b, c) = match range {
-            LineRange::Dated { from, until, as_of } => (
-                format!(
+        let limit = to_i64(limit as u64);
+        let rows: Vec<LineTuple> = match range {
+            LineRange::Dated { from, until, as_of } => {
+                let sql = format!(
                     "SELECT {LINE_COLUMNS} FROM earnings_lines WHERE provider_id = $1 \
                      AND at_us >= $2 AND at_us < $3 AND position <= $4 AND position > $5 \
                      ORDER BY at_us, position LIMIT $6"
-                ),
-                from.unix_micros(),
-                until.unix_micros(),
-                to_i64(as_of),
-            ),
-            LineRange::Positions { after, through } => (
-                format!(
+                );
+                on_reader!(self, |conn| {
+                    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                        .bind(provider_id.to_string())
+                        .bind(from.unix_micros())
+                        .bind(until.unix_micros())
+                        .bind(to_i64(as_of))
+                        .bind(to_i64(after))
+                        .bind(limit)
+                        .fetch_all(conn)
+                        .await?
+                })
+            }
+            LineRange::Positions {
+                after: range_after,
+                through,
+            } => {
+                let sql = format!(
                     "SELECT {LINE_COLUMNS} FROM earnings_lines WHERE provider_id = $1 \
-                     AND position > $2 AND position <= $3 AND $4 = $4 AND position > $5 \
-                     ORDER BY position LIMIT $6"
-                ),
-                to_i64(after),
-                to_i64(through),
-                0,
-            ),
+                     AND position > $2 AND position <= $3 ORDER BY position LIMIT $4"
+                );
+                on_reader!(self, |conn| {
+                    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                        .bind(provider_id.to_string())
+                        .bind(to_i64(range_after.max(after)))
+                        .bind(to_i64(through))
+                        .bind(limit)
+                        .fetch_all(conn)
+                        .await?
+                })
+            }
         };
-        let rows: Vec<LineTuple> = on_reader!(self, |conn| {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                .bind(provider_id.to_string())
-                .bind(a)
-                .bind(b)
-                .bind(c)
-                .bind(to_i64(after))
-                .bind(to_i64(limit as u64))
-                .fetch_all(conn)
-                .await?
-        });
         let wanted: BTreeSet<&str> = rows.iter().map(|r| r.5.as_str()).collect();
         let ids = wanted
             .into_iter()

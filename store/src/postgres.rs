@@ -75,22 +75,17 @@ impl PgBackend {
                     .await?;
             }
         }
-        sqlx::query(
-            "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES ($1, 0, $2) \
-             ON CONFLICT (projection) DO NOTHING",
-        )
-        .bind(gpunex_projections::ledger::LEDGER)
-        .bind(self.now_us())
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES ($1, 0, $2) \
-             ON CONFLICT (projection) DO NOTHING",
-        )
-        .bind(gpunex_projections::earnings_lines::EARNINGS)
-        .bind(self.now_us())
-        .execute(&mut *tx)
-        .await?;
+        // Every stored projection starts at position 0.
+        for projection in gpunex_projections::PROJECTIONS {
+            sqlx::query(
+                "INSERT INTO projection_checkpoints (projection, position, updated_at_us) \
+                 VALUES ($1, 0, $2) ON CONFLICT (projection) DO NOTHING",
+            )
+            .bind(projection)
+            .bind(self.now_us())
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(())
     }

@@ -82,22 +82,17 @@ impl SqliteBackend {
             .await?;
         let mut conn = self.write.acquire().await?;
         create_live_ledger_tables(&mut conn).await?;
-        sqlx::query(
-            "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES (?, 0, ?) \
-             ON CONFLICT (projection) DO NOTHING",
-        )
-        .bind(gpunex_projections::ledger::LEDGER)
-        .bind(self.now_us())
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query(
-            "INSERT INTO projection_checkpoints (projection, position, updated_at_us) VALUES (?, 0, ?) \
-             ON CONFLICT (projection) DO NOTHING",
-        )
-        .bind(gpunex_projections::earnings_lines::EARNINGS)
-        .bind(self.now_us())
-        .execute(&mut *conn)
-        .await?;
+        // Every stored projection starts at position 0.
+        for projection in gpunex_projections::PROJECTIONS {
+            sqlx::query(
+                "INSERT INTO projection_checkpoints (projection, position, updated_at_us) \
+                 VALUES (?, 0, ?) ON CONFLICT (projection) DO NOTHING",
+            )
+            .bind(projection)
+            .bind(self.now_us())
+            .execute(&mut *conn)
+            .await?;
+        }
         Ok(())
     }
 

@@ -346,13 +346,18 @@ impl Store {
         &self,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<u64, StoreError> {
-        let run_id = uuid::Uuid::now_v7();
-        let ledger = match &self.inner.db {
-            Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
-            Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
-        };
+        let ledger = self.rebuild_ledger(progress).await?;
         let earnings = self.rebuild_earnings().await?;
         Ok(ledger.min(earnings))
+    }
+
+    /// Rebuilds the ledger projection alone (see `rebuild_projections`); returns its checkpoint.
+    pub async fn rebuild_ledger(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
+        let run_id = uuid::Uuid::now_v7();
+        match &self.inner.db {
+            Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await,
+            Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await,
+        }
     }
 
     /// Every account's totals from the ledger read model.

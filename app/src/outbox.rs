@@ -22,7 +22,7 @@ use gpunex_domain::onboarding::{Application, ApplicationEvent, Tier};
 use gpunex_store::Store;
 use uuid::Uuid;
 
-use gpunex_app::ReadModels;
+use crate::ReadModels;
 
 /// The outbox's checkpoint name.
 pub const OUTBOX: &str = "outbox";

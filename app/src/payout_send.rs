@@ -27,8 +27,8 @@ use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
 use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store};
 use uuid::Uuid;
 
+use crate::ReadModels;
 use crate::payout_run::payout_stream;
-use gpunex_app::ReadModels;
 
 const ACTOR: &str = "system:solana-sender";
 
@@ -60,9 +60,7 @@ pub enum SendError {
     #[error("the log refused the record: {0}")]
     Append(#[from] gpunex_store::AppendError),
     #[error(transparent)]
-    Api(#[from] crate::error::ApiError),
-    #[error(transparent)]
-    App(#[from] gpunex_app::AppError),
+    App(#[from] crate::AppError),
     #[error(transparent)]
     Store(#[from] gpunex_store::StoreError),
     #[error("payout {0}: {1}")]
