@@ -21,6 +21,7 @@ use gpunex_projections::earnings_lines::{
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
+use crate::sql::{placeholders, values};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
@@ -28,23 +29,6 @@ use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_
 const ROWS_PER_STATEMENT: usize = 250;
 
 /// `($k+1, ..., $k+n)` for each of `rows` rows of `n` parameters.
-fn values(rows: usize, n: usize) -> String {
-    (0..rows)
-        .map(|r| {
-            let list: Vec<String> = (1..=n).map(|c| format!("${}", r * n + c)).collect();
-            format!("({})", list.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn placeholders(n: usize) -> String {
-    (1..=n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn corrupt(reason: impl std::fmt::Display) -> StoreError {
     StoreError::CorruptRow {
         position: 0,
@@ -223,7 +207,7 @@ impl Store {
                 let sql = format!(
                     "INSERT INTO earnings_rentals (rental_id, renter_id, provider_id, machine_id, \
                      model_id, gpu_uuids) VALUES {} ON CONFLICT (rental_id) DO NOTHING",
-                    values(chunk.len(), 6)
+                    values(self.backend(), chunk.len(), 6)
                 );
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
                 for rental in chunk {
@@ -240,7 +224,7 @@ impl Store {
             for chunk in batch.lines.chunks(ROWS_PER_STATEMENT) {
                 let sql = format!(
                     "INSERT INTO earnings_lines ({LINE_COLUMNS}, {THROUGH_COLUMNS}) VALUES {}",
-                    values(chunk.len(), 18)
+                    values(self.backend(), chunk.len(), 18)
                 );
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
                 for line in chunk {
@@ -339,7 +323,7 @@ impl Store {
             let sql = format!(
                 "SELECT rental_id, renter_id, provider_id, machine_id, model_id, gpu_uuids \
                  FROM earnings_rentals WHERE rental_id IN ({})",
-                placeholders(chunk.len())
+                placeholders(self.backend(), chunk.len())
             );
             let rows: Vec<(String, String, String, String, String, String)> =
                 on_reader!(self, |conn| {
@@ -366,7 +350,7 @@ impl Store {
             let sql = format!(
                 "SELECT provider_id, last_at_us, {THROUGH_COLUMNS} FROM earnings_providers \
                  WHERE provider_id IN ({})",
-                placeholders(chunk.len())
+                placeholders(self.backend(), chunk.len())
             );
             let rows: Vec<(String, i64, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
                 let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql));

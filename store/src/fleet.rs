@@ -9,14 +9,6 @@ use crate::{Store, StoreError, to_i64};
 /// Ids bound per `IN (...)` list (SQLite allows 32,766 parameters; PostgreSQL 65,535).
 const IN_LIST_MAX: usize = 500;
 
-/// `$1, $2, ..., $n`: placeholders only, never values.
-fn placeholders(n: usize) -> String {
-    (1..=n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// One stored telemetry sample: which machine sent it and when the server received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TelemetryRow {
@@ -170,7 +162,7 @@ impl Store {
                 for chunk in ids.chunks(IN_LIST_MAX) {
                     let sql = format!(
                         "{columns} WHERE machine_id IN ({})",
-                        placeholders(chunk.len())
+                        crate::sql::placeholders(self.backend(), chunk.len())
                     );
                     let found: Vec<(String, String, i64, i64)> = on_reader!(self, |pool| {
                         let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
@@ -217,7 +209,7 @@ impl Store {
                 for chunk in ids.chunks(IN_LIST_MAX) {
                     let sql = format!(
                         "SELECT {SAMPLE_COLUMNS} FROM gpu_telemetry_latest WHERE machine_id IN ({})",
-                        placeholders(chunk.len())
+                        crate::sql::placeholders(self.backend(), chunk.len())
                     );
                     let found: Vec<SampleRow> = on_reader!(self, |pool| {
                         let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));

@@ -141,6 +141,7 @@ mod postgres_snapshot;
 mod rebuild;
 mod rows;
 pub mod snapshots;
+mod sql;
 mod sqlite;
 mod sqlite_scan;
 pub mod stats;

@@ -1,0 +1,31 @@
+//! Parameter lists for statements built at run time (multi-row inserts, `IN` lists): placeholders
+//! only, never values.
+
+use crate::Backend;
+
+/// The parameter list of `rows` rows of `n` values each. SQLite gets anonymous `?` parameters:
+/// sqlx looks every numbered or named one up by name, a scan of the statement's parameters, which
+/// made a 4,500-parameter insert quadratic (80% of a rebuild's time); PostgreSQL needs `$n`.
+pub(crate) fn values(backend: Backend, rows: usize, n: usize) -> String {
+    (0..rows)
+        .map(|r| {
+            let list: Vec<String> = (1..=n).map(|c| parameter(backend, r * n + c)).collect();
+            format!("({})", list.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(crate) fn placeholders(backend: Backend, n: usize) -> String {
+    (1..=n)
+        .map(|i| parameter(backend, i))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn parameter(backend: Backend, i: usize) -> String {
+    match backend {
+        Backend::Sqlite => "?".to_owned(),
+        Backend::Postgres => format!("${i}"),
+    }
+}
