@@ -170,7 +170,7 @@ async fn declare_offline(
                         models.wait_for_streams(exec.store(), &[stream]).await?;
                         last = exec
                             .store()
-                            .presences(None)
+                            .presences(Some(&[machine_id]))
                             .await?
                             .into_iter()
                             .find(|p| p.machine_id == machine_id)
