@@ -225,14 +225,16 @@ pub async fn agent_events(
                 if report.machine_id != machine_id {
                     return Err(not_owned(report.machine_id));
                 }
-                rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))?;
+                rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))
+                    .await?;
                 check_range_u64(&at("body/gpu_seconds"), report.gpu_seconds)?;
             }
             wf::AgentEventBody::JobStarted(report) => {
                 if report.machine_id != machine_id {
                     return Err(not_owned(report.machine_id));
                 }
-                rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))?;
+                rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))
+                    .await?;
                 if !matches!(report.runtime.as_str(), "docker" | "process") {
                     return Err(ApiError::body(
                         &at("body/runtime"),
@@ -246,7 +248,8 @@ pub async fn agent_events(
                 if report.machine_id != machine_id {
                     return Err(not_owned(report.machine_id));
                 }
-                rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))?;
+                rental_on_machine(&state, report.rental_id, machine_id, &at("body/rental_id"))
+                    .await?;
                 check_range_u64(&at("body/gpu_seconds"), report.gpu_seconds)?;
                 let job = gpunex_domain::rental::JobEnded {
                     rental_id: report.rental_id,
@@ -368,16 +371,15 @@ pub async fn agent_events(
     Ok(Json(wf::AgentEventsResponse { results }))
 }
 
-fn rental_on_machine(
+async fn rental_on_machine(
     state: &AppState,
     rental_id: Uuid,
     machine_id: Uuid,
     field: &str,
 ) -> Result<(), ApiError> {
-    let on_machine = state.credentials.with_market(|m| {
-        m.rental(&rental_id)
-            .map(|r| r.started.machine_id == machine_id)
-    });
+    let on_machine = gpunex_app::rentals::rental_of(&state.store, &state.credentials, rental_id)
+        .await?
+        .map(|r| r.started.machine_id == machine_id);
     if on_machine != Some(true) {
         return Err(ApiError::body(
             field,

@@ -172,21 +172,23 @@ pub async fn recommendations(
     };
 
     // Demand and rented prices: rentals overlapping the window.
-    let rentals: Vec<(Uuid, Timestamp, Option<Timestamp>, u32, i64)> =
-        state.credentials.with_market(|m| {
-            m.all_rentals()
-                .filter(|r| r.started.model_id == model_id)
-                .map(|r| {
-                    (
-                        r.started.provider_id,
-                        r.started.started_at,
-                        r.ended.as_ref().map(|e| e.ended_at),
-                        r.started.gpu_uuids.len() as u32,
-                        r.started.price_per_gpu_hour.micros(),
-                    )
-                })
-                .collect()
-        });
+    // (Rentals that ended before the window add nothing: the stored projection's index skips
+    // them.)
+    let rentals: Vec<(Uuid, Timestamp, Option<Timestamp>, u32, i64)> = state
+        .store
+        .model_rentals_since(&model_id, window.from, state.credentials.position())
+        .await?
+        .into_iter()
+        .map(|r| {
+            (
+                r.started.provider_id,
+                r.started.started_at,
+                r.ended.as_ref().map(|e| e.ended_at),
+                r.started.gpu_uuids.len() as u32,
+                r.started.price_per_gpu_hour.micros(),
+            )
+        })
+        .collect();
     for (provider_id, started, ended, gpus, price) in rentals {
         let from = started.max(window.from);
         let until = ended.unwrap_or(at).min(window.until);

@@ -257,15 +257,19 @@ pub async fn read(
     caller: Caller,
     Path(rental_id): Path<Uuid>,
 ) -> Result<Json<wr::RentalView>, ApiError> {
-    state
-        .credentials
-        .with_market(|m| m.rental(&rental_id).cloned())
+    app_rentals::rental_of(&state.store, &state.credentials, rental_id)
+        .await?
         .filter(|r| may_see(&caller, r))
         .map(|r| Json(view(&r)))
         .ok_or(ApiError::NotFound("rental"))
 }
 
-/// `GET /v1/rentals`: a renter's own rentals (admins and finance pass `renter_id`), newest first.
+/// Most rentals one page of `GET /v1/rentals` holds, and its default.
+pub const RENTALS_PAGE_MAX: u32 = 500;
+
+/// `GET /v1/rentals`: a renter's own rentals (admins and finance pass `renter_id`), newest first,
+/// one page at a time (`before` and `limit`; a `Link` header with `rel="next"` when there are
+/// more). Read from the stored rentals projection, as of this process's read models.
 #[utoipa::path(
     get,
     path = "/v1/rentals",
@@ -274,14 +278,29 @@ pub async fn read(
     summary = "a renter's rentals, newest first",
     params(
         ("renter_id" = Option<uuid::Uuid>, Query, description = "whose rentals (admin and finance; a renter sees its own)"),
+        ("before" = Option<uuid::Uuid>, Query, description = "a rental id: the page holds the rentals older than it (the last of the previous page)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "rentals in the page, 1 to 500 (default 500)"),
     ),
-    responses((status = 200, description = "a renter's rentals, newest first", body = Vec<wr::RentalView>)),
+    responses((status = 200, description = "a renter's rentals, newest first", body = Vec<wr::RentalView>,
+        headers(("Link" = String, description = "`</v1/rentals?...&before=ID>; rel=\"next\"` when older rentals follow"))
+    )),
 )]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Query(query): Query,
-) -> Result<Json<Vec<wr::RentalView>>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    if let Some(key) = query
+        .keys()
+        .find(|k| !matches!(k.as_str(), "renter_id" | "before" | "limit"))
+    {
+        return Err(ApiError::query(
+            key,
+            ErrorCode::UnknownParameter,
+            "known: renter_id, before, limit",
+        ));
+    }
     let renter_id = match caller.renter_id() {
         Some(user_id) => user_id,
         None => query
@@ -291,10 +310,53 @@ pub async fn list(
                 ApiError::query("renter_id", ErrorCode::Required, "a renter id (UUID)")
             })?,
     };
-    let rentals = state
-        .credentials
-        .with_market(|m| m.rentals_of(renter_id).into_iter().map(view).collect());
-    Ok(Json(rentals))
+    let before = match query.get("before") {
+        Some(cursor) => Some(Uuid::try_parse(cursor).map_err(|_| {
+            ApiError::query(
+                "before",
+                ErrorCode::InvalidCursor,
+                "a rental id (UUID): the last of the previous page",
+            )
+        })?),
+        None => None,
+    };
+    let limit = match query.get("limit") {
+        Some(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=RENTALS_PAGE_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::query(
+                    "limit",
+                    ErrorCode::OutOfRange,
+                    format!("1 to {RENTALS_PAGE_MAX}"),
+                )
+            })?,
+        None => RENTALS_PAGE_MAX,
+    };
+    let mut page = state
+        .store
+        .renter_rentals(renter_id, before, limit + 1, state.credentials.position())
+        .await?;
+    let more = page.len() > limit as usize;
+    page.truncate(limit as usize);
+    let views: Vec<wr::RentalView> = page.iter().map(view).collect();
+    let mut response = Json(views).into_response();
+    if let (true, Some(last)) = (more, page.last()) {
+        let mut next = format!(
+            "/v1/rentals?before={}&limit={limit}",
+            last.started.rental_id
+        );
+        if caller.renter_id().is_none() {
+            next.push_str(&format!("&renter_id={renter_id}"));
+        }
+        if let Ok(value) = axum::http::HeaderValue::from_str(&format!("<{next}>; rel=\"next\"")) {
+            response
+                .headers_mut()
+                .insert(axum::http::header::LINK, value);
+        }
+    }
+    Ok(response)
 }
 
 /// The GPUs of a rental asked for by filter: in rank order, the first machine with `count`
@@ -367,9 +429,8 @@ pub async fn end(
     body: Option<Json<wr::EndRequest>>,
 ) -> Result<Json<wr::RentalView>, ApiError> {
     let request = body.map(|Json(request)| request).unwrap_or_default();
-    let rental = state
-        .credentials
-        .with_market(|m| m.rental(&rental_id).cloned())
+    let rental = app_rentals::rental_of(&state.store, &state.credentials, rental_id)
+        .await?
         .filter(|r| matches!(caller.role, Role::Admin) || may_see(&caller, r))
         .ok_or(ApiError::NotFound("rental"))?;
     let cause = match caller.role {
@@ -386,9 +447,8 @@ pub async fn end(
     .await?
     .map_err(refused)?;
     state.listings.wait_for(position).await;
-    let rental = state
-        .credentials
-        .with_market(|m| m.rental(&rental_id).cloned())
+    let rental = app_rentals::rental_of(&state.store, &state.credentials, rental_id)
+        .await?
         .ok_or(ApiError::NotFound("rental"))?;
     Ok(Json(view(&rental)))
 }

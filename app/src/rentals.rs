@@ -15,7 +15,7 @@ use gpunex_domain::rental::{
 use gpunex_domain::time::{MICROS_PER_SECOND, Timestamp};
 use gpunex_domain::{StreamId, fleet};
 use gpunex_projections::market::RentalState;
-use gpunex_store::{ExpectedVersion, Metadata, NewEvent, StreamAppend};
+use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
 use uuid::Uuid;
 
 use crate::command::{Done, Executor, Rejection, Retry};
@@ -110,8 +110,18 @@ pub fn transitions_of(models: &ReadModels, machine_id: &Uuid) -> Vec<(bool, Time
         .unwrap_or_default()
 }
 
-fn rental_of(models: &ReadModels, rental_id: &Uuid) -> Option<RentalState> {
-    models.with_market(|m| m.rental(rental_id).cloned())
+/// A rental's state: from memory while it is open, from the stored rentals projection once it
+/// is over (folded at least through its own stream's last event, so never older than memory).
+pub async fn rental_of(
+    store: &Store,
+    models: &ReadModels,
+    rental_id: Uuid,
+) -> Result<Option<RentalState>, AppError> {
+    if let Some(open) = models.with_market(|m| m.open_rental(&rental_id).cloned()) {
+        return Ok(Some(open));
+    }
+    let position = store.streams_position(&[&rental_stream(rental_id)]).await?;
+    Ok(store.stored_rental(rental_id, position).await?)
 }
 
 /// Writes a rental's events: each to its stream (`RentalEvent::stream`), the rental's at the
@@ -161,7 +171,7 @@ async fn load(exec: &Executor<'_>, rental_id: Uuid) -> Result<Option<RentalState
     exec.models()
         .wait_for_streams(exec.store(), &[&rental_stream(rental_id)])
         .await?;
-    Ok(rental_of(exec.models(), &rental_id))
+    rental_of(exec.store(), exec.models(), rental_id).await
 }
 
 /// A report stored under its own id: a re-send (same content) or an earlier delivery of it
@@ -225,7 +235,8 @@ pub async fn meter(
                 let stream = StreamId::parse(format!("machine-{machine}"))
                     .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"));
                 models.wait_for_streams(exec.store(), &[&stream]).await?;
-                Ok(rental_of(models, &rental_id).map(|rental| Metering {
+                let rental = rental_of(exec.store(), models, rental_id).await?;
+                Ok(rental.map(|rental| Metering {
                     transitions: transitions_of(models, &machine),
                     tier: tier_of(models, rental.started.provider_id),
                     rental,
@@ -396,7 +407,8 @@ pub async fn end_abandoned(
             .execute(
                 RENTAL_RETRY,
                 move || async move {
-                    Ok(rental_of(models, &rental_id).map(|rental| {
+                    let rental = rental_of(exec.store(), models, rental_id).await?;
+                    Ok(rental.map(|rental| {
                         let offline_since = models.with_fleet(|f| {
                             f.machine(&rental.started.machine_id)
                                 .filter(|m| !m.online)

@@ -1047,6 +1047,60 @@ async fn rentals_lock_the_price_and_never_double_book(db: &TestDb) {
     .await;
     assert_eq!(status, StatusCode::CREATED, "{next}");
     assert_eq!(next["price_per_gpu_hour_usdc"], "3.000000");
+
+    // The renter's rentals page newest first: the one that is over comes from the stored
+    // rentals projection, behind the `Link` of the first page.
+    let (status, _) = call(
+        &base,
+        "POST",
+        &format!("/v1/rentals/{}/end", next["rental_id"].as_str().unwrap()),
+        Some(&r2),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, newest) = call(
+        &base,
+        "POST",
+        "/v1/rentals",
+        Some(&r2),
+        Some(rent_body(json!([h.gpus[0]]))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{newest}");
+    let (status, headers, page) =
+        common::request(&base, "GET", "/v1/rentals?limit=1", Some(&r2), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page[0]["rental_id"], newest["rental_id"]);
+    assert_eq!(page.as_array().unwrap().len(), 1);
+    let link = headers["link"].to_str().unwrap().to_owned();
+    let target = link
+        .strip_prefix('<')
+        .and_then(|l| l.split_once(">; rel=\"next\""))
+        .map(|(t, _)| t.to_owned())
+        .unwrap_or_else(|| panic!("{link}"));
+    let (status, headers, older) = common::request(&base, "GET", &target, Some(&r2), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(older.as_array().unwrap().len(), 1);
+    assert_eq!(older[0]["rental_id"], next["rental_id"]);
+    assert_eq!(older[0]["status"], "ended");
+    assert!(headers.get("link").is_none(), "the last page has no next");
+    for (query, code) in [
+        ("limit=0", "out_of_range"),
+        ("before=x", "invalid_cursor"),
+        ("page=2", "unknown_parameter"),
+    ] {
+        let (status, problem) = call(
+            &base,
+            "GET",
+            &format!("/v1/rentals?{query}"),
+            Some(&r2),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(problem["errors"][0]["code"], code, "{problem}");
+    }
 }
 
 fn agent_event(kind: &str, body: Value) -> Value {

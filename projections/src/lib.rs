@@ -21,6 +21,7 @@ pub mod ledger;
 pub mod market;
 pub mod payouts;
 pub mod reconcile;
+pub mod rentals;
 pub mod runner;
 pub mod serde_pairs;
 
@@ -30,7 +31,7 @@ use uuid::Uuid;
 pub use runner::{ProjectionBackend, RunReport, catch_up};
 
 /// The name of every projection, in the order they are run and audited.
-pub const PROJECTIONS: &[&str] = &[ledger::LEDGER, earnings_lines::EARNINGS];
+pub const PROJECTIONS: &[&str] = &[ledger::LEDGER, earnings_lines::EARNINGS, rentals::RENTALS];
 
 /// An event as projections see it: decoded at its current schema version, with its place in the log.
 #[derive(Debug, Clone, PartialEq, Eq)]

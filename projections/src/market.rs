@@ -33,7 +33,8 @@ pub struct Market {
     maintenance: HashMap<Uuid, MaintenanceAnnounced>,
     /// Delisted GPUs, with why.
     delisted: HashMap<String, GpuListingChanged>,
-    /// Every rental, by id.
+    /// The open rentals (active, or ended while their job runs), by id. A rental that is over
+    /// leaves memory; the stored rentals projection (`crate::rentals`) holds every rental.
     rentals: HashMap<Uuid, RentalState>,
     /// The rental holding each leased GPU now.
     leases: HashMap<String, Uuid>,
@@ -58,6 +59,38 @@ pub struct RentalState {
 }
 
 impl RentalState {
+    /// Applies one event of the rental's own stream after its start (`Ended`, `UsageMetered`,
+    /// `JobStarted`, `JobEnded`; the others do not change a rental); `stream_version` is the
+    /// event's. The in-memory market and the stored rentals projection share this rule.
+    pub fn apply(&mut self, stream_version: u64, event: &RentalEvent) {
+        match event {
+            RentalEvent::Ended(ended) => self.ended = Some(ended.clone()),
+            RentalEvent::UsageMetered(metered) => {
+                self.meter = Meter {
+                    gpu_seconds: metered.to_gpu_seconds,
+                    charged: Usdc::from_micros(
+                        self.meter
+                            .charged
+                            .micros()
+                            .saturating_add(metered.gross.micros()),
+                    ),
+                };
+            }
+            RentalEvent::JobStarted(job) => self.job_started = Some(job.clone()),
+            RentalEvent::JobEnded(job) => self.job_ended = Some(job.clone()),
+            RentalEvent::Started(_) | RentalEvent::GpuLeased(_) | RentalEvent::GpuReleased(_) => {
+                return;
+            }
+        }
+        self.stream_version = stream_version;
+    }
+
+    /// Whether the agent may still have to act on it: active, or ended while its job runs.
+    /// A rental that is not open never opens again in memory (see [`Market`]).
+    pub fn is_open(&self) -> bool {
+        self.ended.is_none() || (self.job_started.is_some() && self.job_ended.is_none())
+    }
+
     /// A rental as it stands when `started` is its only event.
     pub fn started(started: RentalStarted) -> RentalState {
         RentalState {
@@ -68,6 +101,18 @@ impl RentalState {
             job_started: None,
             job_ended: None,
         }
+    }
+}
+
+/// The rental an event of a rental's own stream is about (`None` for lease events).
+fn rental_id_of(event: &RentalEvent) -> Option<Uuid> {
+    match event {
+        RentalEvent::Started(e) => Some(e.rental_id),
+        RentalEvent::Ended(e) => Some(e.rental_id),
+        RentalEvent::UsageMetered(e) => Some(e.rental_id),
+        RentalEvent::JobStarted(e) => Some(e.rental_id),
+        RentalEvent::JobEnded(e) => Some(e.rental_id),
+        RentalEvent::GpuLeased(_) | RentalEvent::GpuReleased(_) => None,
     }
 }
 
@@ -110,25 +155,22 @@ impl Market {
 
     fn apply_rental(&mut self, stream_version: u64, event: &RentalEvent) {
         self.apply_rental_state(stream_version, event);
-        let rental_id = match event {
-            RentalEvent::Started(e) => e.rental_id,
-            RentalEvent::Ended(e) => e.rental_id,
-            RentalEvent::JobStarted(e) => e.rental_id,
-            RentalEvent::JobEnded(e) => e.rental_id,
-            RentalEvent::UsageMetered(_)
-            | RentalEvent::GpuLeased(_)
-            | RentalEvent::GpuReleased(_) => return,
+        let Some(rental_id) = rental_id_of(event) else {
+            return;
         };
-        if let Some(rental) = self.rentals.get(&rental_id) {
-            let open = rental.ended.is_none()
-                || (rental.job_started.is_some() && rental.job_ended.is_none());
-            let machine = rental.started.machine_id;
-            if open {
-                self.open_by_machine
-                    .entry(machine)
-                    .or_default()
-                    .insert(rental_id);
-            } else if let Some(set) = self.open_by_machine.get_mut(&machine) {
+        let Some(rental) = self.rentals.get(&rental_id) else {
+            return;
+        };
+        let machine = rental.started.machine_id;
+        if rental.is_open() {
+            self.open_by_machine
+                .entry(machine)
+                .or_default()
+                .insert(rental_id);
+        } else {
+            // Over for good: the stored rentals projection keeps it (ADR 0007).
+            self.rentals.remove(&rental_id);
+            if let Some(set) = self.open_by_machine.get_mut(&machine) {
                 set.remove(&rental_id);
                 if set.is_empty() {
                     self.open_by_machine.remove(&machine);
@@ -148,35 +190,6 @@ impl Market {
                     },
                 );
             }
-            RentalEvent::Ended(ended) => {
-                if let Some(rental) = self.rentals.get_mut(&ended.rental_id) {
-                    rental.ended = Some(ended.clone());
-                    rental.stream_version = stream_version;
-                }
-            }
-            RentalEvent::UsageMetered(metered) => {
-                if let Some(rental) = self.rentals.get_mut(&metered.rental_id) {
-                    rental.meter = Meter {
-                        gpu_seconds: metered.to_gpu_seconds,
-                        charged: Usdc::from_micros(
-                            rental.meter.charged.micros() + metered.gross.micros(),
-                        ),
-                    };
-                    rental.stream_version = stream_version;
-                }
-            }
-            RentalEvent::JobStarted(job) => {
-                if let Some(rental) = self.rentals.get_mut(&job.rental_id) {
-                    rental.job_started = Some(job.clone());
-                    rental.stream_version = stream_version;
-                }
-            }
-            RentalEvent::JobEnded(job) => {
-                if let Some(rental) = self.rentals.get_mut(&job.rental_id) {
-                    rental.job_ended = Some(job.clone());
-                    rental.stream_version = stream_version;
-                }
-            }
             RentalEvent::GpuLeased(lease) => {
                 self.leases.insert(lease.gpu_uuid.clone(), lease.rental_id);
                 self.lease_versions
@@ -189,22 +202,18 @@ impl Market {
                 self.lease_versions
                     .insert(lease.gpu_uuid.clone(), stream_version);
             }
+            other => {
+                if let Some(rental) = rental_id_of(other).and_then(|id| self.rentals.get_mut(&id)) {
+                    rental.apply(stream_version, other);
+                }
+            }
         }
     }
 
-    pub fn rental(&self, rental_id: &Uuid) -> Option<&RentalState> {
+    /// An open rental (active, or ended while its job runs); one that is over is in the stored
+    /// rentals projection.
+    pub fn open_rental(&self, rental_id: &Uuid) -> Option<&RentalState> {
         self.rentals.get(rental_id)
-    }
-
-    /// A renter's rentals, newest first.
-    pub fn rentals_of(&self, renter_id: Uuid) -> Vec<&RentalState> {
-        let mut found: Vec<&RentalState> = self
-            .rentals
-            .values()
-            .filter(|r| r.started.renter_id == renter_id)
-            .collect();
-        found.sort_by_key(|r| std::cmp::Reverse(r.started.rental_id));
-        found
     }
 
     /// A machine's rentals the agent must act on: those still active, and those ended whose job
@@ -224,11 +233,6 @@ impl Market {
             .values()
             .filter(|r| r.ended.is_none())
             .collect()
-    }
-
-    /// Every rental, in no order.
-    pub fn all_rentals(&self) -> impl Iterator<Item = &RentalState> {
-        self.rentals.values()
     }
 
     /// The rental holding a GPU now, if any.

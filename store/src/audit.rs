@@ -93,6 +93,12 @@ pub enum AuditFinding {
         stored: Option<String>,
         replayed: Option<String>,
     },
+    /// A stored rental differs from the replay's (or exists on one side only).
+    RentalMismatch {
+        rental_id: String,
+        stored: Option<String>,
+        replayed: Option<String>,
+    },
 }
 
 impl AuditFinding {
@@ -110,6 +116,7 @@ impl AuditFinding {
             AuditFinding::CheckpointAhead { .. }
             | AuditFinding::BalanceMismatch { .. }
             | AuditFinding::EarningsCursorMismatch { .. }
+            | AuditFinding::RentalMismatch { .. }
             | AuditFinding::SnapshotMismatch { .. }
             | AuditFinding::Unbalanced { .. } => None,
         }
@@ -231,6 +238,16 @@ impl fmt::Display for AuditFinding {
                 stored.as_deref().unwrap_or("(missing)"),
                 replayed.as_deref().unwrap_or("(missing)")
             ),
+            AuditFinding::RentalMismatch {
+                rental_id,
+                stored,
+                replayed,
+            } => write!(
+                f,
+                "rental {rental_id}: stored {}, replayed {}",
+                stored.as_deref().unwrap_or("(missing)"),
+                replayed.as_deref().unwrap_or("(missing)")
+            ),
         }
     }
 }
@@ -249,6 +266,9 @@ pub struct AuditReport {
     /// compared with the replay.
     pub earnings_checkpoint: u64,
     pub earnings_lines_checked: u64,
+    /// How far the stored rentals projection had folded, and how many rentals were compared.
+    pub rentals_checkpoint: u64,
+    pub rentals_checked: u64,
     /// What the check of the in-memory read models' snapshot found (set by the caller that
     /// checks it; the store cannot fold those models).
     pub snapshot: String,
@@ -410,6 +430,8 @@ pub(crate) async fn run<S: AuditSource>(
         total_debits_micro_usdc: debits.to_string(),
         earnings_checkpoint: 0,
         earnings_lines_checked: 0,
+        rentals_checkpoint: 0,
+        rentals_checked: 0,
         snapshot: "not checked".to_owned(),
         findings: findings.kept,
         findings_omitted: findings.omitted,

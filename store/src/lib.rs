@@ -139,6 +139,7 @@ mod plan;
 mod postgres;
 mod postgres_snapshot;
 mod rebuild;
+pub mod rentals;
 mod rows;
 pub mod snapshots;
 mod sql;

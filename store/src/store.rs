@@ -58,6 +58,8 @@ pub(crate) struct Inner {
     clock: gpunex_domain::clock::SharedClock,
     /// Held while this process folds the earnings projection, so its readers fold it once.
     pub earnings_fold: tokio::sync::Mutex<()>,
+    /// Held while this process folds the rentals projection.
+    pub rentals_fold: tokio::sync::Mutex<()>,
 }
 
 /// A cheap-to-clone handle on the event store.
@@ -120,6 +122,7 @@ impl Store {
                 listener: OnceCell::new(),
                 clock: options.clock.clone(),
                 earnings_fold: tokio::sync::Mutex::new(()),
+                rentals_fold: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -333,10 +336,14 @@ impl Store {
             let _folding = self.inner.earnings_fold.lock().await;
             self.catch_up_earnings().await?
         };
+        let rentals = self.run_rentals().await?;
         Ok(RunReport {
-            events: ledger.events.max(earnings.events),
-            batches: ledger.batches.max(earnings.batches),
-            checkpoint: ledger.checkpoint.min(earnings.checkpoint),
+            events: ledger.events.max(earnings.events).max(rentals.events),
+            batches: ledger.batches.max(earnings.batches).max(rentals.batches),
+            checkpoint: ledger
+                .checkpoint
+                .min(earnings.checkpoint)
+                .min(rentals.checkpoint),
         })
     }
 
@@ -348,7 +355,8 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let ledger = self.rebuild_ledger(progress).await?;
         let earnings = self.rebuild_earnings().await?;
-        Ok(ledger.min(earnings))
+        let rentals = self.rebuild_rentals().await?;
+        Ok(ledger.min(earnings).min(rentals))
     }
 
     /// Rebuilds the ledger projection alone (see `rebuild_projections`); returns its checkpoint.
@@ -407,6 +415,7 @@ impl Store {
             }
         };
         self.verify_earnings(&mut report).await?;
+        self.verify_rentals(&mut report).await?;
         Ok(report)
     }
 

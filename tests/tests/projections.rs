@@ -6,6 +6,7 @@ use gpunex_tests::{TestDb, conformance, credits, provider, seed_credits, stream}
 
 conformance!(
     earnings_lines_are_stored_read_as_of_a_position_and_audited,
+    rentals_are_stored_paged_and_audited,
     runner_folds_every_event_once,
     failure_mid_batch_neither_loses_nor_doubles,
     rebuild_swaps_in_fresh_tables_and_repairs_drift,
@@ -265,6 +266,125 @@ async fn earnings_lines_are_stored_read_as_of_a_position_and_audited(db: &TestDb
     let report = audit(&store).await;
     assert!(report.is_clean(), "{:?}", report.findings);
     assert_eq!(report.earnings_lines_checked, 2_300);
+}
+
+/// The stored rentals projection holds every rental's folded state (usage, end), answers a
+/// renter's rentals newest first in keyset pages and a model's rentals still running after an
+/// instant, and `audit verify` catches an edited or a missing row; a rebuild repairs them.
+async fn rentals_are_stored_paged_and_audited(db: &TestDb) {
+    use gpunex_domain::DomainEvent;
+    use gpunex_domain::rental::{EndCause, RentalEnded, RentalEvent};
+    use gpunex_domain::time::Timestamp;
+    let store = db.open().await;
+    const SECOND: i64 = 1_000_000;
+    let t0 = 1_790_000_000 * SECOND;
+    let mut ids = Vec::new();
+    for (n, lines) in [(1, 3), (2, 0), (3, 0)] {
+        let (rental_id, events) = usage_events(provider(n), lines, |i| {
+            t0 + SECOND * i64::try_from(i).unwrap()
+        });
+        store
+            .append(
+                stream(&format!("rental-{rental_id}")),
+                ExpectedVersion::NoStream,
+                events,
+            )
+            .await
+            .unwrap();
+        ids.push(rental_id);
+    }
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+    let ended = RentalEvent::Ended(RentalEnded {
+        rental_id: b,
+        cause: EndCause::RenterCancelled,
+        ended_at: Timestamp::from_unix_micros(t0 + SECOND),
+        ended_by: "test".to_owned(),
+        evidence: String::new(),
+    });
+    let head = store
+        .append(
+            stream(&format!("rental-{b}")),
+            ExpectedVersion::Exact(1),
+            vec![gpunex_tests::new_event(&DomainEvent::Rental(ended))],
+        )
+        .await
+        .unwrap()
+        .last_position();
+    // Nothing folded yet: a read as of the head folds what it needs first.
+    assert_eq!(store.rentals_checkpoint().await.unwrap(), 0);
+    let stored = store.stored_rental(a, head).await.unwrap().unwrap();
+    assert_eq!(store.rentals_checkpoint().await.unwrap(), head);
+    assert_eq!(stored.meter.gpu_seconds, 30);
+    assert_eq!(stored.meter.charged.micros(), 1_000 + 1_001 + 1_002);
+    assert_eq!(stored.stream_version, 4);
+    assert!(stored.ended.is_none());
+    let stored_b = store.stored_rental(b, head).await.unwrap().unwrap();
+    assert_eq!(stored_b.stream_version, 2);
+    assert!(stored_b.ended.is_some() && !stored_b.is_open());
+    assert!(
+        store
+            .stored_rental(uuid::Uuid::now_v7(), head)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Newest first (rental ids are time-ordered), a page of two, then the rest.
+    let renter = provider(900);
+    let id_of = |r: &gpunex_projections::market::RentalState| r.started.rental_id;
+    let first = store.renter_rentals(renter, None, 2, head).await.unwrap();
+    assert_eq!(first.iter().map(id_of).collect::<Vec<_>>(), vec![c, b]);
+    let rest = store
+        .renter_rentals(renter, Some(b), 2, head)
+        .await
+        .unwrap();
+    assert_eq!(rest.iter().map(id_of).collect::<Vec<_>>(), vec![a]);
+    assert!(
+        store
+            .renter_rentals(provider(901), None, 10, head)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Still running (or ended) at or after t0 + 2 s: a and c; b ended before.
+    let since = store
+        .model_rentals_since(
+            "h100-80gb",
+            Timestamp::from_unix_micros(t0 + 2 * SECOND),
+            head,
+        )
+        .await
+        .unwrap();
+    assert_eq!(since.iter().map(id_of).collect::<Vec<_>>(), vec![a, c]);
+
+    let report = audit(&store).await;
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(
+        (report.rentals_checkpoint, report.rentals_checked),
+        (head, 3)
+    );
+
+    // A row's end moved by hand and a row deleted: each reported; a rebuild repairs them.
+    let edit = format!("UPDATE rentals SET until_us = 5 WHERE rental_id = '{c}'");
+    let delete = format!("DELETE FROM rentals WHERE rental_id = '{a}'");
+    db.execute_raw(&[&edit, &delete], &[&edit, &delete]).await;
+    let report = audit(&store).await;
+    let mut bad: Vec<String> = report
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            AuditFinding::RentalMismatch { rental_id, .. } => Some(rental_id.clone()),
+            _ => None,
+        })
+        .collect();
+    bad.sort();
+    let mut expected = vec![a.to_string(), c.to_string()];
+    expected.sort();
+    assert_eq!(bad, expected, "{:?}", report.findings);
+    store.rebuild_projections(&|_| {}).await.unwrap();
+    let report = audit(&store).await;
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(report.rentals_checked, 3);
 }
 
 async fn runner_folds_every_event_once(db: &TestDb) {
