@@ -7,9 +7,9 @@ use gpunex_domain::fleet::{DetectedGpu, GpuSample, PcieLink};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
-use uuid::Uuid;
 
-use crate::simulate::Simulated;
+pub use crate::reading::Reading;
+pub use crate::simulate::Simulated;
 
 /// The sentence printed when no NVIDIA driver is installed.
 pub const DRIVER_NOT_FOUND: &str = "NVIDIA driver not found: libnvidia-ml.so.1 could not be loaded";
@@ -24,13 +24,6 @@ pub enum DetectError {
     Nvml(String),
     #[error("no NVIDIA GPU found: NVML reports 0 devices")]
     NoGpus,
-}
-
-/// One GPU's answer to a sample: figures, or the GPU is gone (fell off the bus).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reading {
-    Sample(GpuSample),
-    Lost { gpu_uuid: String, reason: String },
 }
 
 pub enum GpuSource {
@@ -168,19 +161,4 @@ fn nvml_sample(nvml: &Nvml, gpu_uuid: &str) -> Reading {
             .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
             .ok(),
     })
-}
-
-/// A simulated GPU's UUID: derived from the machine id and index, so it is stable across
-/// restarts and unique across machines.
-pub fn simulated_gpu_uuid(machine_id: Uuid, index: u32) -> String {
-    let hex = machine_id.simple().to_string();
-    format!(
-        "GPU-{}-{}-{}-{}-{:08x}{:04x}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        u32::from_str_radix(&hex[20..28], 16).unwrap_or(0),
-        index
-    )
 }

@@ -5,7 +5,7 @@
 //! transaction), so a restart neither repeats nor forgets one.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gpunex_domain::fleet::GpuCondition;
 use gpunex_domain::rental::{EndCause, JobEvidence};
@@ -15,7 +15,8 @@ use gpunex_wire::fleet::{
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::queue::{Queue, now_text};
+use crate::clock::{now_text, unix_ms};
+use crate::queue::Queue;
 use crate::runtime::{Exit, Runtime};
 
 const JOBS_KEY: &str = "jobs";
@@ -44,12 +45,6 @@ pub struct Jobs {
     machine_id: Uuid,
     usage_interval: Duration,
     state: JobsState,
-}
-
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Conditions that make a GPU unfit to run a job.

@@ -10,11 +10,13 @@
 )]
 
 mod client;
+mod clock;
 mod config;
 mod detect;
 mod host;
 mod jobs;
 mod queue;
+mod reading;
 mod runtime;
 mod service;
 mod simulate;

@@ -4,6 +4,7 @@
 //! the platform's idempotency. The same file keeps the agent's small state (its identity, the
 //! inventory it last registered).
 
+use crate::clock::now_text;
 use std::path::Path;
 
 use gpunex_wire::fleet::AgentEvent;
@@ -183,7 +184,7 @@ impl Queue {
 
     /// Deletes settled events older than [`DONE_RETENTION_DAYS`].
     pub fn forget_settled(&self) -> anyhow::Result<usize> {
-        let horizon = chrono::Utc::now() - chrono::Duration::days(DONE_RETENTION_DAYS);
+        let horizon = crate::clock::now() - chrono::Duration::days(DONE_RETENTION_DAYS);
         Ok(self.conn.execute(
             "DELETE FROM outbox WHERE status != 'pending' AND settled_at < ?1",
             [horizon.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)],
@@ -246,8 +247,4 @@ fn kind_of(event: &AgentEvent) -> &'static str {
         gpunex_wire::fleet::AgentEventBody::JobStarted(_) => "job_started",
         gpunex_wire::fleet::AgentEventBody::JobEnded(_) => "job_ended",
     }
-}
-
-pub fn now_text() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }

@@ -12,10 +12,11 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::client::{Client, SendError};
+use crate::clock::now_text;
 use crate::config::{Config, DEFAULT_HEARTBEAT_INTERVAL, RuntimeKind};
 use crate::detect::{GpuSource, Reading};
 use crate::jobs::Jobs;
-use crate::queue::{Queue, now_text};
+use crate::queue::Queue;
 use crate::runtime::Runtime;
 
 const IDENTITY_KEY: &str = "identity";

@@ -9,7 +9,7 @@ use gpunex_domain::fleet::{DetectedGpu, GpuSample, PcieLink, clock_events};
 use gpunex_domain::gpu::{GPU_CATALOG, GpuModel, find_model};
 use uuid::Uuid;
 
-use crate::detect::{Reading, simulated_gpu_uuid};
+use crate::reading::Reading;
 
 /// Most simulated GPUs on one machine.
 pub const SIMULATED_GPUS_MAX: u32 = 64;
@@ -178,6 +178,21 @@ impl Simulated {
             })
             .collect()
     }
+}
+
+/// A simulated GPU's UUID: derived from the machine id and index, so it is stable across
+/// restarts and unique across machines.
+pub fn simulated_gpu_uuid(machine_id: Uuid, index: u32) -> String {
+    let hex = machine_id.simple().to_string();
+    format!(
+        "GPU-{}-{}-{}-{}-{:08x}{:04x}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        u32::from_str_radix(&hex[20..28], 16).unwrap_or(0),
+        index
+    )
 }
 
 #[cfg(test)]

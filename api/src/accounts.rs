@@ -3,8 +3,6 @@
 //! role `user` that expires after [`SESSION_HOURS`]. Failed sign-ins are rate-limited per address.
 
 use gpunex_domain::codes::ErrorCode;
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::json::Json;
@@ -22,73 +20,14 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::convert::timestamp;
 use crate::error::ApiError;
-use crate::server::{AppState, timestamp};
+use crate::state::AppState;
 use crate::tokens::{TokenRequest, issue_token};
 
 /// How long a session lasts.
 pub const SESSION_HOURS: i64 = 12;
-/// Failed sign-ins allowed per address within [`LOGIN_WINDOW`] before further tries are refused.
-pub const LOGIN_FAILURES_MAX: usize = 5;
-pub const LOGIN_WINDOW: Duration = Duration::from_secs(15 * 60);
-/// Addresses the limiter remembers at most; the oldest are forgotten first.
-const LIMITER_ADDRESSES_MAX: usize = 100_000;
-
-/// Failed sign-ins per address, in this process.
-#[derive(Clone, Default)]
-pub struct LoginLimiter {
-    failures: Arc<Mutex<HashMap<String, VecDeque<Instant>>>>,
-}
-
-impl LoginLimiter {
-    /// Counts a sign-in attempt for `address` before the password is checked, so concurrent
-    /// attempts count too; refuses it (with the seconds to wait) when the address is locked out.
-    /// A successful sign-in clears the count.
-    fn begin_attempt(&self, address: &str, now: Instant) -> Result<(), u64> {
-        let Ok(mut attempts) = self.failures.lock() else {
-            return Ok(());
-        };
-        if !attempts.contains_key(address) && attempts.len() >= LIMITER_ADDRESSES_MAX {
-            attempts.retain(|_, times| {
-                times
-                    .back()
-                    .is_some_and(|t| now.duration_since(*t) < LOGIN_WINDOW)
-            });
-            if attempts.len() >= LIMITER_ADDRESSES_MAX {
-                // Full of recent attempts: forget the address whose last attempt is oldest,
-                // rather than stop limiting new ones.
-                let oldest = attempts
-                    .iter()
-                    .min_by_key(|(_, times)| times.back().copied())
-                    .map(|(address, _)| address.clone());
-                if let Some(oldest) = oldest {
-                    attempts.remove(&oldest);
-                }
-            }
-        }
-        let recent = attempts.entry(address.to_owned()).or_default();
-        while recent
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= LOGIN_WINDOW)
-        {
-            recent.pop_front();
-        }
-        if recent.len() >= LOGIN_FAILURES_MAX {
-            let wait = recent.front().map_or(1, |first| {
-                (LOGIN_WINDOW - now.duration_since(*first)).as_secs().max(1)
-            });
-            return Err(wait);
-        }
-        recent.push_back(now);
-        Ok(())
-    }
-
-    fn clear(&self, address: &str) {
-        if let Ok(mut failures) = self.failures.lock() {
-            failures.remove(address);
-        }
-    }
-}
+pub use crate::login_limit::{LOGIN_FAILURES_MAX, LOGIN_WINDOW, LoginLimiter};
 
 /// Password hashes computed at once: each takes 19 MiB and a core for tens of milliseconds, and
 /// sign-up and sign-in are public.

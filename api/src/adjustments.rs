@@ -14,10 +14,11 @@ use gpunex_wire as wire;
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::convert::timestamp;
 use crate::error::{ApiError, ErrorCode};
 use crate::json::Json;
 use crate::params::{Path, Query};
-use crate::server::{AppState, timestamp};
+use crate::state::AppState;
 
 fn stream(proposal_id: Uuid) -> StreamId {
     StreamId::parse(format!("adjustment-{proposal_id}"))

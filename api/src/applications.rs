@@ -19,8 +19,9 @@ use gpunex_wire as wire;
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::convert::timestamp;
 use crate::error::ApiError;
-use crate::server::{AppState, timestamp};
+use crate::state::AppState;
 use crate::tokens::{TokenRequest, issue_token};
 use gpunex_domain::time::Timestamp;
 

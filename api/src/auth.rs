@@ -15,7 +15,7 @@ use gpunex_domain::credentials::Role;
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Which kinds of caller an endpoint admits; every handler states its list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,7 @@ impl Allow {
 #[derive(Clone)]
 pub struct Guard {
     pub state: AppState,
-    pub roles: crate::routes::Roles,
+    pub roles: &'static [crate::auth::Allow],
     /// The route also admits loopback requests without credentials (when the server allows).
     pub loopback: bool,
     /// The query parameters the route's operation declares.

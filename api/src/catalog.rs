@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use gpunex_domain::gpu::Resolution;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

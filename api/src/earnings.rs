@@ -24,8 +24,9 @@ use gpunex_wire::earnings as we;
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::convert::timestamp;
 use crate::error::ApiError;
-use crate::server::{AppState, timestamp};
+use crate::state::AppState;
 
 fn usdc(micros: i64) -> String {
     Usdc::from_micros(micros).to_string()

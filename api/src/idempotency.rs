@@ -18,7 +18,7 @@ use gpunex_store::idempotency::KeyState;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Longest key accepted, in bytes.

@@ -10,9 +10,11 @@
 
 pub mod accounts;
 pub mod adjustments;
+pub mod agent;
 pub mod applications;
 pub mod auth;
 pub mod catalog;
+pub mod convert;
 pub mod docs;
 pub mod earnings;
 pub mod error;
@@ -20,6 +22,7 @@ pub mod fleet;
 pub mod http_server;
 pub mod idempotency;
 pub mod json;
+pub mod login_limit;
 pub mod market;
 pub mod metrics;
 pub mod params;
@@ -30,6 +33,8 @@ pub mod reconcile;
 pub mod rentals;
 pub mod routes;
 pub mod server;
+pub mod state;
 pub mod tokens;
 
-pub use server::{AppState, router};
+pub use server::router;
+pub use state::AppState;

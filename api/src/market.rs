@@ -10,20 +10,23 @@ use crate::json::Json;
 use crate::params::{Path, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
-use gpunex_domain::market::{self, MarketEvent, MarketRejection, RankBreakdown};
+use gpunex_app::command::Rejection;
+use gpunex_domain::market::{
+    self, MarketCommand, MarketEvent, MarketRejection, ProviderMarket, RankBreakdown,
+};
 use gpunex_domain::money::Usdc;
-use gpunex_domain::onboarding::{ApplicationStatus, GpuModelChoice, Tier};
+use gpunex_domain::onboarding::Tier;
 use gpunex_domain::time::Timestamp;
-use gpunex_domain::{DomainEvent, StreamId};
 use gpunex_projections::market::{Listing, SearchFilter, SortBy};
-use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
+use gpunex_store::{AppendError, Metadata};
 use gpunex_wire::market as wm;
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::convert::parse_time;
+use crate::convert::timestamp;
 use crate::error::ApiError;
-use crate::fleet::parse_time;
-use crate::server::{AppState, timestamp};
+use crate::state::AppState;
 use gpunex_app::ReadModels;
 
 fn rejection(error: MarketRejection) -> ApiError {
@@ -37,7 +40,10 @@ fn rejection(error: MarketRejection) -> ApiError {
         MarketRejection::InvalidSchedule(_) => "/availability/windows",
         MarketRejection::InvalidMaintenance => "/until",
         MarketRejection::InvalidReason => "/reason",
-        MarketRejection::NoSuchMaintenance => {
+        MarketRejection::UnknownMachine => "/machine_id",
+        MarketRejection::NoSuchMaintenance
+        | MarketRejection::AlreadyDelisted(_)
+        | MarketRejection::NotDelisted(_) => {
             return ApiError::Refused {
                 code: error.code(),
                 detail: error.to_string(),
@@ -52,67 +58,39 @@ fn for_provider(caller: &Caller, provider_id: Uuid) -> Result<(), ApiError> {
     caller.for_provider(provider_id)
 }
 
-fn market_stream(provider_id: Uuid) -> StreamId {
-    StreamId::parse(format!("provider_market-{provider_id}"))
-        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
-}
-
-async fn append(
+/// Runs a market command on the command executor (`gpunex_app::market`), with `prepare` called
+/// right before each attempt's append; answers the events it wrote and where, once the listing
+/// snapshot shows them.
+async fn execute(
     state: &AppState,
     caller: &Caller,
-    stream: StreamId,
-    event: MarketEvent,
-) -> Result<u64, ApiError> {
-    let event = DomainEvent::Market(event);
-    let committed = state
-        .store
-        .append(
-            stream,
-            ExpectedVersion::Any,
-            vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &event,
-                Metadata::actor(caller.actor()),
-            )],
-        )
-        .await
-        .map_err(|error| match error {
-            AppendError::Store(error) => error.into(),
-            other => crate::error::append_failure(other),
-        })?;
-    let position = committed.last_position();
-    state.credentials.wait_for(position).await?;
-    Ok(position)
-}
-
-/// Models a provider offers: catalog models its approved application declares or its machines
-/// have.
-fn offered_models(registry: &ReadModels, provider_id: Uuid) -> Vec<String> {
-    let mut models: Vec<String> = registry
-        .applications()
-        .into_iter()
-        .filter(|(_, a)| {
-            a.provider_id == Some(provider_id) && a.status == ApplicationStatus::Approved
-        })
-        .flat_map(|(_, a)| {
-            a.form
-                .gpus
-                .into_iter()
-                .filter_map(|entry| match entry.model {
-                    GpuModelChoice::Catalog(id) => Some(id),
-                    GpuModelChoice::Unlisted(_) => None,
-                })
-        })
-        .collect();
-    models.extend(registry.with_fleet(|f| {
-        f.gpus_of(&provider_id)
-            .into_iter()
-            .filter_map(|g| g.model_id)
-            .collect::<Vec<_>>()
-    }));
-    models.sort();
-    models.dedup();
-    models
+    provider_id: Uuid,
+    command: MarketCommand,
+    prepare: impl FnMut(&ProviderMarket, &[MarketEvent]),
+) -> Result<Vec<MarketEvent>, ApiError> {
+    let exec = gpunex_app::command::Executor::new(&state.store, &state.credentials);
+    let decided = gpunex_app::market::execute(
+        &exec,
+        provider_id,
+        command,
+        &Metadata::actor(caller.actor()),
+        prepare,
+    )
+    .await?
+    .map_err(|refused| match refused {
+        Rejection::Rule(error) => rejection(error),
+        Rejection::Contended { .. } => ApiError::Refused {
+            code: ErrorCode::ConcurrentChange,
+            detail: "the provider's market changed while this request ran; try again".to_owned(),
+        },
+        Rejection::IdTaken { event_id, reason } => {
+            crate::error::append_failure(AppendError::IdempotencyConflict { event_id, reason })
+        }
+    })?;
+    if let Some(position) = decided.done.position() {
+        state.listings.wait_for(position).await;
+    }
+    Ok(decided.events)
 }
 
 fn price_view(set: &market::PriceSet) -> wm::PriceView {
@@ -188,34 +166,32 @@ pub async fn set_price(
         // Not a catalog model: only an unlisted model the provider offers can be priced.
         Err(_) => request.model_id.clone(),
     };
-    if !offered_models(&state.credentials, provider_id).contains(&model_id) {
-        return Err(rejection(MarketRejection::ModelNotOffered(
-            request.model_id.chars().take(64).collect(),
-        )));
-    }
-    let set = market::set_price(
-        provider_id,
-        &model_id,
-        &request.price_usdc,
-        effective_at,
-        state.clock.now(),
-        &caller.actor(),
-    )
-    .map_err(rejection)?;
     // The answer is the prices with this one: prepared before the append, so a retry after a
     // crash between the commit and the answer gets exactly it.
-    let mut models = state.credentials.with_market(|m| m.prices_of(provider_id));
-    models.entry(model_id).or_default().push(set.clone());
-    let view = prices_view_of(provider_id, models, state.clock.now());
-    crate::idempotency::prepare_response(StatusCode::OK, &view);
-    let position = append(
-        &state,
-        &caller,
-        market_stream(provider_id),
-        MarketEvent::PriceSet(set),
-    )
+    let mut view = None;
+    let command = MarketCommand::SetPrice {
+        model_id,
+        price: request.price_usdc,
+        effective_at,
+        by: caller.actor(),
+    };
+    execute(&state, &caller, provider_id, command, |_, events| {
+        let mut models = state.credentials.with_market(|m| m.prices_of(provider_id));
+        for event in events {
+            if let MarketEvent::PriceSet(set) = event {
+                models
+                    .entry(set.model_id.clone())
+                    .or_default()
+                    .push(set.clone());
+            }
+        }
+        let prepared = prices_view_of(provider_id, models, state.clock.now());
+        crate::idempotency::prepare_response(StatusCode::OK, &prepared);
+        view = Some(prepared);
+    })
     .await?;
-    state.listings.wait_for(position).await;
+    let view =
+        view.unwrap_or_else(|| prices_view(&state.credentials, provider_id, state.clock.now()));
     Ok(Json(view))
 }
 
@@ -270,14 +246,10 @@ pub async fn set_availability(
     Json(request): Json<wm::SetAvailability>,
 ) -> Result<Json<wm::AvailabilityView>, ApiError> {
     for_provider(&caller, provider_id)?;
-    market::validate_availability(&request.availability).map_err(rejection)?;
-    let event = MarketEvent::AvailabilitySet(market::AvailabilitySet {
-        provider_id,
+    let command = MarketCommand::SetAvailability {
         availability: request.availability,
-        set_at: state.clock.now(),
-    });
-    let position = append(&state, &caller, market_stream(provider_id), event).await?;
-    state.listings.wait_for(position).await;
+    };
+    execute(&state, &caller, provider_id, command, |_, _| {}).await?;
     Ok(Json(availability_view(
         &state.credentials,
         provider_id,
@@ -337,38 +309,21 @@ pub async fn announce_maintenance(
     for_provider(&caller, provider_id)?;
     let from = parse_time("/from", &request.from)?;
     let until = parse_time("/until", &request.until)?;
-    if let Some(machine_id) = request.machine_id
-        && state
-            .credentials
-            .with_fleet(|f| f.machine(&machine_id).map(|m| m.provider_id))
-            != Some(provider_id)
-    {
-        return Err(ApiError::body(
-            "/machine_id",
-            ErrorCode::UnknownMachine,
-            "not a machine of this provider",
-        ));
-    }
-    let at = state.clock.now();
-    let announced = market::announce_maintenance(
-        Uuid::now_v7(),
-        provider_id,
-        request.machine_id,
+    let command = MarketCommand::AnnounceMaintenance {
+        maintenance_id: Uuid::now_v7(),
+        machine_id: request.machine_id,
         from,
         until,
-        &request.reason,
-        at,
-    )
-    .map_err(rejection)?;
-    let view = maintenance_view(&announced, at);
-    let position = append(
-        &state,
-        &caller,
-        market_stream(provider_id),
-        MarketEvent::MaintenanceAnnounced(announced),
-    )
-    .await?;
-    state.listings.wait_for(position).await;
+        reason: request.reason,
+    };
+    let events = execute(&state, &caller, provider_id, command, |_, _| {}).await?;
+    let at = state.clock.now();
+    let Some(view) = events.iter().find_map(|event| match event {
+        MarketEvent::MaintenanceAnnounced(announced) => Some(maintenance_view(announced, at)),
+        _ => None,
+    }) else {
+        unreachable!("an announcement that is not refused announces")
+    };
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -387,19 +342,18 @@ pub async fn cancel_maintenance(
     Path((provider_id, maintenance_id)): Path<(Uuid, Uuid)>,
 ) -> Result<Json<wm::MaintenanceView>, ApiError> {
     for_provider(&caller, provider_id)?;
+    let mut announced = None;
+    let command = MarketCommand::CancelMaintenance { maintenance_id };
+    execute(&state, &caller, provider_id, command, |market, _| {
+        announced = market
+            .maintenance
+            .iter()
+            .find(|m| m.maintenance_id == maintenance_id)
+            .cloned();
+    })
+    .await?;
+    let announced = announced.ok_or_else(|| rejection(MarketRejection::NoSuchMaintenance))?;
     let at = state.clock.now();
-    let announced = state
-        .credentials
-        .with_market(|m| m.maintenance(&maintenance_id).cloned())
-        .filter(|m| m.provider_id == provider_id && m.until > at)
-        .ok_or_else(|| rejection(MarketRejection::NoSuchMaintenance))?;
-    let event = MarketEvent::MaintenanceCancelled(market::MaintenanceCancelled {
-        maintenance_id,
-        provider_id,
-        cancelled_at: at,
-    });
-    let position = append(&state, &caller, market_stream(provider_id), event).await?;
-    state.listings.wait_for(position).await;
     let mut view = maintenance_view(&announced, at);
     view.active_now = false;
     Ok(Json(view))
@@ -438,37 +392,13 @@ async fn change_listing(
         .credentials
         .with_fleet(|f| f.machine_of_gpu(&gpu_uuid).map(|m| m.provider_id))
         .ok_or(ApiError::NotFound("gpu"))?;
-    let delisted = state
-        .credentials
-        .with_market(|m| m.delisting(&gpu_uuid).is_some());
-    if delisted == delist {
-        return Err(ApiError::Refused {
-            code: if delist {
-                ErrorCode::AlreadyDelisted
-            } else {
-                ErrorCode::NotDelisted
-            },
-            detail: format!(
-                "GPU {gpu_uuid} is {} delisted",
-                if delisted { "already" } else { "not" }
-            ),
-        });
-    }
-    let changed = market::change_listing(
-        &gpu_uuid,
-        provider_id,
-        &request.reason,
-        state.clock.now(),
-        &caller.actor(),
-    )
-    .map_err(rejection)?;
-    let event = if delist {
-        MarketEvent::GpuDelisted(changed)
-    } else {
-        MarketEvent::GpuRelisted(changed)
+    let command = MarketCommand::ChangeListing {
+        gpu_uuid: gpu_uuid.clone(),
+        delist,
+        reason: request.reason,
+        by: caller.actor(),
     };
-    let position = append(&state, &caller, market_stream(provider_id), event).await?;
-    state.listings.wait_for(position).await;
+    execute(&state, &caller, provider_id, command, |_, _| {}).await?;
     let snapshot = state.listings.current();
     snapshot
         .status(&gpu_uuid)

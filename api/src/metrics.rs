@@ -23,11 +23,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, State};
-use axum::http::{Method, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::Method;
+use axum::response::Response;
 use gpunex_store::stats::{Histogram, HistogramSnapshot};
 
-use crate::server::AppState;
+use gpunex_app::ReadModels;
+use gpunex_store::Store;
 
 /// The exposition format's content type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -136,24 +137,9 @@ pub async fn record(
     response
 }
 
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    operation_id = "metrics",
-    tag = "operations",
-    summary = "the server's figures for Prometheus",
-    description = "Prometheus text exposition format 0.0.4: requests by route, method and status, latency histograms, connections, log appends and group commits, projection and outbox lag, payout queues. Admins, and requests from the loopback interface without credentials (unless the server runs with `--metrics-loopback false`).",
-    responses((status = 200, description = "the figures", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String)),
-)]
-pub async fn endpoint(State(state): State<AppState>) -> Response {
-    let body = render(&state).await;
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response()
-}
-
 /// The exposition, read now.
-pub async fn render(state: &AppState) -> String {
+pub async fn render(metrics: &Metrics, store: &Store, models: &ReadModels) -> String {
     let mut out = Exposition::default();
-    let metrics = &state.metrics;
 
     out.family(
         "gpunex_build_info",
@@ -177,9 +163,9 @@ pub async fn render(state: &AppState) -> String {
     );
 
     http_figures(&mut out, metrics);
-    store_figures(&mut out, &state.store);
-    read_model_figures(&mut out, state).await;
-    money_figures(&mut out, state);
+    store_figures(&mut out, store);
+    read_model_figures(&mut out, store, models).await;
+    money_figures(&mut out, models);
     out.text
 }
 
@@ -340,16 +326,15 @@ fn store_figures(out: &mut Exposition, store: &gpunex_store::Store) {
     );
 }
 
-async fn read_model_figures(out: &mut Exposition, state: &AppState) {
-    let registry = state.credentials.position();
+async fn read_model_figures(out: &mut Exposition, store: &Store, models: &ReadModels) {
+    let registry = models.position();
     let read = async {
-        let projections = state.store.projection_status().await?;
+        let projections = store.projection_status().await?;
         let head = match projections.first() {
             Some(status) => status.head,
-            None => state.store.head_position().await?,
+            None => store.head_position().await?,
         };
-        let outbox = state
-            .store
+        let outbox = store
             .consumer_checkpoint(gpunex_app::outbox::OUTBOX)
             .await?;
         Ok::<_, gpunex_store::StoreError>((projections, head, outbox))
@@ -405,10 +390,8 @@ async fn read_model_figures(out: &mut Exposition, state: &AppState) {
     );
 }
 
-fn money_figures(out: &mut Exposition, state: &AppState) {
-    let queues = state
-        .credentials
-        .with_earnings(|earnings| earnings.payouts().queues());
+fn money_figures(out: &mut Exposition, models: &ReadModels) {
+    let queues = models.with_earnings(|earnings| earnings.payouts().queues());
     let label = |queue: &gpunex_projections::payouts::PayoutQueue| {
         let rail = match queue.rail {
             gpunex_domain::payouts::Rail::Solana => "solana",
@@ -448,7 +431,7 @@ fn money_figures(out: &mut Exposition, state: &AppState) {
             queue.micro_usdc,
         );
     }
-    let undecided = state.credentials.with_adjustments(|adjustments| {
+    let undecided = models.with_adjustments(|adjustments| {
         adjustments.all().filter(|p| p.decided.is_none()).count() as u64
     });
     out.gauge(

@@ -13,8 +13,8 @@ use gpunex_store::Store;
 use gpunex_wire::payouts as wp;
 use uuid::Uuid;
 
+use crate::convert::timestamp;
 use crate::error::ApiError;
-use crate::server::timestamp;
 use gpunex_app::ReadModels;
 use gpunex_app::payout_run::{BatchRun, Planned};
 

@@ -31,8 +31,9 @@ use rust_decimal::Decimal;
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::convert::timestamp;
 use crate::error::{ApiError, append_failure};
-use crate::server::{AppState, timestamp};
+use crate::state::AppState;
 
 fn view(policy: &PayoutPolicy, settings: &PayoutSettingsChanged) -> wp::PayoutSettingsView {
     let minimum = policy.minimum(settings.schedule);

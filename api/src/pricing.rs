@@ -15,8 +15,9 @@ use gpunex_projections::market::{SearchFilter, SortBy, location_of, model_facts}
 use gpunex_wire::market as wm;
 use uuid::Uuid;
 
+use crate::convert::timestamp;
 use crate::error::ApiError;
-use crate::server::{AppState, timestamp};
+use crate::state::AppState;
 
 /// A machine's presence transitions.
 type Transitions = Vec<(bool, Timestamp)>;

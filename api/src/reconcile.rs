@@ -9,7 +9,7 @@ use gpunex_store::Store;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Whether an event type matters to reconciliation (the rest is skipped undecoded).
 fn relevant(event_type: &str) -> bool {

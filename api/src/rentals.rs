@@ -23,8 +23,9 @@ use gpunex_app::command::{Executor, Rejection};
 use gpunex_app::rentals::{self as app_rentals, Refusal};
 
 use crate::auth::Caller;
+use crate::convert::timestamp;
 use crate::error::{ApiError, append_failure};
-use crate::server::{AppState, timestamp};
+use crate::state::AppState;
 
 fn stream(name: String) -> StreamId {
     StreamId::parse(name)
@@ -502,7 +503,7 @@ pub async fn meter(
 /// An agent started a rental's workload (`rental.job_started`, under the agent's event id).
 pub async fn job_started(
     state: &AppState,
-    delivery: &crate::fleet::Delivery,
+    delivery: &crate::agent::Delivery,
     occurred: gpunex_domain::time::Timestamp,
     report: &gpunex_wire::fleet::JobStartedReport,
 ) -> Result<(u64, &'static str), ApiError> {
@@ -530,7 +531,7 @@ pub async fn job_started(
 /// ends with the job's cause and evidence and its GPUs are released (listed again).
 pub async fn job_ended(
     state: &AppState,
-    delivery: &crate::fleet::Delivery,
+    delivery: &crate::agent::Delivery,
     occurred: gpunex_domain::time::Timestamp,
     report: &gpunex_wire::fleet::JobEndedReport,
 ) -> Result<(u64, &'static str), ApiError> {
@@ -611,7 +612,7 @@ pub async fn assignments(
     caller: Caller,
     Query(query): Query,
 ) -> Result<Json<gpunex_wire::fleet::Assignments>, ApiError> {
-    let (_, machine_id) = crate::fleet::agent_of(&state, &caller)?;
+    let (_, machine_id) = crate::agent::agent_of(&state, &caller)?;
     let wait = match query.get("wait_seconds") {
         Some(text) => text
             .parse::<u64>()

@@ -16,8 +16,7 @@ use utoipa::openapi::schema::Schema;
 
 use crate::auth::Allow;
 use crate::error::{ErrorCode, status_of};
-use crate::json::Json;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Who an endpoint admits. The route's guard enforces exactly this list before anything else
 /// runs (no body is read for a caller the route does not admit).
@@ -598,18 +597,4 @@ fn problem_schemas() -> Vec<(String, Value)> {
             }),
         ),
     ]
-}
-
-#[utoipa::path(
-    get,
-    path = "/v1/openapi.json",
-    operation_id = "openapi",
-    tag = "operations",
-    summary = "this document",
-    responses((status = 200, description = "this document (OpenAPI 3.1)", body = Object)),
-)]
-pub async fn openapi() -> Json<Value> {
-    static DOCUMENT: std::sync::LazyLock<Value> =
-        std::sync::LazyLock::new(|| crate::server::endpoints().document());
-    Json(DOCUMENT.clone())
 }

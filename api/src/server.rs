@@ -1,4 +1,5 @@
-//! Routes, handlers and the conversions from store values to wire types.
+//! The route list and the router built from it, `serve` with its background tasks, and the
+//! handlers of the ledger, OpenAPI and metrics endpoints. Every other module sits below this one.
 
 use gpunex_domain::codes::ErrorCode;
 use std::collections::HashMap;
@@ -14,87 +15,13 @@ use gpunex_store::{RecordedEvent, Store};
 use gpunex_wire as wire;
 
 use crate::auth::Caller;
+pub use crate::convert::timestamp;
 use crate::error::ApiError;
+pub use crate::state::AppState;
 
 /// Default and largest page of events or journal lines.
 pub const PAGE_ITEMS_DEFAULT: u64 = 100;
 pub const PAGE_ITEMS_MAX: u64 = 1_000;
-
-#[derive(Clone)]
-pub struct AppState {
-    pub store: Store,
-    /// The process's clock: the store's, so events and decisions share one "now".
-    pub clock: gpunex_domain::clock::SharedClock,
-    pub credentials: gpunex_app::ReadModels,
-    pub login_limiter: crate::accounts::LoginLimiter,
-    pub fleet: crate::fleet::FleetConfig,
-    /// The marketplace listings, rebuilt as the log moves.
-    pub listings: gpunex_app::listings::ListingIndex,
-    /// Payout rules and the platform's bank account.
-    pub payouts: std::sync::Arc<crate::payout_run::PayoutConfig>,
-    /// Connection and request limits.
-    pub limits: crate::http_server::ServerLimits,
-    /// Requests in flight per token.
-    pub token_load: crate::http_server::TokenLoad,
-    /// What `GET /metrics` reports.
-    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
-    /// Whether `GET /metrics` answers requests from the loopback interface without credentials.
-    pub metrics_loopback: bool,
-}
-
-impl AppState {
-    /// Loads the credential registry from the log and keeps it current.
-    pub async fn load(store: Store) -> Result<AppState, gpunex_store::StoreError> {
-        let credentials = gpunex_app::ReadModels::load(&store).await?;
-        let listings = gpunex_app::listings::ListingIndex::default();
-        let clock = store.clock().clone();
-        listings.rebuild(&credentials, clock.now());
-        tokio::spawn(gpunex_app::listings::run_listing_index(
-            credentials.clone(),
-            listings.clone(),
-            clock.clone(),
-        ));
-        let metrics = std::sync::Arc::new(crate::metrics::Metrics::started_at(clock.now()));
-        Ok(AppState {
-            store,
-            clock,
-            credentials,
-            login_limiter: crate::accounts::LoginLimiter::default(),
-            fleet: crate::fleet::FleetConfig::default(),
-            listings,
-            payouts: std::sync::Arc::default(),
-            limits: crate::http_server::ServerLimits::default(),
-            token_load: crate::http_server::TokenLoad::default(),
-            metrics,
-            metrics_loopback: true,
-        })
-    }
-
-    /// Sets whether `GET /metrics` admits loopback requests without credentials.
-    pub fn with_metrics_loopback(mut self, admitted: bool) -> AppState {
-        self.metrics_loopback = admitted;
-        self
-    }
-
-    /// Sets the payout rules and the platform's bank account.
-    pub fn with_payout_config(mut self, config: crate::payout_run::PayoutConfig) -> AppState {
-        self.payouts = std::sync::Arc::new(config);
-        self
-    }
-
-    /// Sets the connection and request limits.
-    pub fn with_limits(mut self, limits: crate::http_server::ServerLimits) -> AppState {
-        self.limits = limits;
-        self
-    }
-
-    /// Sets how presence is judged, and whether simulated GPUs may be listed.
-    pub fn with_fleet_config(mut self, config: crate::fleet::FleetConfig) -> AppState {
-        self.fleet = config;
-        self.listings.set_dev_mode(config.dev_mode);
-        self
-    }
-}
 
 /// Every route, with what it does and who may call it: the router and `/v1/openapi.json` are
 /// both built from this one list, so no route can exist undocumented.
@@ -112,8 +39,8 @@ pub fn endpoints() -> crate::routes::Routes {
         .add(PUBLIC, routes!(healthz))
         .add(PUBLIC, routes!(readyz))
         .add(PUBLIC, routes!(crate::docs::errors))
-        .add(PUBLIC, routes!(crate::routes::openapi))
-        .add_loopback(ADMIN, routes!(crate::metrics::endpoint))
+        .add(PUBLIC, routes!(openapi))
+        .add_loopback(ADMIN, routes!(metrics_endpoint))
         .add(ADMIN, routes!(list_events))
         .add(ADMIN_FINANCE, routes!(projections))
         .add(ADMIN_FINANCE, routes!(balances))
@@ -369,13 +296,6 @@ fn hex_lower(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// RFC 3339 in UTC with microseconds, from microseconds since the epoch.
-pub fn timestamp(us: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(us)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
-        .unwrap_or_else(|| us.to_string())
-}
-
 #[utoipa::path(
     get,
     path = "/v1/ledger/accounts",
@@ -499,8 +419,6 @@ async fn account_lines(
     }))
 }
 
-/// Serves the API until SIGTERM or Ctrl-C, with the projection runner in the background.
-/// In-flight requests finish before the process exits.
 /// What the server does about payouts.
 #[derive(Debug)]
 pub struct Payouts {
@@ -519,6 +437,8 @@ pub struct Http {
     pub metrics_loopback: bool,
 }
 
+/// Serves the API until SIGTERM or Ctrl-C, with the projection runner in the background.
+/// In-flight requests finish before the process exits.
 pub async fn serve(
     store: Store,
     listen: std::net::SocketAddr,
@@ -637,4 +557,39 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutdown requested; finishing in-flight requests");
+}
+
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "operations",
+    summary = "the server's figures for Prometheus",
+    description = "Prometheus text exposition format 0.0.4: requests by route, method and status, latency histograms, connections, log appends and group commits, projection and outbox lag, payout queues. Admins, and requests from the loopback interface without credentials (unless the server runs with `--metrics-loopback false`).",
+    responses((status = 200, description = "the figures", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String)),
+)]
+pub async fn metrics_endpoint(State(state): State<AppState>) -> Response {
+    let body = crate::metrics::render(&state.metrics, &state.store, &state.credentials).await;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        body,
+    )
+        .into_response()
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    operation_id = "openapi",
+    tag = "operations",
+    summary = "this document",
+    responses((status = 200, description = "this document (OpenAPI 3.1)", body = Object)),
+)]
+pub async fn openapi() -> Json<serde_json::Value> {
+    static DOCUMENT: std::sync::LazyLock<serde_json::Value> =
+        std::sync::LazyLock::new(|| endpoints().document());
+    Json(DOCUMENT.clone())
 }

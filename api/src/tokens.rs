@@ -15,8 +15,9 @@ use gpunex_wire as wire;
 use uuid::Uuid;
 
 use crate::auth::{Caller, NewToken};
+use crate::convert::timestamp;
 use crate::error::ApiError;
-use crate::server::{AppState, timestamp};
+use crate::state::AppState;
 use gpunex_app::ReadModels;
 
 fn stream_of(token_id: Uuid) -> gpunex_domain::StreamId {

@@ -11,6 +11,7 @@ pub mod applications;
 pub mod command;
 pub mod error;
 pub mod listings;
+pub mod market;
 pub mod outbox;
 pub mod payout_run;
 pub mod payout_send;

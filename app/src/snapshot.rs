@@ -21,7 +21,8 @@ pub const SNAPSHOT_NAME: &str = "read_models";
 /// The snapshot's format. Bump it whenever a model's fields change: a binary reads only its own
 /// format and folds the log from position 0 otherwise.
 /// 2: the market keeps only open rentals (the others are in the stored rentals projection).
-pub const SNAPSHOT_FORMAT: u32 = 2;
+/// 3: the market keeps each provider's market stream version (for the market commands).
+pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// Events applied after which the follower writes a new snapshot; also the most a start folds
 /// after the newest snapshot (while this process or another keeps following the log).

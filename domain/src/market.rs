@@ -50,6 +50,12 @@ pub enum MarketRejection {
     InvalidReason,
     #[error("no such maintenance, or it already ended or was cancelled")]
     NoSuchMaintenance,
+    #[error("not a machine of this provider")]
+    UnknownMachine,
+    #[error("GPU {0} is already delisted")]
+    AlreadyDelisted(String),
+    #[error("GPU {0} is not delisted")]
+    NotDelisted(String),
 }
 
 impl MarketRejection {
@@ -65,6 +71,9 @@ impl MarketRejection {
             MarketRejection::InvalidMaintenance => ErrorCode::InvalidMaintenance,
             MarketRejection::InvalidReason => ErrorCode::InvalidReason,
             MarketRejection::NoSuchMaintenance => ErrorCode::NoSuchMaintenance,
+            MarketRejection::UnknownMachine => ErrorCode::UnknownMachine,
+            MarketRejection::AlreadyDelisted(_) => ErrorCode::AlreadyDelisted,
+            MarketRejection::NotDelisted(_) => ErrorCode::NotDelisted,
         }
     }
 }
@@ -353,6 +362,160 @@ pub enum MarketEvent {
     MaintenanceCancelled(MaintenanceCancelled),
     GpuDelisted(GpuListingChanged),
     GpuRelisted(GpuListingChanged),
+}
+
+impl MarketEvent {
+    /// The provider whose market stream (`provider_market-{provider_id}`) holds the event.
+    pub fn provider_id(&self) -> Uuid {
+        match self {
+            MarketEvent::PriceSet(e) => e.provider_id,
+            MarketEvent::AvailabilitySet(e) => e.provider_id,
+            MarketEvent::MaintenanceAnnounced(e) => e.provider_id,
+            MarketEvent::MaintenanceCancelled(e) => e.provider_id,
+            MarketEvent::GpuDelisted(e) | MarketEvent::GpuRelisted(e) => e.provider_id,
+        }
+    }
+}
+
+/// What a decision on one provider's market needs to know, as of its stream's version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderMarket {
+    pub provider_id: Uuid,
+    /// Models the provider may price: catalog models its approved application declares or its
+    /// machines have.
+    pub offered_models: Vec<String>,
+    /// The provider's machines.
+    pub machines: Vec<Uuid>,
+    /// Announced maintenance that is neither cancelled nor over.
+    pub maintenance: Vec<MaintenanceAnnounced>,
+    /// The provider's GPUs that are delisted now.
+    pub delisted: Vec<String>,
+}
+
+/// A change to one provider's market. The caller has checked who may ask; `by` is recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarketCommand {
+    SetPrice {
+        model_id: String,
+        /// As the provider wrote it (parsed here, never rounded).
+        price: String,
+        effective_at: Option<Timestamp>,
+        by: String,
+    },
+    SetAvailability {
+        availability: Availability,
+    },
+    AnnounceMaintenance {
+        maintenance_id: Uuid,
+        machine_id: Option<Uuid>,
+        from: Timestamp,
+        until: Timestamp,
+        reason: String,
+    },
+    CancelMaintenance {
+        maintenance_id: Uuid,
+    },
+    /// Take a GPU of this provider off the marketplace (`delist: true`) or put it back.
+    ChangeListing {
+        gpu_uuid: String,
+        delist: bool,
+        reason: String,
+        by: String,
+    },
+}
+
+/// Decides a market command against the provider's market at `now`: the events to append to
+/// its stream, or why not. Pure: the same state, command and instant give the same answer.
+pub fn decide(
+    state: &ProviderMarket,
+    command: MarketCommand,
+    now: Timestamp,
+) -> Result<Vec<MarketEvent>, MarketRejection> {
+    let provider_id = state.provider_id;
+    let event = match command {
+        MarketCommand::SetPrice {
+            model_id,
+            price,
+            effective_at,
+            by,
+        } => {
+            if !state.offered_models.contains(&model_id) {
+                return Err(MarketRejection::ModelNotOffered(
+                    model_id.chars().take(64).collect(),
+                ));
+            }
+            MarketEvent::PriceSet(set_price(
+                provider_id,
+                &model_id,
+                &price,
+                effective_at,
+                now,
+                &by,
+            )?)
+        }
+        MarketCommand::SetAvailability { availability } => {
+            validate_availability(&availability)?;
+            MarketEvent::AvailabilitySet(AvailabilitySet {
+                provider_id,
+                availability,
+                set_at: now,
+            })
+        }
+        MarketCommand::AnnounceMaintenance {
+            maintenance_id,
+            machine_id,
+            from,
+            until,
+            reason,
+        } => {
+            if machine_id.is_some_and(|m| !state.machines.contains(&m)) {
+                return Err(MarketRejection::UnknownMachine);
+            }
+            MarketEvent::MaintenanceAnnounced(announce_maintenance(
+                maintenance_id,
+                provider_id,
+                machine_id,
+                from,
+                until,
+                &reason,
+                now,
+            )?)
+        }
+        MarketCommand::CancelMaintenance { maintenance_id } => {
+            if !state
+                .maintenance
+                .iter()
+                .any(|m| m.maintenance_id == maintenance_id && m.until > now)
+            {
+                return Err(MarketRejection::NoSuchMaintenance);
+            }
+            MarketEvent::MaintenanceCancelled(MaintenanceCancelled {
+                maintenance_id,
+                provider_id,
+                cancelled_at: now,
+            })
+        }
+        MarketCommand::ChangeListing {
+            gpu_uuid,
+            delist,
+            reason,
+            by,
+        } => {
+            let delisted = state.delisted.contains(&gpu_uuid);
+            match (delist, delisted) {
+                (true, true) => return Err(MarketRejection::AlreadyDelisted(gpu_uuid)),
+                (false, false) => return Err(MarketRejection::NotDelisted(gpu_uuid)),
+                _ => {}
+            }
+            let changed = change_listing(&gpu_uuid, provider_id, &reason, now, &by)?;
+            if delist {
+                MarketEvent::GpuDelisted(changed)
+            } else {
+                MarketEvent::GpuRelisted(changed)
+            }
+        }
+    };
+    Ok(vec![event])
 }
 
 /// Why a GPU is not listed at an instant (all that apply, in this order).
@@ -765,5 +928,93 @@ mod tests {
         assert_eq!(median(&mut [5, 1, 3]), Some(3));
         assert_eq!(median(&mut [4, 1, 3, 2]), Some(2));
         assert_eq!(median(&mut []), None);
+    }
+
+    #[test]
+    fn market_commands_decide_against_the_providers_market() {
+        let now = utc("2026-12-01T10:00:00Z");
+        let machine = Uuid::from_u128(7);
+        let state = ProviderMarket {
+            provider_id: Uuid::from_u128(1),
+            offered_models: vec!["h100-sxm".to_owned()],
+            machines: vec![machine],
+            maintenance: vec![MaintenanceAnnounced {
+                maintenance_id: Uuid::from_u128(9),
+                provider_id: Uuid::from_u128(1),
+                machine_id: None,
+                from: utc("2026-12-01T08:00:00Z"),
+                until: utc("2026-12-01T12:00:00Z"),
+                reason: "fans".to_owned(),
+                announced_at: utc("2026-11-30T08:00:00Z"),
+            }],
+            delisted: vec!["GPU-a".to_owned()],
+        };
+        let price = |model: &str| MarketCommand::SetPrice {
+            model_id: model.to_owned(),
+            price: "2.5".to_owned(),
+            effective_at: None,
+            by: "user:x".to_owned(),
+        };
+        let decided = decide(&state, price("h100-sxm"), now).unwrap();
+        let [MarketEvent::PriceSet(set)] = &decided[..] else {
+            panic!("one price")
+        };
+        assert_eq!(
+            (set.price_micro_usdc.micros(), set.set_at),
+            (2_500_000, now)
+        );
+        assert_eq!(
+            decide(&state, price("a100-80gb"), now),
+            Err(MarketRejection::ModelNotOffered("a100-80gb".to_owned()))
+        );
+        let announce = |machine_id| MarketCommand::AnnounceMaintenance {
+            maintenance_id: Uuid::from_u128(10),
+            machine_id,
+            from: utc("2026-12-02T00:00:00Z"),
+            until: utc("2026-12-02T04:00:00Z"),
+            reason: "drivers".to_owned(),
+        };
+        assert!(decide(&state, announce(Some(machine)), now).is_ok());
+        assert_eq!(
+            decide(&state, announce(Some(Uuid::from_u128(8))), now),
+            Err(MarketRejection::UnknownMachine)
+        );
+        let cancel = |id| MarketCommand::CancelMaintenance { maintenance_id: id };
+        assert!(decide(&state, cancel(Uuid::from_u128(9)), now).is_ok());
+        assert_eq!(
+            decide(
+                &state,
+                cancel(Uuid::from_u128(9)),
+                utc("2026-12-01T12:00:00Z")
+            ),
+            Err(MarketRejection::NoSuchMaintenance),
+            "over by then"
+        );
+        assert_eq!(
+            decide(&state, cancel(Uuid::from_u128(11)), now),
+            Err(MarketRejection::NoSuchMaintenance)
+        );
+        let listing = |gpu: &str, delist| MarketCommand::ChangeListing {
+            gpu_uuid: gpu.to_owned(),
+            delist,
+            reason: "overheats".to_owned(),
+            by: "user:admin".to_owned(),
+        };
+        assert_eq!(
+            decide(&state, listing("GPU-a", true), now),
+            Err(MarketRejection::AlreadyDelisted("GPU-a".to_owned()))
+        );
+        assert_eq!(
+            decide(&state, listing("GPU-b", false), now),
+            Err(MarketRejection::NotDelisted("GPU-b".to_owned()))
+        );
+        assert!(matches!(
+            decide(&state, listing("GPU-a", false), now).unwrap()[..],
+            [MarketEvent::GpuRelisted(_)]
+        ));
+        assert!(matches!(
+            decide(&state, listing("GPU-b", true), now).unwrap()[..],
+            [MarketEvent::GpuDelisted(_)]
+        ));
     }
 }

@@ -83,7 +83,7 @@ pub(crate) async fn bare_read(
 }
 
 pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<()> {
-    let store = crate::cli::open_store(database_url).await?;
+    let store = crate::database::open_store(database_url).await?;
     if store.head_position().await? == 0 {
         let days = 30;
         eprintln!(

@@ -224,7 +224,7 @@ pub async fn run(database_url: &str, args: PayoutBenchArgs) -> anyhow::Result<()
         (1..=1_000).contains(&args.lines),
         "--lines must be 1 to 1,000"
     );
-    let store = crate::cli::open_store(database_url).await?;
+    let store = crate::database::open_store(database_url).await?;
     anyhow::ensure!(
         store.head_position().await? == 0,
         "bench payouts writes a payout batch: give it an empty database (DATABASE_URL)"

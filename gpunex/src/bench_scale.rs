@@ -56,6 +56,8 @@ pub struct ScaleReport {
     pub ready_seconds: f64,
     /// The server's resident memory once ready, in MiB.
     pub rss_ready_mib: u64,
+    /// The read-model snapshot the restart began from, in bytes.
+    pub snapshot_bytes: u64,
     /// After `load_seconds` of requests.
     pub rss_loaded_mib: u64,
     pub load_seconds: u64,
@@ -65,6 +67,8 @@ pub struct ScaleReport {
     pub catch_up_events_per_second: u64,
     /// The stored earnings projection (usage lines with running sums) rebuilt from position 0.
     pub earnings_catch_up_events_per_second: u64,
+    /// The stored rentals projection (every rental's state) rebuilt from position 0.
+    pub rentals_catch_up_events_per_second: u64,
     pub reference_healthz: Latency,
     pub endpoints: Vec<Endpoint>,
     /// `POST /v1/agent/events` with one usage report, while another writer appends.
@@ -354,7 +358,7 @@ async fn usage_under_load(
 }
 
 pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()> {
-    let store = crate::cli::open_store(database_url).await?;
+    let store = crate::database::open_store(database_url).await?;
     let events = store.head_position().await?;
     anyhow::ensure!(
         events >= args.min_events,
@@ -391,6 +395,10 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     let started = Instant::now();
     let earnings_rebuilt = store.rebuild_earnings().await?;
     let earnings_catch_up = started.elapsed();
+    eprintln!("... and of the stored rentals projection ...");
+    let started = Instant::now();
+    let rentals_rebuilt = store.rebuild_rentals().await?;
+    let rentals_catch_up = started.elapsed();
 
     // A first start with no snapshot folds the whole log (and writes one); a restart begins
     // from that snapshot, as every start after a server has run does.
@@ -406,6 +414,10 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     let (server, ready, base) = start_server(database_url, mailbox.path(), &args).await?;
     let pid = server.0.id();
     let rss_ready = rss_mib(pid)?;
+    let snapshot_bytes = store
+        .read_snapshot(gpunex_app::snapshot::SNAPSHOT_NAME)
+        .await?
+        .map_or(0, |s| s.body.len() as u64);
 
     // The provider with the most usage lines in the last 30 days, from the finance view.
     let month_ago = today - chrono::Days::new(30);
@@ -474,7 +486,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         );
         let rented =
             rented_gpu(&reqwest::Client::new(), &base, &admin.token, store.clock()).await?;
-        let writer = crate::cli::open_store(database_url).await?;
+        let writer = crate::database::open_store(database_url).await?;
         let (latency, appends) =
             usage_under_load(&base, &rented, writer, args.usage_seconds).await?;
         (Some(latency), appends)
@@ -490,11 +502,13 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         cold_rss_mib: cold_rss,
         ready_seconds: ready.as_secs_f64(),
         rss_ready_mib: rss_ready,
+        snapshot_bytes,
         rss_loaded_mib: rss_loaded,
         load_seconds: args.load_seconds,
         bare_read_events_per_second: rate(read, bare),
         catch_up_events_per_second: rate(rebuilt, catch_up),
         earnings_catch_up_events_per_second: rate(earnings_rebuilt, earnings_catch_up),
+        rentals_catch_up_events_per_second: rate(rentals_rebuilt, rentals_catch_up),
         reference_healthz,
         endpoints,
         usage_report,
@@ -513,6 +527,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         "restart until ready     {:>8.1} s     resident {:>5} MiB ready, {:>5} MiB after {} s of load",
         report.ready_seconds, report.rss_ready_mib, report.rss_loaded_mib, report.load_seconds
     );
+    println!("read-model snapshot {:>9} bytes", report.snapshot_bytes);
     println!(
         "ledger catch-up     {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
         report.catch_up_events_per_second,
@@ -528,6 +543,15 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         report.bare_read_events_per_second,
         ratio(
             report.earnings_catch_up_events_per_second,
+            report.bare_read_events_per_second
+        )
+    );
+    println!(
+        "rentals catch-up    {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
+        report.rentals_catch_up_events_per_second,
+        report.bare_read_events_per_second,
+        ratio(
+            report.rentals_catch_up_events_per_second,
             report.bare_read_events_per_second
         )
     );

@@ -13,4 +13,5 @@ pub mod bench_payouts;
 pub mod bench_scale;
 pub mod bench_search;
 pub mod cli;
+pub mod database;
 pub mod simulate;

@@ -42,6 +42,8 @@ pub struct Market {
     lease_versions: HashMap<String, u64>,
     /// Per machine, the rentals its agent must act on (see [`Market::assignments_of`]).
     open_by_machine: HashMap<Uuid, BTreeSet<Uuid>>,
+    /// Each provider's market stream version: the expected version of its next market event.
+    market_versions: HashMap<Uuid, u64>,
 }
 
 /// A rental as folded: how it started and, once over, how it ended.
@@ -126,6 +128,8 @@ impl Market {
         let DomainEvent::Market(event) = event else {
             return;
         };
+        self.market_versions
+            .insert(event.provider_id(), stream_version);
         match event {
             MarketEvent::PriceSet(set) => self
                 .prices
@@ -243,6 +247,11 @@ impl Market {
     /// The version of a GPU's lease stream (0: never leased).
     pub fn lease_version(&self, gpu_uuid: &str) -> u64 {
         self.lease_versions.get(gpu_uuid).copied().unwrap_or(0)
+    }
+
+    /// The version of the provider's market stream (0: nothing set yet).
+    pub fn market_version(&self, provider_id: Uuid) -> u64 {
+        self.market_versions.get(&provider_id).copied().unwrap_or(0)
     }
 
     pub fn price_history(&self, provider_id: Uuid, model_id: &str) -> &[PriceSet] {

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use gpunex_app::command::{Done, Executor, Rejection, Retry};
 use gpunex_app::{AppError, ReadModels};
 use gpunex_domain::StreamId;
+use gpunex_domain::market::{MarketCommand, MarketEvent, MarketRejection};
+use gpunex_domain::time::Timestamp;
 use gpunex_store::{ExpectedVersion, NewEvent, Store, StreamAppend};
 use gpunex_tests::{TestDb, conformance, credit, new_event, provider, stream};
 use uuid::Uuid;
@@ -18,6 +20,7 @@ conformance!(
     a_moved_stream_is_decided_again_up_to_the_bound,
     refusals_and_empty_decisions_write_nothing,
     an_id_stored_with_other_content_is_named,
+    market_changes_that_race_are_decided_one_after_the_other,
 );
 
 const RETRY: Retry = Retry {
@@ -241,4 +244,88 @@ async fn an_id_stored_with_other_content_is_named(db: &TestDb) {
         .unwrap_err();
     assert!(matches!(refused, Rejection::IdTaken { event_id, .. } if event_id == id));
     assert_eq!(version(&store, &target).await, 1);
+}
+
+/// Two cancels of one maintenance window at once: both load it, one lands, the other finds the
+/// stream moved, decides again on the new state and is refused by the rule. One cancel is stored.
+async fn market_changes_that_race_are_decided_one_after_the_other(db: &TestDb) {
+    let store = db.open().await;
+    let models = ReadModels::load(&store).await.unwrap();
+    let exec = Executor::new(&store, &models);
+    let provider_id = provider(5);
+    let meta = gpunex_tests::actor();
+    let now = store.clock().now();
+    let hours = |h: i64| Timestamp::from_unix_micros(now.unix_micros() + h * 3_600_000_000);
+    let maintenance_id = Uuid::now_v7();
+    let announce = MarketCommand::AnnounceMaintenance {
+        maintenance_id,
+        machine_id: None,
+        from: hours(1),
+        until: hours(3),
+        reason: "cooling".to_owned(),
+    };
+    let announced = gpunex_app::market::execute(&exec, provider_id, announce, &meta, |_, _| {})
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        announced.events[..],
+        [MarketEvent::MaintenanceAnnounced(_)]
+    ));
+    // A machine the provider does not have is refused, and writes nothing.
+    let elsewhere = MarketCommand::AnnounceMaintenance {
+        maintenance_id: Uuid::now_v7(),
+        machine_id: Some(Uuid::now_v7()),
+        from: hours(1),
+        until: hours(3),
+        reason: "cooling".to_owned(),
+    };
+    let refused = gpunex_app::market::execute(&exec, provider_id, elsewhere, &meta, |_, _| {})
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused, Rejection::Rule(MarketRejection::UnknownMachine));
+
+    let prepared = AtomicUsize::new(0);
+    let cancel = || {
+        gpunex_app::market::execute(
+            &exec,
+            provider_id,
+            MarketCommand::CancelMaintenance { maintenance_id },
+            &meta,
+            |market, _| {
+                assert!(
+                    market
+                        .maintenance
+                        .iter()
+                        .any(|m| m.maintenance_id == maintenance_id)
+                );
+                prepared.fetch_add(1, Ordering::SeqCst);
+            },
+        )
+    };
+    let (a, b) = futures_util::future::join(cancel(), cancel()).await;
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let refusals: Vec<_> = [&a, &b]
+        .into_iter()
+        .filter_map(|r| r.as_ref().err())
+        .collect();
+    assert_eq!(
+        refusals,
+        [&Rejection::Rule(MarketRejection::NoSuchMaintenance)],
+        "one cancel lands, the other is refused"
+    );
+    let market = gpunex_app::market::market_stream(provider_id);
+    let events = store.read_stream(&market, 0, 100).await.unwrap();
+    let cancels = events
+        .iter()
+        .filter(|e| e.event_type == "market.maintenance_cancelled")
+        .count();
+    assert_eq!((events.len(), cancels), (2, 1));
+    assert!(prepared.load(Ordering::SeqCst) >= 1);
+    assert_eq!(
+        models.with_market(|m| m.market_version(provider_id)),
+        2,
+        "the read models know the stream's version"
+    );
 }
