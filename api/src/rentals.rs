@@ -10,12 +10,9 @@ use crate::params::{Path, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
 use gpunex_domain::credentials::Role;
-use gpunex_domain::rental::{
-    self, EndCause, GpuLease, RentalEvent, RentalRejection, RentalStarted,
-};
-use gpunex_domain::{DomainEvent, StreamId};
+use gpunex_domain::rental::{self, EndCause, RentalEvent, RentalRejection};
 use gpunex_projections::market::RentalState;
-use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, StreamAppend};
+use gpunex_store::{AppendError, Metadata};
 use gpunex_wire::rentals as wr;
 use uuid::Uuid;
 
@@ -26,11 +23,6 @@ use crate::auth::Caller;
 use crate::convert::timestamp;
 use crate::error::{ApiError, append_failure};
 use crate::state::AppState;
-
-fn stream(name: String) -> StreamId {
-    StreamId::parse(name)
-        .unwrap_or_else(|_| unreachable!("uuids and GPU uuids make valid stream ids"))
-}
 
 fn rejection(error: RentalRejection) -> ApiError {
     match error {
@@ -129,7 +121,6 @@ pub async fn rent(
 ) -> Result<(StatusCode, Json<wr::RentalView>), ApiError> {
     let renter_id = caller.renter_id().ok_or(ApiError::Forbidden)?;
     rental::validate_workload(&request.workload).map_err(rejection)?;
-    let at = state.clock.now();
     let snapshot = state.listings.current();
     let gpu_uuids = match (&request.filter, request.gpus) {
         (None, None) => request.gpu_uuids.clone(),
@@ -145,102 +136,38 @@ pub async fn rent(
         }
     };
     rental::check_gpus(&gpu_uuids).map_err(rejection)?;
-    let request = wr::RentRequest {
-        gpu_uuids,
-        ..request
-    };
-    let mut listings = Vec::with_capacity(request.gpu_uuids.len());
-    for uuid in &request.gpu_uuids {
-        let listing = snapshot
-            .listing(uuid)
-            .ok_or_else(|| rejection(RentalRejection::NotAvailable(uuid.clone())))?;
-        listings.push(listing);
-    }
-    let first = listings[0];
-    if listings
-        .iter()
-        .any(|l| l.machine_id != first.machine_id || l.model_id != first.model_id)
-    {
-        return Err(rejection(RentalRejection::MixedMachines));
-    }
-    // The registry is authoritative (the snapshot may be a moment old): the price in force now,
-    // and each GPU's lease stream version, which the append must still find.
-    let (price, versions) = state.credentials.with_market(|market| {
-        let price = gpunex_domain::market::price_at(
-            market.price_history(first.provider_id, &first.model_id),
-            at,
-        );
-        let versions: Vec<(u64, bool)> = request
-            .gpu_uuids
-            .iter()
-            .map(|uuid| (market.lease_version(uuid), market.lease_of(uuid).is_some()))
-            .collect();
-        (price, versions)
-    });
-    let price = price
-        .ok_or_else(|| rejection(RentalRejection::NotAvailable(request.gpu_uuids[0].clone())))?;
-    if let Some(i) = versions.iter().position(|(_, leased)| *leased) {
-        return Err(rejection(RentalRejection::NotAvailable(
-            request.gpu_uuids[i].clone(),
-        )));
-    }
-    let rental_id = Uuid::now_v7();
-    let started = RentalStarted {
-        rental_id,
-        renter_id,
-        provider_id: first.provider_id,
-        machine_id: first.machine_id,
-        gpu_uuids: request.gpu_uuids.clone(),
-        model_id: first.model_id.to_string(),
-        price_per_gpu_hour: price,
-        started_at: at,
-        workload: Some(request.workload.clone()),
-    };
-    let meta = Metadata::actor(caller.actor());
-    let event = |e: RentalEvent| {
-        NewEvent::from_domain(Uuid::now_v7(), &DomainEvent::Rental(e), meta.clone())
-    };
-    let mut streams = vec![StreamAppend {
-        stream_id: stream(format!("rental-{rental_id}")),
-        expected: ExpectedVersion::NoStream,
-        events: vec![event(RentalEvent::Started(started.clone()))],
-    }];
-    for (uuid, (version, _)) in request.gpu_uuids.iter().zip(&versions) {
-        streams.push(StreamAppend {
-            stream_id: stream(format!("gpu_lease-{uuid}")),
-            expected: if *version == 0 {
-                ExpectedVersion::NoStream
-            } else {
-                ExpectedVersion::Exact(*version)
-            },
-            events: vec![event(RentalEvent::GpuLeased(GpuLease {
-                gpu_uuid: uuid.clone(),
-                rental_id,
-                at,
-            }))],
-        });
-    }
     // The answer is the new rental: prepared before the append, so a retry after a crash
     // between the commit and the answer gets exactly it.
-    let answer = view(&RentalState::started(started));
-    crate::idempotency::prepare_response(StatusCode::CREATED, &answer);
-    let committed = state
-        .store
-        .append_streams(streams)
-        .await
-        .map_err(|error| match error {
-            AppendError::WrongExpectedVersion { stream_id, .. } => ApiError::Refused {
-                code: ErrorCode::GpuNotAvailable,
-                detail: format!(
-                    "{} was just taken by another rental",
-                    stream_id.strip_prefix("gpu_lease-").unwrap_or(&stream_id)
-                ),
-            },
-            other => append_failure(other),
-        })?;
-    let position = committed.last_position();
-    state.credentials.wait_for(position).await?;
+    let mut answer = None;
+    let (position, _) = app_rentals::start(
+        &executor(&state),
+        &state.listings,
+        app_rentals::Rent {
+            rental_id: Uuid::now_v7(),
+            renter_id,
+            gpu_uuids: &gpu_uuids,
+            workload: &request.workload,
+        },
+        &Metadata::actor(caller.actor()),
+        |started| {
+            let prepared = view(&RentalState::started(started.clone()));
+            crate::idempotency::prepare_response(StatusCode::CREATED, &prepared);
+            answer = Some(prepared);
+        },
+    )
+    .await?
+    .map_err(|refusal| match refusal {
+        Rejection::Contended { .. } => ApiError::Refused {
+            code: ErrorCode::GpuNotAvailable,
+            detail: "the GPUs kept being taken and released while this request ran; search again"
+                .to_owned(),
+        },
+        other => refused(other),
+    })?;
     state.listings.wait_for(position).await;
+    let Some(answer) = answer else {
+        unreachable!("a rental that started was prepared")
+    };
     Ok((StatusCode::CREATED, Json(answer)))
 }
 

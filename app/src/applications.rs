@@ -6,12 +6,11 @@
 
 use gpunex_domain::onboarding::{self, Application, ApplicationCommand, ApplicationRejection};
 use gpunex_domain::{DomainEvent, StreamId};
-use gpunex_store::StreamAppend;
-use gpunex_store::{ExpectedVersion, Metadata, NewEvent, READ_BATCH_EVENTS_MAX, Store, StoreError};
+use gpunex_store::{Metadata, READ_BATCH_EVENTS_MAX, Store, StoreError};
 use uuid::Uuid;
 
 use crate::AppError;
-use crate::command::{Done, Executor, Rejection, Retry};
+use crate::command::{Done, Executor, Rejection, Retry, append_at};
 
 /// How many times a step decides again after another step of the same application landed first.
 pub const APPLICATION_RETRY: Retry = Retry {
@@ -69,23 +68,12 @@ pub async fn execute(
             |(current, version): &(Option<Application>, u64), _now| {
                 let events = onboarding::decide(current.as_ref(), command.clone())?;
                 after = events.iter().fold(current.clone(), onboarding::evolve);
-                Ok(vec![StreamAppend {
-                    stream_id: stream_of(id),
-                    expected: match version {
-                        0 => ExpectedVersion::NoStream,
-                        v => ExpectedVersion::Exact(*v),
-                    },
-                    events: events
-                        .into_iter()
-                        .map(|e| {
-                            NewEvent::from_domain(
-                                Uuid::now_v7(),
-                                &DomainEvent::Application(e),
-                                metadata.clone(),
-                            )
-                        })
-                        .collect(),
-                }])
+                Ok(vec![append_at(
+                    stream_of(id),
+                    *version,
+                    events.into_iter().map(DomainEvent::Application),
+                    &metadata,
+                )])
             },
         )
         .await?;

@@ -8,9 +8,12 @@
 //! `Ok(Err(_))` refused (by the rules, or because the streams kept moving), `Err(_)` the
 //! infrastructure failed and the command may be retried as it was.
 
-use gpunex_domain::StreamId;
 use gpunex_domain::time::Timestamp;
-use gpunex_store::{AppendError, Committed, ConflictReason, Store, StreamAppend};
+use gpunex_domain::{DomainEvent, StreamId};
+use gpunex_store::{
+    AppendError, Committed, ConflictReason, ExpectedVersion, Metadata, NewEvent, Store,
+    StreamAppend,
+};
 use uuid::Uuid;
 
 use crate::{AppError, ReadModels};
@@ -60,6 +63,32 @@ pub enum Rejection<R> {
         event_id: Uuid,
         reason: ConflictReason,
     },
+}
+
+/// The expected version of an append to a stream read at `version` (0: the stream must not
+/// exist yet).
+pub fn expected_at(version: u64) -> ExpectedVersion {
+    match version {
+        0 => ExpectedVersion::NoStream,
+        v => ExpectedVersion::Exact(v),
+    }
+}
+
+/// A decision's events for one stream read at `version`, each under a new id.
+pub fn append_at(
+    stream_id: StreamId,
+    version: u64,
+    events: impl IntoIterator<Item = DomainEvent>,
+    meta: &Metadata,
+) -> StreamAppend {
+    StreamAppend {
+        stream_id,
+        expected: expected_at(version),
+        events: events
+            .into_iter()
+            .map(|e| NewEvent::from_domain(uuid::Uuid::now_v7(), &e, meta.clone()))
+            .collect(),
+    }
 }
 
 /// Runs commands against one store and the read models this process hosts.

@@ -9,10 +9,10 @@ use gpunex_domain::market::{self, MarketCommand, MarketEvent, MarketRejection, P
 use gpunex_domain::onboarding::{ApplicationStatus, GpuModelChoice};
 use gpunex_domain::time::Timestamp;
 use gpunex_domain::{DomainEvent, StreamId};
-use gpunex_store::{ExpectedVersion, Metadata, NewEvent, StreamAppend};
+use gpunex_store::Metadata;
 use uuid::Uuid;
 
-use crate::command::{Done, Executor, Rejection, Retry};
+use crate::command::{Done, Executor, Rejection, Retry, append_at};
 use crate::{AppError, ReadModels};
 
 /// How many times a market command decides again after another change to the same provider's
@@ -135,23 +135,12 @@ pub async fn execute(
                 let events = market::decide(state, command.clone(), now)?;
                 prepare(state, &events);
                 decided.clone_from(&events);
-                Ok(vec![StreamAppend {
-                    stream_id: stream.clone(),
-                    expected: match version {
-                        0 => ExpectedVersion::NoStream,
-                        v => ExpectedVersion::Exact(*v),
-                    },
-                    events: events
-                        .into_iter()
-                        .map(|e| {
-                            NewEvent::from_domain(
-                                Uuid::now_v7(),
-                                &DomainEvent::Market(e),
-                                meta.clone(),
-                            )
-                        })
-                        .collect(),
-                }])
+                Ok(vec![append_at(
+                    stream.clone(),
+                    *version,
+                    events.into_iter().map(DomainEvent::Market),
+                    meta,
+                )])
             },
         )
         .await?;

@@ -7,10 +7,12 @@
 
 use gpunex_domain::DomainEvent;
 use gpunex_domain::fleet::Span;
+use gpunex_domain::market::{self, PriceSet};
 use gpunex_domain::metering::FeeSchedule;
 use gpunex_domain::onboarding::Tier;
 use gpunex_domain::rental::{
     self, EndCause, JobEnded, MeteringError, RentalEnded, RentalEvent, RentalRejection,
+    RentalStarted, Workload,
 };
 use gpunex_domain::time::{MICROS_PER_SECOND, Timestamp};
 use gpunex_domain::{StreamId, fleet};
@@ -18,7 +20,8 @@ use gpunex_projections::market::RentalState;
 use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
 use uuid::Uuid;
 
-use crate::command::{Done, Executor, Rejection, Retry};
+use crate::command::{Done, Executor, Rejection, Retry, expected_at};
+use crate::listings::ListingIndex;
 use crate::{AppError, ReadModels};
 
 /// How many times a rental command decides again after another write moved a stream it appends
@@ -151,10 +154,7 @@ fn writes(
         };
         writes.push(StreamAppend {
             stream_id,
-            expected: match expected {
-                0 => ExpectedVersion::NoStream,
-                version => ExpectedVersion::Exact(version),
-            },
+            expected: expected_at(expected),
             events: vec![new],
         });
     }
@@ -172,6 +172,134 @@ async fn load(exec: &Executor<'_>, rental_id: Uuid) -> Result<Option<RentalState
         .wait_for_streams(exec.store(), &[&rental_stream(rental_id)])
         .await?;
     rental_of(exec.store(), exec.models(), rental_id).await
+}
+
+/// How many times a rental's start decides again after a lease stream it appends to moved (a
+/// GPU released or taken meanwhile): a GPU another rental took is then refused by the rule.
+pub const START_RETRY: Retry = Retry {
+    name: "rental_start",
+    attempts: 3,
+};
+
+/// A renter's request to start a rental.
+#[derive(Debug, Clone, Copy)]
+pub struct Rent<'a> {
+    /// The new rental's id (its stream must not exist).
+    pub rental_id: Uuid,
+    pub renter_id: Uuid,
+    /// In the order asked; the first sets the machine and model.
+    pub gpu_uuids: &'a [String],
+    pub workload: &'a Workload,
+}
+
+/// What a rental's start reads: the GPUs as listed and leased, the first GPU's price history,
+/// and each lease stream's version, read from the market in one look.
+struct Start {
+    gpus: Vec<rental::AskedGpu>,
+    prices: Vec<PriceSet>,
+    versions: Vec<u64>,
+}
+
+/// Starts a rental of `gpu_uuids` for `renter_id`: checked against the listing snapshot (which
+/// GPUs are offered) and the market (leases, authoritative, and the price in force at the
+/// start), decided by `rental::decide_start`, and appended with one lease per GPU at each lease
+/// stream's version, all or none. `prepare` sees the decided start right before each append.
+/// Answers where it landed and the start.
+pub async fn start(
+    exec: &Executor<'_>,
+    listings: &ListingIndex,
+    rent: Rent<'_>,
+    meta: &Metadata,
+    mut prepare: impl FnMut(&RentalStarted),
+) -> Outcome<(u64, RentalStarted)> {
+    let Rent {
+        rental_id,
+        renter_id,
+        gpu_uuids,
+        workload,
+    } = rent;
+    let models = exec.models();
+    let mut decided = None;
+    let outcome = exec
+        .execute(
+            START_RETRY,
+            move || async move {
+                let snapshot = listings.current();
+                Ok(models.with_market(|market| {
+                    let gpus: Vec<rental::AskedGpu> = gpu_uuids
+                        .iter()
+                        .map(|uuid| rental::AskedGpu {
+                            gpu_uuid: uuid.clone(),
+                            listed: snapshot.listing(uuid).map(|l| rental::ListedGpu {
+                                provider_id: l.provider_id,
+                                machine_id: l.machine_id,
+                                model_id: l.model_id.to_string(),
+                            }),
+                            leased: market.lease_of(uuid).is_some(),
+                        })
+                        .collect();
+                    let prices = gpus
+                        .first()
+                        .and_then(|g| g.listed.as_ref())
+                        .map(|l| market.price_history(l.provider_id, &l.model_id).to_vec())
+                        .unwrap_or_default();
+                    let versions = gpu_uuids.iter().map(|u| market.lease_version(u)).collect();
+                    Start {
+                        gpus,
+                        prices,
+                        versions,
+                    }
+                }))
+            },
+            |start: &Start, now| {
+                let events = rental::decide_start(&rental::StartInput {
+                    rental_id,
+                    renter_id,
+                    gpus: &start.gpus,
+                    price_per_gpu_hour: market::price_at(&start.prices, now),
+                    workload,
+                    at: now,
+                })
+                .map_err(Refusal::Rule)?;
+                let mut writes = Vec::with_capacity(events.len());
+                for event in events {
+                    let expected = match &event {
+                        RentalEvent::Started(started) => {
+                            prepare(started);
+                            decided = Some(started.clone());
+                            ExpectedVersion::NoStream
+                        }
+                        RentalEvent::GpuLeased(lease) => {
+                            let i = gpu_uuids
+                                .iter()
+                                .position(|u| *u == lease.gpu_uuid)
+                                .unwrap_or_default();
+                            expected_at(start.versions.get(i).copied().unwrap_or(0))
+                        }
+                        _ => ExpectedVersion::Any,
+                    };
+                    writes.push(StreamAppend {
+                        stream_id: event.stream(),
+                        expected,
+                        events: vec![NewEvent::from_domain(
+                            Uuid::now_v7(),
+                            &DomainEvent::Rental(event),
+                            meta.clone(),
+                        )],
+                    });
+                }
+                Ok(writes)
+            },
+        )
+        .await?;
+    Ok(match (outcome, decided) {
+        (Ok(done), Some(started)) => match done.position() {
+            Some(position) => Ok((position, started)),
+            None => unreachable!("a rental's start always writes"),
+        },
+        (Ok(_), None) => unreachable!("a rental that was not refused started"),
+        (Err(refused), _) => Err(refused),
+    })
 }
 
 /// A report stored under its own id: a re-send (same content) or an earlier delivery of it

@@ -539,6 +539,88 @@ impl RentalEvent {
     }
 }
 
+/// A GPU a renter asks for, as the listings and the leases show it when the rental is decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AskedGpu {
+    pub gpu_uuid: String,
+    /// Where it is listed now; `None` when it is not (rented, offline, outside its schedule,
+    /// delisted, or unknown).
+    pub listed: Option<ListedGpu>,
+    /// Whether a rental holds its lease now (the leases are authoritative; a listing may be a
+    /// moment old).
+    pub leased: bool,
+}
+
+/// A listed GPU's machine and model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedGpu {
+    pub provider_id: Uuid,
+    pub machine_id: Uuid,
+    pub model_id: String,
+}
+
+/// What starting a rental decides on.
+#[derive(Debug, Clone, Copy)]
+pub struct StartInput<'a> {
+    pub rental_id: Uuid,
+    pub renter_id: Uuid,
+    /// In the order asked.
+    pub gpus: &'a [AskedGpu],
+    /// The price in force at `at` for the first GPU's provider and model, if any.
+    pub price_per_gpu_hour: Option<Usdc>,
+    pub workload: &'a Workload,
+    pub at: Timestamp,
+}
+
+/// Decides a rental's start: the workload and the GPUs checked (1 to 64 distinct, each listed,
+/// all on one machine and of one model, priced, none leased), then `rental.started` and one
+/// `rental.gpu_leased` per GPU. Refusals name the first GPU at fault.
+pub fn decide_start(input: &StartInput<'_>) -> Result<Vec<RentalEvent>, RentalRejection> {
+    validate_workload(input.workload)?;
+    let uuids: Vec<String> = input.gpus.iter().map(|g| g.gpu_uuid.clone()).collect();
+    check_gpus(&uuids)?;
+    let mut listed = Vec::with_capacity(input.gpus.len());
+    for gpu in input.gpus {
+        let Some(at) = &gpu.listed else {
+            return Err(RentalRejection::NotAvailable(gpu.gpu_uuid.clone()));
+        };
+        listed.push(at);
+    }
+    let first = listed[0];
+    if listed
+        .iter()
+        .any(|l| l.machine_id != first.machine_id || l.model_id != first.model_id)
+    {
+        return Err(RentalRejection::MixedMachines);
+    }
+    let price = input
+        .price_per_gpu_hour
+        .ok_or_else(|| RentalRejection::NotAvailable(uuids[0].clone()))?;
+    if let Some(gpu) = input.gpus.iter().find(|g| g.leased) {
+        return Err(RentalRejection::NotAvailable(gpu.gpu_uuid.clone()));
+    }
+    let started = RentalStarted {
+        rental_id: input.rental_id,
+        renter_id: input.renter_id,
+        provider_id: first.provider_id,
+        machine_id: first.machine_id,
+        gpu_uuids: uuids.clone(),
+        model_id: first.model_id.clone(),
+        price_per_gpu_hour: price,
+        started_at: input.at,
+        workload: Some(input.workload.clone()),
+    };
+    let mut events = vec![RentalEvent::Started(started)];
+    events.extend(uuids.into_iter().map(|gpu_uuid| {
+        RentalEvent::GpuLeased(GpuLease {
+            gpu_uuid,
+            rental_id: input.rental_id,
+            at: input.at,
+        })
+    }));
+    Ok(events)
+}
+
 /// Decides the end of a rental: `before` (the rental's own events that come first, such as the
 /// job's end its agent reported), the end, and one release per GPU, each GPU listed again.
 /// Refuses a rental that already ended.
@@ -775,5 +857,84 @@ mod tests {
             evidence.summary(),
             "signal 9; GPU-0a: Lost; GPU fell off the bus"
         );
+    }
+
+    #[test]
+    fn a_start_leases_listed_gpus_of_one_machine_at_the_price_in_force() {
+        let machine = Uuid::from_u128(3);
+        let listed = |machine_id, model: &str| {
+            Some(ListedGpu {
+                provider_id: Uuid::from_u128(2),
+                machine_id,
+                model_id: model.to_owned(),
+            })
+        };
+        let gpu = |uuid: &str, listed, leased| AskedGpu {
+            gpu_uuid: uuid.to_owned(),
+            listed,
+            leased,
+        };
+        let workload = Workload {
+            image: "nvcr.io/nvidia/pytorch:24.05-py3".to_owned(),
+            command: vec![],
+            env: BTreeMap::new(),
+        };
+        let at = Timestamp::from_unix_micros(1_000_000);
+        let decide = |gpus: &[AskedGpu], price: Option<i64>| {
+            decide_start(&StartInput {
+                rental_id: Uuid::from_u128(7),
+                renter_id: Uuid::from_u128(1),
+                gpus,
+                price_per_gpu_hour: price.map(Usdc::from_micros),
+                workload: &workload,
+                at,
+            })
+        };
+        let two = [
+            gpu("GPU-0a", listed(machine, "h100-80gb"), false),
+            gpu("GPU-0b", listed(machine, "h100-80gb"), false),
+        ];
+        let events = decide(&two, Some(2_500_000)).unwrap();
+        let [
+            RentalEvent::Started(started),
+            RentalEvent::GpuLeased(a),
+            RentalEvent::GpuLeased(b),
+        ] = &events[..]
+        else {
+            panic!("a start and two leases: {events:?}")
+        };
+        assert_eq!(
+            (started.machine_id, started.price_per_gpu_hour.micros()),
+            (machine, 2_500_000)
+        );
+        assert_eq!(
+            (a.gpu_uuid.as_str(), b.gpu_uuid.as_str()),
+            ("GPU-0a", "GPU-0b")
+        );
+        assert_eq!(
+            decide(&two, None),
+            Err(RentalRejection::NotAvailable("GPU-0a".to_owned())),
+            "no price in force"
+        );
+        let unlisted = [two[0].clone(), gpu("GPU-0b", None, false)];
+        assert_eq!(
+            decide(&unlisted, Some(1)),
+            Err(RentalRejection::NotAvailable("GPU-0b".to_owned()))
+        );
+        let mixed = [
+            two[0].clone(),
+            gpu("GPU-0b", listed(Uuid::from_u128(4), "h100-80gb"), false),
+        ];
+        assert_eq!(decide(&mixed, Some(1)), Err(RentalRejection::MixedMachines));
+        let taken = [
+            two[0].clone(),
+            gpu("GPU-0b", listed(machine, "h100-80gb"), true),
+        ];
+        assert_eq!(
+            decide(&taken, Some(1)),
+            Err(RentalRejection::NotAvailable("GPU-0b".to_owned())),
+            "a lease held beats a listing a moment old"
+        );
+        assert_eq!(decide(&[], Some(1)), Err(RentalRejection::InvalidGpus));
     }
 }
