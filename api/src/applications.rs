@@ -8,7 +8,6 @@ use crate::json::Json;
 use crate::params::{Path, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
-use gpunex_app::command::Rejection;
 use gpunex_domain::codes::ErrorCode;
 use gpunex_domain::credentials::Role;
 use gpunex_domain::onboarding::{
@@ -101,18 +100,12 @@ async fn execute(
     let exec = gpunex_app::command::Executor::new(&state.store, &state.credentials);
     gpunex_app::applications::execute(&exec, &caller.actor(), application_id, &command)
         .await?
-        .map_err(|refused| match refused {
-            Rejection::Rule(error) => rejection(error),
-            Rejection::Contended { .. } => ApiError::Refused {
-                code: ErrorCode::ConcurrentChange,
-                detail: "the application changed while this request ran; read it again".to_owned(),
-            },
-            Rejection::IdTaken { event_id, reason } => {
-                crate::error::append_failure(gpunex_store::AppendError::IdempotencyConflict {
-                    event_id,
-                    reason,
-                })
-            }
+        .map_err(|refused| {
+            crate::error::command_refused(
+                refused,
+                rejection,
+                "the application changed while this request ran; read it again",
+            )
         })
 }
 

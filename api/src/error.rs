@@ -387,6 +387,26 @@ pub async fn problem_bodies(
     fixed
 }
 
+/// A command the executor refused: the rule's own answer (`rule`), `concurrent_change` with
+/// `contended` when the streams kept moving, or an event id stored with other content.
+pub(crate) fn command_refused<R>(
+    refusal: gpunex_app::command::Rejection<R>,
+    rule: impl FnOnce(R) -> ApiError,
+    contended: &str,
+) -> ApiError {
+    use gpunex_app::command::Rejection;
+    match refusal {
+        Rejection::Rule(error) => rule(error),
+        Rejection::Contended { .. } => ApiError::Refused {
+            code: ErrorCode::ConcurrentChange,
+            detail: contended.to_owned(),
+        },
+        Rejection::IdTaken { event_id, reason } => {
+            append_failure(gpunex_store::AppendError::IdempotencyConflict { event_id, reason })
+        }
+    }
+}
+
 /// An append the store refused: its own failure, or a refusal in words for the caller (no
 /// internal event id, stream name or limit constant in the message).
 pub(crate) fn append_failure(error: gpunex_store::AppendError) -> ApiError {

@@ -10,7 +10,6 @@ use crate::json::Json;
 use crate::params::{Path, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
-use gpunex_app::command::Rejection;
 use gpunex_domain::market::{
     self, MarketCommand, MarketEvent, MarketRejection, ProviderMarket, RankBreakdown,
 };
@@ -18,7 +17,7 @@ use gpunex_domain::money::Usdc;
 use gpunex_domain::onboarding::Tier;
 use gpunex_domain::time::Timestamp;
 use gpunex_projections::market::{Listing, SearchFilter, SortBy};
-use gpunex_store::{AppendError, Metadata};
+use gpunex_store::Metadata;
 use gpunex_wire::market as wm;
 use uuid::Uuid;
 
@@ -77,15 +76,12 @@ async fn execute(
         prepare,
     )
     .await?
-    .map_err(|refused| match refused {
-        Rejection::Rule(error) => rejection(error),
-        Rejection::Contended { .. } => ApiError::Refused {
-            code: ErrorCode::ConcurrentChange,
-            detail: "the provider's market changed while this request ran; try again".to_owned(),
-        },
-        Rejection::IdTaken { event_id, reason } => {
-            crate::error::append_failure(AppendError::IdempotencyConflict { event_id, reason })
-        }
+    .map_err(|refused| {
+        crate::error::command_refused(
+            refused,
+            rejection,
+            "the provider's market changed while this request ran; try again",
+        )
     })?;
     if let Some(position) = decided.done.position() {
         state.listings.wait_for(position).await;

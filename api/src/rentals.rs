@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use gpunex_domain::credentials::Role;
 use gpunex_domain::rental::{self, EndCause, RentalEvent, RentalRejection};
 use gpunex_projections::market::RentalState;
-use gpunex_store::{AppendError, Metadata};
+use gpunex_store::Metadata;
 use gpunex_wire::rentals as wr;
 use uuid::Uuid;
 
@@ -21,7 +21,7 @@ use gpunex_app::rentals::{self as app_rentals, Refusal};
 
 use crate::auth::Caller;
 use crate::convert::timestamp;
-use crate::error::{ApiError, append_failure};
+use crate::error::ApiError;
 use crate::state::AppState;
 
 fn rejection(error: RentalRejection) -> ApiError {
@@ -388,21 +388,18 @@ fn executor(state: &AppState) -> Executor<'_> {
 
 /// The answer to a refused rental command.
 fn refused(refusal: Rejection<Refusal>) -> ApiError {
-    match refusal {
-        Rejection::Rule(Refusal::NotFound) => ApiError::NotFound("rental"),
-        Rejection::Rule(Refusal::Rule(error)) => rejection(error),
-        Rejection::Rule(Refusal::Metering(error)) => ApiError::Refused {
-            code: ErrorCode::UsageOutOfRange,
-            detail: error.to_string(),
+    crate::error::command_refused(
+        refusal,
+        |refusal| match refusal {
+            Refusal::NotFound => ApiError::NotFound("rental"),
+            Refusal::Rule(error) => rejection(error),
+            Refusal::Metering(error) => ApiError::Refused {
+                code: ErrorCode::UsageOutOfRange,
+                detail: error.to_string(),
+            },
         },
-        Rejection::Contended { .. } => ApiError::Refused {
-            code: ErrorCode::ConcurrentChange,
-            detail: "the rental kept changing (usage was metered meanwhile); retry".to_owned(),
-        },
-        Rejection::IdTaken { event_id, reason } => {
-            append_failure(AppendError::IdempotencyConflict { event_id, reason })
-        }
-    }
+        "the rental kept changing (usage was metered meanwhile); retry",
+    )
 }
 
 /// Meters one usage report (an agent event): see `gpunex_app::rentals::meter`. A counter at or
