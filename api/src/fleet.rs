@@ -12,16 +12,10 @@ use crate::json::Json;
 use crate::params::{Path, Query};
 use axum::extract::State;
 use gpunex_domain::credentials::Role;
-use gpunex_domain::fleet::{
-    self, DeclarationCompared, FleetEvent, GpuConditionChanged, GpuDetected, MachineOnline,
-    MachineRegistered, ReportError, Span,
-};
-use gpunex_domain::onboarding::ApplicationStatus;
+use gpunex_domain::fleet::{self, GpuConditionChanged, ReportError, Span};
 use gpunex_domain::time::{MICROS_PER_DAY, MICROS_PER_SECOND, Timestamp};
-use gpunex_domain::{DomainEvent, StreamId};
 use gpunex_projections::fleet::MachineState;
 use gpunex_store::fleet::{Presence, TelemetryRow};
-use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
 use gpunex_wire::fleet as wf;
 use uuid::Uuid;
 
@@ -30,19 +24,11 @@ use crate::auth::Caller;
 use crate::convert::{parse_time, parse_time_in, timestamp};
 use crate::error::ApiError;
 use crate::state::AppState;
-use gpunex_app::ReadModels;
+use gpunex_app::command::{Executor, Rejection};
+use gpunex_app::fleet::{self as app_fleet, Recorded};
 
+use gpunex_app::presence::whole_seconds as seconds;
 pub use gpunex_app::presence::{FleetConfig, run_watchdog};
-use gpunex_app::presence::{machine_stream, whole_seconds as seconds};
-
-/// How many times a registration compares again after another registration of the same
-/// provider moved its fleet stream, before answering `concurrent_change`.
-const REGISTRATION_ATTEMPTS: usize = 5;
-
-fn provider_fleet_stream(provider_id: Uuid) -> StreamId {
-    StreamId::parse(format!("provider_fleet-{provider_id}"))
-        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
-}
 
 fn report_invalid(prefix: &str, error: ReportError) -> ApiError {
     ApiError::body(
@@ -333,60 +319,53 @@ fn check_text(field: &str, text: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Appends an agent-delivered expansion; a delivery already stored (a retry racing this one)
-/// answers `duplicate` with its position.
-async fn append_delivered(
-    store: &Store,
+/// The answer to a report a fleet command recorded: `duplicate` when it was stored already
+/// (re-sent, or delivered by a retry racing this one) with the same content, refused when its id
+/// is stored with other content.
+async fn delivered(
+    state: &AppState,
     delivery: &Delivery,
-    streams: Vec<StreamAppend>,
-) -> Result<Result<(u64, &'static str), AppendError>, ApiError> {
+    outcome: gpunex_app::fleet::Outcome<Recorded>,
+) -> Result<(u64, &'static str), ApiError> {
     let delivered = delivery.event_id;
-    match store.append_streams(streams).await {
-        Ok(committed) => {
-            let position = committed
-                .events
-                .iter()
-                .find(|e| e.event_id == delivered)
-                .map_or(committed.last_position(), |e| e.position);
-            Ok(Ok((
-                position,
-                if committed.replayed {
-                    "duplicate"
-                } else {
-                    "recorded"
-                },
-            )))
-        }
-        Err(AppendError::IdempotencyConflict { .. }) => {
-            match store.event_delivery(delivered).await? {
-                Some((position, fingerprint))
-                    if fingerprint
-                        .as_ref()
-                        .is_none_or(|f| *f == delivery.content_sha256) =>
-                {
-                    Ok(Ok((position, "duplicate")))
-                }
-                Some(_) => Err(ApiError::refused(
-                    ErrorCode::IdempotencyConflict,
-                    format!(
-                        "event {delivered} was already recorded with other content; a new event needs a new id"
-                    ),
-                )),
-                None => Err(ApiError::Refused {
-                    code: ErrorCode::IdempotencyConflict,
-                    detail: "part of this delivery is stored with other content".to_owned(),
-                }),
+    match outcome? {
+        Ok(recorded) => Ok((
+            recorded.position,
+            if recorded.replayed {
+                "duplicate"
+            } else {
+                "recorded"
+            },
+        )),
+        Err(Rejection::IdTaken { .. }) => match state.store.event_delivery(delivered).await? {
+            Some((position, fingerprint))
+                if fingerprint
+                    .as_ref()
+                    .is_none_or(|f| *f == delivery.content_sha256) =>
+            {
+                Ok((position, "duplicate"))
             }
-        }
-        Err(AppendError::Store(error)) => Err(error.into()),
-        Err(other) => Ok(Err(other)),
+            Some(_) => Err(ApiError::refused(
+                ErrorCode::IdempotencyConflict,
+                format!(
+                    "event {delivered} was already recorded with other content; a new event needs a new id"
+                ),
+            )),
+            None => Err(ApiError::Refused {
+                code: ErrorCode::IdempotencyConflict,
+                detail: "part of this delivery is stored with other content".to_owned(),
+            }),
+        },
+        Err(Rejection::Contended { .. }) => Err(ApiError::Refused {
+            code: ErrorCode::ConcurrentChange,
+            detail: "the provider's machines kept changing; retry".to_owned(),
+        }),
+        Err(Rejection::Rule(never)) => match never {},
     }
 }
 
-/// Records a registration: the machine, each GPU (identified against the catalog), and the
-/// provider's GPUs compared with its approved application. The comparison's stream is appended
-/// at the version the comparison was computed from, so concurrent registrations of one
-/// provider's machines retry rather than record a stale comparison.
+/// Records a registration (`gpunex_app::fleet::register`): the machine, each GPU identified
+/// against the catalog, and the provider's GPUs compared with its approved application.
 async fn register(
     state: &AppState,
     provider_id: Uuid,
@@ -394,136 +373,20 @@ async fn register(
     occurred: Timestamp,
     registration: &wf::Registration,
 ) -> Result<(u64, &'static str), ApiError> {
-    let delivered = delivery.event_id;
     let machine_id = registration.machine_id;
-    let added = state.credentials.added_models();
-    let gpus: Vec<GpuDetected> = registration
-        .gpus
-        .iter()
-        .map(|gpu| {
-            let identified = fleet::identify(gpu, &added);
-            GpuDetected {
-                machine_id,
-                provider_id,
-                gpu: gpu.clone(),
-                model_id: identified.model_id,
-                model_match: identified.method,
-                vram_below_model: identified.vram_below_model,
-                power_limit_lowered: gpu.power_limit_lowered(),
-            }
-        })
-        .collect();
-    let registered = DomainEvent::Fleet(FleetEvent::MachineRegistered(MachineRegistered {
+    let registration = fleet::Registration {
         machine_id,
         provider_id,
-        host: registration.host.clone(),
-        agent_version: registration.agent_version.clone(),
+        host: &registration.host,
+        agent_version: &registration.agent_version,
         simulated: registration.simulated,
-        gpu_count: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
+        gpus: &registration.gpus,
         detected_at: occurred,
-    }));
-    let metadata = agent_metadata(machine_id, delivery);
-    let mut machine_events = vec![NewEvent::from_domain(
-        delivered,
-        &registered,
-        metadata.clone(),
-    )];
-    for (i, gpu) in gpus.iter().enumerate() {
-        let id = fleet::derived_event_id(delivered, u16::try_from(i + 1).unwrap_or(u16::MAX));
-        let event = DomainEvent::Fleet(FleetEvent::GpuDetected(gpu.clone()));
-        machine_events.push(NewEvent::from_domain(id, &event, metadata.clone()));
-    }
-    let comparison_id =
-        fleet::derived_event_id(delivered, u16::try_from(gpus.len() + 1).unwrap_or(u16::MAX));
-    for _attempt in 0..REGISTRATION_ATTEMPTS {
-        // Compare against the provider's machines as of its fleet stream's last event, so no
-        // registration is missed. (Its application was approved before the token this agent
-        // authenticated with was issued, so the registry already holds the declaration.)
-        state
-            .credentials
-            .wait_for_streams(
-                &state.store,
-                &[
-                    &machine_stream(machine_id),
-                    &provider_fleet_stream(provider_id),
-                ],
-            )
-            .await?;
-        let mut streams = vec![StreamAppend {
-            stream_id: machine_stream(machine_id),
-            expected: ExpectedVersion::Any,
-            events: machine_events.clone(),
-        }];
-        if let Some((compared, version)) =
-            compare_with_application(&state.credentials, provider_id, machine_id, &gpus)
-        {
-            let event = DomainEvent::Fleet(FleetEvent::DeclarationCompared(compared));
-            streams.push(StreamAppend {
-                stream_id: provider_fleet_stream(provider_id),
-                expected: ExpectedVersion::Exact(version),
-                events: vec![NewEvent::from_domain(
-                    comparison_id,
-                    &event,
-                    metadata.clone(),
-                )],
-            });
-        }
-        match append_delivered(&state.store, delivery, streams).await? {
-            Ok((position, status)) => {
-                state.credentials.wait_for(position).await?;
-                return Ok((position, status));
-            }
-            Err(AppendError::WrongExpectedVersion { .. }) => continue,
-            Err(other) => {
-                return Err(crate::error::append_failure(other));
-            }
-        }
-    }
-    Err(ApiError::Refused {
-        code: ErrorCode::ConcurrentChange,
-        detail: "the provider's machines kept changing; retry".to_owned(),
-    })
-}
-
-/// The provider's GPUs (this machine's new ones instead of its old) against its approved
-/// application, with the version of the comparison stream it was computed at. `None` when the
-/// provider has no approved application (an operator-made provider).
-fn compare_with_application(
-    registry: &ReadModels,
-    provider_id: Uuid,
-    machine_id: Uuid,
-    new_gpus: &[GpuDetected],
-) -> Option<(DeclarationCompared, u64)> {
-    let application = registry
-        .applications()
-        .into_iter()
-        .map(|(_, a)| a)
-        .find(|a| a.provider_id == Some(provider_id) && a.status == ApplicationStatus::Approved)?;
-    let (others, version) = registry.with_fleet(|f| {
-        let others: Vec<GpuDetected> = f
-            .gpus_of(&provider_id)
-            .into_iter()
-            .filter(|g| {
-                g.machine_id != machine_id
-                    && !new_gpus.iter().any(|n| n.gpu.gpu_uuid == g.gpu.gpu_uuid)
-            })
-            .collect();
-        (others, f.comparison_version(&provider_id))
-    });
-    let all: Vec<GpuDetected> = others.into_iter().chain(new_gpus.iter().cloned()).collect();
-    let (declared, detected, discrepancies) =
-        fleet::compare_declaration(&application.form.gpus, &all);
-    Some((
-        DeclarationCompared {
-            provider_id,
-            application_id: application.application_id,
-            machine_id,
-            declared,
-            detected,
-            discrepancies,
-        },
-        version,
-    ))
+    };
+    let exec = Executor::new(&state.store, &state.credentials);
+    let meta = agent_metadata(machine_id, delivery);
+    let outcome = app_fleet::register(&exec, delivery.event_id, &meta, &registration).await;
+    delivered(state, delivery, outcome).await
 }
 
 async fn condition(
@@ -533,8 +396,7 @@ async fn condition(
     occurred: Timestamp,
     report: &wf::GpuConditionReport,
 ) -> Result<(u64, &'static str), ApiError> {
-    let delivered = delivery.event_id;
-    let event = DomainEvent::Fleet(FleetEvent::GpuConditionChanged(GpuConditionChanged {
+    let changed = GpuConditionChanged {
         machine_id: report.machine_id,
         provider_id,
         gpu_uuid: report.gpu_uuid.clone(),
@@ -542,20 +404,11 @@ async fn condition(
         active: report.active,
         observed_at: occurred,
         evidence: report.evidence.clone(),
-    }));
-    let streams = vec![StreamAppend {
-        stream_id: machine_stream(report.machine_id),
-        expected: ExpectedVersion::Any,
-        events: vec![NewEvent::from_domain(
-            delivered,
-            &event,
-            agent_metadata(report.machine_id, delivery),
-        )],
-    }];
-    match append_delivered(&state.store, delivery, streams).await? {
-        Ok(done) => Ok(done),
-        Err(other) => Err(crate::error::append_failure(other)),
-    }
+    };
+    let exec = Executor::new(&state.store, &state.credentials);
+    let meta = agent_metadata(report.machine_id, delivery);
+    let outcome = app_fleet::condition(&exec, delivery.event_id, &meta, &changed).await;
+    delivered(state, delivery, outcome).await
 }
 
 /// `POST /v1/agent/heartbeat`: presence and one telemetry sample per GPU. The first heartbeat
@@ -594,40 +447,14 @@ pub async fn heartbeat(
         .await?;
     let mut online = machine.online;
     if !machine.online {
-        let event = DomainEvent::Fleet(FleetEvent::MachineOnline(MachineOnline {
-            machine_id,
-            provider_id,
-            at,
-        }));
-        let appended = state
-            .store
-            .append(
-                machine_stream(machine_id),
-                ExpectedVersion::Exact(machine.stream_version),
-                vec![NewEvent::from_domain(
-                    Uuid::now_v7(),
-                    &event,
-                    Metadata::actor("system:presence"),
-                )],
-            )
-            .await;
-        match appended {
-            Ok(committed) => {
-                let position = committed.last_position();
-                state.credentials.wait_for(position).await?;
-                // Read-your-writes for the listings too: once the agent hears "online", its GPUs'
-                // listing status no longer says offline.
-                state.listings.wait_for(position).await;
-                online = true;
-            }
-            // Another heartbeat or the watchdog moved the machine meanwhile: the next
-            // heartbeat looks again.
-            Err(AppendError::WrongExpectedVersion { .. }) => {}
-            Err(AppendError::Store(error)) => return Err(error.into()),
-            Err(other) => {
-                return Err(crate::error::append_failure(other));
-            }
+        let exec = Executor::new(&state.store, &state.credentials);
+        let (now_online, position) = app_fleet::heartbeat_online(&exec, machine_id).await?;
+        if let Some(position) = position {
+            // Read-your-writes for the listings too: once the agent hears "online", its GPUs'
+            // listing status no longer says offline.
+            state.listings.wait_for(position).await;
         }
+        online = now_online;
     }
     Ok(Json(wf::HeartbeatAck {
         status: if online { "online" } else { "offline" }.to_owned(),

@@ -8,6 +8,7 @@
 //! `Ok(Err(_))` refused (by the rules, or because the streams kept moving), `Err(_)` the
 //! infrastructure failed and the command may be retried as it was.
 
+use gpunex_domain::clock::SharedClock;
 use gpunex_domain::time::Timestamp;
 use gpunex_domain::{DomainEvent, StreamId};
 use gpunex_store::{
@@ -91,16 +92,34 @@ pub fn append_at(
     }
 }
 
-/// Runs commands against one store and the read models this process hosts.
+/// Runs commands against one store and the read models this process hosts, deciding at its
+/// clock's now.
 #[derive(Clone, Copy)]
 pub struct Executor<'a> {
     store: &'a Store,
     models: &'a ReadModels,
+    clock: &'a SharedClock,
 }
 
 impl<'a> Executor<'a> {
+    /// Decides at the store's clock (the one the process was started with).
     pub fn new(store: &'a Store, models: &'a ReadModels) -> Executor<'a> {
-        Executor { store, models }
+        Executor {
+            store,
+            models,
+            clock: store.clock(),
+        }
+    }
+
+    /// Decides at `clock` instead: the simulation's simulated time. (The log's `recorded_at`
+    /// stays the store's clock.)
+    pub fn with_clock(self, clock: &'a SharedClock) -> Executor<'a> {
+        Executor { clock, ..self }
+    }
+
+    /// The instant commands are decided at.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
     }
 
     pub fn store(&self) -> &'a Store {
@@ -127,7 +146,7 @@ impl<'a> Executor<'a> {
     {
         for _attempt in 0..retry.attempts.max(1) {
             let state = load().await?;
-            let now = self.store.clock().now();
+            let now = self.clock.now();
             let writes = match decide(&state, now) {
                 Ok(writes) => writes,
                 Err(rejection) => return Ok(Err(Rejection::Rule(rejection))),

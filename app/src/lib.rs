@@ -10,6 +10,7 @@
 pub mod applications;
 pub mod command;
 pub mod error;
+pub mod fleet;
 pub mod listings;
 pub mod market;
 pub mod outbox;

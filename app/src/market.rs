@@ -124,11 +124,7 @@ pub async fn execute(
                 let stream = stream.clone();
                 async move {
                     models.wait_for_streams(exec.store(), &[&stream]).await?;
-                    Ok(provider_market(
-                        models,
-                        provider_id,
-                        exec.store().clock().now(),
-                    ))
+                    Ok(provider_market(models, provider_id, exec.now()))
                 }
             },
             |(state, version): &(ProviderMarket, u64), now| {

@@ -108,8 +108,29 @@ pub async fn watch_once(
     last_prune: &mut i64,
 ) -> Result<(), AppError> {
     let exec = Executor::new(store, models);
-    let at = store.clock().now();
+    let at = exec.now();
     record_outage(store, config, at).await?;
+    presence_pass(&exec, config, started).await?;
+    if at.unix_micros() - *last_prune > 60 * MICROS_PER_SECOND {
+        let retention = i64::try_from(config.telemetry_retention.as_micros()).unwrap_or(i64::MAX);
+        let deleted = store.prune_telemetry(at.unix_micros() - retention).await?;
+        if deleted > 0 {
+            tracing::debug!(deleted, "old telemetry pruned");
+        }
+        *last_prune = at.unix_micros();
+    }
+    Ok(())
+}
+
+/// Judges presence at the executor's now: declares offline every online machine silent past
+/// the grace period, then ends the rentals of machines offline past the rental grace. (The
+/// watchdog's pass, without its liveness tick: the simulation runs it at each simulated step.)
+pub async fn presence_pass(
+    exec: &Executor<'_>,
+    config: &FleetConfig,
+    started: Timestamp,
+) -> Result<(), AppError> {
+    let (store, models) = (exec.store(), exec.models());
     let online: Vec<Uuid> = models.with_fleet(|f| {
         f.machines()
             .into_iter()
@@ -128,18 +149,10 @@ pub async fn watch_once(
             let last_heartbeat = presences
                 .get(&machine_id)
                 .map(|p| Timestamp::from_unix_micros(p.last_heartbeat_us));
-            declare_offline(&exec, config, machine_id, last_heartbeat, started).await?;
+            declare_offline(exec, config, machine_id, last_heartbeat, started).await?;
         }
     }
-    crate::rentals::end_abandoned(&exec, config.rental_grace, started).await?;
-    if at.unix_micros() - *last_prune > 60 * MICROS_PER_SECOND {
-        let retention = i64::try_from(config.telemetry_retention.as_micros()).unwrap_or(i64::MAX);
-        let deleted = store.prune_telemetry(at.unix_micros() - retention).await?;
-        if deleted > 0 {
-            tracing::debug!(deleted, "old telemetry pruned");
-        }
-        *last_prune = at.unix_micros();
-    }
+    crate::rentals::end_abandoned(exec, config.rental_grace, started).await?;
     Ok(())
 }
 

@@ -858,6 +858,107 @@ pub fn offline_spans(transitions: &[(bool, Timestamp)], now: Timestamp) -> Vec<S
     spans
 }
 
+/// A machine's registration as its agent reported it.
+#[derive(Debug, Clone, Copy)]
+pub struct Registration<'a> {
+    pub machine_id: Uuid,
+    pub provider_id: Uuid,
+    pub host: &'a HostInfo,
+    pub agent_version: &'a str,
+    pub simulated: bool,
+    pub gpus: &'a [DetectedGpu],
+    /// The agent's clock when it detected the hardware.
+    pub detected_at: Timestamp,
+}
+
+/// What a registration is compared with: the provider's approved application (none for a
+/// provider an operator made) and its GPUs already registered on other machines.
+#[derive(Debug, Clone, Copy)]
+pub struct Declared<'a> {
+    pub application_id: Uuid,
+    pub gpus: &'a [GpuEntry],
+    pub registered_elsewhere: &'a [GpuDetected],
+}
+
+/// A registration's events: on the machine's stream `fleet.machine_registered` then one
+/// `fleet.gpu_detected` per GPU (identified against the catalog and the models added to it);
+/// and, when the provider has an approved application, the `fleet.declaration_compared` of all
+/// its GPUs (this machine's new ones instead of its old) against it.
+pub fn decide_registration(
+    registration: &Registration<'_>,
+    added: &[ModelAdded],
+    declared: Option<&Declared<'_>>,
+) -> (Vec<FleetEvent>, Option<DeclarationCompared>) {
+    let Registration {
+        machine_id,
+        provider_id,
+        ..
+    } = *registration;
+    let gpus: Vec<GpuDetected> = registration
+        .gpus
+        .iter()
+        .map(|gpu| {
+            let identified = identify(gpu, added);
+            GpuDetected {
+                machine_id,
+                provider_id,
+                gpu: gpu.clone(),
+                model_id: identified.model_id,
+                model_match: identified.method,
+                vram_below_model: identified.vram_below_model,
+                power_limit_lowered: gpu.power_limit_lowered(),
+            }
+        })
+        .collect();
+    let comparison = declared.map(|declared| {
+        let all: Vec<GpuDetected> = declared
+            .registered_elsewhere
+            .iter()
+            .filter(|g| {
+                g.machine_id != machine_id && !gpus.iter().any(|n| n.gpu.gpu_uuid == g.gpu.gpu_uuid)
+            })
+            .cloned()
+            .chain(gpus.iter().cloned())
+            .collect();
+        let (declared_counts, detected, discrepancies) = compare_declaration(declared.gpus, &all);
+        DeclarationCompared {
+            provider_id,
+            application_id: declared.application_id,
+            machine_id,
+            declared: declared_counts,
+            detected,
+            discrepancies,
+        }
+    });
+    let mut events = Vec::with_capacity(gpus.len() + 1);
+    events.push(FleetEvent::MachineRegistered(MachineRegistered {
+        machine_id,
+        provider_id,
+        host: registration.host.clone(),
+        agent_version: registration.agent_version.to_owned(),
+        simulated: registration.simulated,
+        gpu_count: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
+        detected_at: registration.detected_at,
+    }));
+    events.extend(gpus.into_iter().map(FleetEvent::GpuDetected));
+    (events, comparison)
+}
+
+/// `fleet.machine_online` when a heartbeat finds the machine offline (or never yet online);
+/// nothing when it is online already.
+pub fn decide_online(
+    machine_id: Uuid,
+    provider_id: Uuid,
+    online: bool,
+    at: Timestamp,
+) -> Option<FleetEvent> {
+    (!online).then_some(FleetEvent::MachineOnline(MachineOnline {
+        machine_id,
+        provider_id,
+        at,
+    }))
+}
+
 /// The id of the `index`-th event an agent-delivered event expands into (a registration becomes
 /// a machine event and one per GPU). Index 0 is the agent's own id; the others flip bits of the
 /// v7 id's random tail, so they stay valid v7 ids and a re-sent delivery derives the same ids.
@@ -971,6 +1072,81 @@ mod tests {
             vram_below_model: false,
             power_limit_lowered: None,
         }
+    }
+
+    #[test]
+    fn a_registration_replaces_the_machines_old_gpus_in_the_comparison() {
+        let (machine, other, provider) =
+            (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let host = HostInfo {
+            hostname: "node-1".to_owned(),
+            cpu_model: None,
+            cpu_cores: None,
+            ram_mib: None,
+            disk_total_gib: None,
+            disk_free_gib: None,
+            os: None,
+            kernel: None,
+        };
+        let new = [gpu(
+            "GPU-new",
+            "NVIDIA H100 80GB HBM3",
+            Some(0x2330),
+            81_559,
+        )];
+        let detected = |machine_id, uuid: &str| GpuDetected {
+            machine_id,
+            provider_id: provider,
+            gpu: gpu(uuid, "NVIDIA H100 80GB HBM3", Some(0x2330), 81_559),
+            model_id: Some("h100-80gb".to_owned()),
+            model_match: ModelMatch::PciDeviceId,
+            vram_below_model: false,
+            power_limit_lowered: Some(false),
+        };
+        // This machine's old GPU is replaced; the other machine's stays.
+        let registered = [
+            detected(machine, "GPU-old"),
+            detected(other, "GPU-elsewhere"),
+        ];
+        let declared_gpus = [entry(GpuModelChoice::Catalog("h100-80gb".to_owned()), 3)];
+        let registration = Registration {
+            machine_id: machine,
+            provider_id: provider,
+            host: &host,
+            agent_version: "1.0.0",
+            simulated: false,
+            gpus: &new,
+            detected_at: ts(100),
+        };
+        let declared = Declared {
+            application_id: Uuid::from_u128(9),
+            gpus: &declared_gpus,
+            registered_elsewhere: &registered,
+        };
+        let (events, compared) = decide_registration(&registration, &[], Some(&declared));
+        assert!(matches!(&events[0], FleetEvent::MachineRegistered(r) if r.gpu_count == 1));
+        assert!(matches!(&events[1], FleetEvent::GpuDetected(g)
+            if g.model_id.as_deref() == Some("h100-80gb") && g.machine_id == machine));
+        assert_eq!(events.len(), 2);
+        let compared = compared.unwrap();
+        assert_eq!(compared.detected[0].count, 2, "{compared:?}");
+        assert!(
+            matches!(
+                &compared.discrepancies[..],
+                [Discrepancy::FewerGpus {
+                    declared: 3,
+                    detected: 2,
+                    ..
+                }]
+            ),
+            "{compared:?}"
+        );
+        // No approved application (an operator-made provider): nothing to compare.
+        assert!(decide_registration(&registration, &[], None).1.is_none());
+        // A heartbeat records a machine online only when it is not.
+        assert!(decide_online(machine, provider, true, ts(5)).is_none());
+        assert!(matches!(decide_online(machine, provider, false, ts(5)),
+            Some(FleetEvent::MachineOnline(MachineOnline { at, .. })) if at == ts(5)));
     }
 
     fn entry(model: GpuModelChoice, quantity: u32) -> GpuEntry {

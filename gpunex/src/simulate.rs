@@ -1,44 +1,51 @@
 //! `gpunex simulate`: a marketplace driven deterministically from a seed, written into a real
-//! database through the store's real append path. It is the demo a newcomer runs and the load the
-//! benchmarks use.
+//! database by the platform's own application commands. It is the demo a newcomer runs and the
+//! load the benchmarks use.
 //!
-//! What happens is decided by the domain's own rules, the ones the API handlers use:
-//! applications through `onboarding::decide`, model identification by `fleet::identify`,
-//! prices checked by `market::parse_price`, usage metered by `rental::meter_usage` (capped at the
-//! machine's online time by `fleet::online_micros`), fees from the tier's schedule. Every append
-//! names each stream's expected version, as the handlers do. The agents are simulated (their
-//! machines are registered `simulated: true`, listed only by a `--dev-mode` server). After every
-//! simulated hour the money invariants are checked with the same `Reconciler` as `gpunex audit
-//! reconcile`; a mismatch stops the run.
+//! There is one command layer: every write is a `gpunex_app` command on the command executor,
+//! the ones the HTTP handlers call: applications submitted and approved
+//! (`applications::execute`), machines registered and GPU conditions reported
+//! (`fleet::register`, `fleet::condition`), heartbeats stored and a machine back online
+//! (`fleet::heartbeat_online`), machines declared offline and abandoned rentals ended by the
+//! presence watchdog's own pass (`presence::presence_pass`), prices set (`market::execute`),
+//! GPUs rented from the listing snapshot (`rentals::start`), usage metered
+//! (`rentals::meter`), rentals cancelled by renters (`rentals::end`) and jobs ended by agents
+//! (`rentals::job_ended`). The agents and renters are simulated (machines are registered
+//! `simulated: true`, listed only by a `--dev-mode` server); what they do is drawn from the seed.
+//! After every simulated hour the money invariants are checked over what was stored, with the
+//! same `Reconciler` as `gpunex audit reconcile`; a mismatch stops the run.
 //!
-//! Time is simulated: 5-minute steps from the start date's midnight (UTC). The same seed, sizes
-//! and start date give the same events (ids, payloads, order); the log's own `recorded_at` is the
-//! real clock.
+//! Time is simulated: the commands decide at a manual clock moved in 5-minute steps from the
+//! start date's midnight (UTC); the log's own `recorded_at` is the real clock. Within a step the
+//! commands of different rentals (and of different providers' rentals starting) run
+//! concurrently, so the log interleaves streams differently from run to run, but every stream's
+//! events are the same: the same seed, sizes and start date give the same content digest (each
+//! stream's event types and payloads, streams in name order). Event ids are fresh.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::NaiveDate;
+use gpunex_app::command::{Executor, Rejection};
+use gpunex_app::listings::ListingIndex;
+use gpunex_app::presence::FleetConfig;
+use gpunex_app::{AppError, ReadModels};
 use gpunex_domain::DomainEvent;
-use gpunex_domain::StreamId;
+use gpunex_domain::clock::{ManualClock, SharedClock};
 use gpunex_domain::fleet::{
-    self, DetectedGpu, FleetEvent, GpuCondition, GpuConditionChanged, GpuDetected, HostInfo,
-    MachineOffline, MachineOnline, MachineRegistered, PcieLink, Span,
+    DetectedGpu, FleetEvent, GpuCondition, GpuConditionChanged, HostInfo, PcieLink, Registration,
 };
 use gpunex_domain::gpu::GPU_CATALOG;
-use gpunex_domain::market::{MarketEvent, PriceSet};
-use gpunex_domain::metering::{FeeSchedule, Meter};
+use gpunex_domain::market::{MarketCommand, MarketEvent};
+use gpunex_domain::metering::FeeSchedule;
 use gpunex_domain::money::Usdc;
 use gpunex_domain::onboarding::{
-    self, Application, ApplicationCommand, ApplicationForm, Availability, GpuEntry, GpuModelChoice,
-    Location, Tier,
+    ApplicationCommand, ApplicationForm, Availability, GpuEntry, GpuModelChoice, Location, Tier,
 };
-use gpunex_domain::rental::{
-    self, EndCause, GpuLease, JobEnded, JobEvidence, JobStarted, RentalEnded, RentalEvent,
-    RentalStarted, UsageInput, Workload,
-};
+use gpunex_domain::rental::{EndCause, JobEnded, JobEvidence, RentalEvent, Workload};
 use gpunex_domain::time::{MICROS_PER_SECOND, Timestamp};
 use gpunex_projections::reconcile::Reconciler;
-use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
+use gpunex_store::{Metadata, READ_BATCH_EVENTS_MAX, Store, StoreError};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -46,8 +53,13 @@ use uuid::Uuid;
 const STEP_SECONDS: i64 = 300;
 const STEPS_PER_HOUR: i64 = 3_600 / STEP_SECONDS;
 const STEPS_PER_DAY: i64 = 24 * STEPS_PER_HOUR;
+/// A machine silent longer than this is offline: a little over one step, so one missed
+/// heartbeat is an outage.
+const OFFLINE_GRACE_SECONDS: u64 = 360;
 /// A rental whose machine is silent longer than this ends `network_loss` (the server default).
-const RENTAL_GRACE_SECONDS: i64 = 600;
+const RENTAL_GRACE_SECONDS: u64 = 600;
+/// The reviewer who approves the simulated applications.
+const REVIEWER: Uuid = Uuid::from_u128(1);
 
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -78,12 +90,16 @@ pub struct SimReport {
     pub network_losses: u64,
     pub outages: u64,
     pub price_changes: u64,
+    /// Commands the platform refused (a renter's GPU taken meanwhile, say); 0 in a run whose
+    /// drivers only ask for what the platform offers.
+    pub refused: u64,
     pub renter_charges_micro_usdc: i64,
     pub provider_earnings_micro_usdc: i64,
     pub platform_fees_micro_usdc: i64,
     /// Hourly reconciliations run, all clean.
     pub invariant_checks: u64,
-    /// SHA-256 of every event's type and payload, in order: equal for equal inputs.
+    /// SHA-256 over every stream (in name order) of its name and the SHA-256 of its events'
+    /// types and payloads in stream order: equal for equal inputs.
     pub content_digest: String,
     pub seconds: f64,
 }
@@ -140,41 +156,75 @@ const PLACES: [(&str, &str, &str); 6] = [
 
 struct SimProvider {
     provider_id: Uuid,
-    tier: Tier,
     model_id: &'static str,
     base_price: i64,
     price: Usdc,
     machine_id: Uuid,
-    free: BTreeSet<String>,
+    /// Whether its agent is heartbeating.
     online: bool,
     back_at: Option<Timestamp>,
-    offline_since: Option<Timestamp>,
-    transitions: Vec<(bool, Timestamp)>,
     /// A GPU with an active fault, and when it clears.
     fault: Option<(String, Timestamp)>,
 }
 
 struct SimRental {
-    started: RentalStarted,
     provider: usize,
-    meter: Meter,
+    machine_id: Uuid,
+    renter_id: Uuid,
+    gpus: u64,
+    started_at: Timestamp,
     planned_end: Timestamp,
 }
 
-struct Simulation<'a> {
+/// What a rental's simulated renter and agent do in one step, decided before any of it runs.
+enum Act {
+    /// The agent reports its counter.
+    Meter,
+    /// The job finished: the last counter, then the agent's job end.
+    Complete,
+    /// The renter cancels; the agent then reports the job stopped.
+    Cancel,
+    /// A GPU fell off the bus (its condition is reported first): the last counter, then the
+    /// agent's job end.
+    Fault(String),
+}
+
+/// What every command runs against: the store, the read models and listing snapshot this
+/// process hosts, and the simulated clock the commands decide at.
+struct Platform<'a> {
     store: &'a Store,
+    models: ReadModels,
+    listings: ListingIndex,
+    manual: Arc<ManualClock>,
+    clock: SharedClock,
+    presence: FleetConfig,
+    fees: FeeSchedule,
+}
+
+impl Platform<'_> {
+    fn exec(&self) -> Executor<'_> {
+        Executor::new(self.store, &self.models).with_clock(&self.clock)
+    }
+}
+
+/// What reading the log back found: the money check, the digest and the counts.
+#[derive(Default)]
+struct ReadBack {
+    after: u64,
+    reconciler: Reconciler,
+    streams: BTreeMap<String, Sha256>,
+    prices: u64,
+}
+
+struct Simulation<'a> {
+    platform: &'a Platform<'a>,
     config: &'a SimConfig,
     rng: Rng,
-    versions: HashMap<String, u64>,
-    /// Events waiting for the next flush, grouped by stream in first-touch order.
-    pending: Vec<(String, Vec<(Uuid, DomainEvent)>)>,
-    pending_index: HashMap<String, usize>,
     providers: Vec<SimProvider>,
     renters: Vec<Uuid>,
     rentals: BTreeMap<Uuid, SimRental>,
-    reconciler: Reconciler,
-    digest: Sha256,
-    sequence: u64,
+    read: ReadBack,
+    t0: Timestamp,
     report: SimReport,
 }
 
@@ -186,80 +236,24 @@ fn at_plus(at: Timestamp, secs: i64) -> Timestamp {
     Timestamp::from_unix_micros(at.unix_micros() + seconds(secs))
 }
 
+fn agent(machine_id: Uuid) -> Metadata {
+    Metadata::actor(format!("agent:{machine_id}"))
+}
+
+/// A command the platform refused: counted, and the run goes on (the simulated party gives up,
+/// as a person would).
+fn refused<R: std::fmt::Debug>(report: &mut SimReport, what: &str, rejection: &Rejection<R>) {
+    tracing::warn!(?rejection, "simulation: {what} refused");
+    report.refused += 1;
+}
+
 impl Simulation<'_> {
-    fn push(&mut self, stream: String, at: Timestamp, event: DomainEvent) {
-        let id = self.rng.uuid(at);
-        self.sequence += 1;
-        self.reconciler.apply(self.sequence, &event);
-        let new = NewEvent::from_domain(id, &event, Metadata::actor("system:simulation"));
-        self.digest.update(new.event_type.as_bytes());
-        self.digest.update(new.payload.to_string().as_bytes());
-        self.report.events += 1;
-        if matches!(event, DomainEvent::Rental(RentalEvent::UsageMetered(_))) {
-            self.report.usage_events += 1;
-        }
-        match self.pending_index.get(&stream) {
-            Some(&i) => self.pending[i].1.push((id, event)),
-            None => {
-                self.pending_index
-                    .insert(stream.clone(), self.pending.len());
-                self.pending.push((stream, vec![(id, event)]));
-            }
-        }
-    }
-
-    /// Appends everything pending: streams in chunks within the store's limits, the chunks
-    /// concurrently (the writer commits them as groups), each stream at its expected version.
-    async fn flush(&mut self) -> anyhow::Result<()> {
-        let pending = std::mem::take(&mut self.pending);
-        self.pending_index.clear();
-        let mut chunks: Vec<Vec<StreamAppend>> = Vec::new();
-        let mut current: Vec<StreamAppend> = Vec::new();
-        let mut events_in_current = 0;
-        for (stream, events) in pending {
-            let version = self.versions.entry(stream.clone()).or_insert(0);
-            let expected = if *version == 0 {
-                ExpectedVersion::NoStream
-            } else {
-                ExpectedVersion::Exact(*version)
-            };
-            *version += events.len() as u64;
-            if current.len() == gpunex_store::envelope::APPEND_STREAMS_MAX
-                || events_in_current + events.len() > gpunex_store::envelope::APPEND_EVENTS_MAX
-            {
-                chunks.push(std::mem::take(&mut current));
-                events_in_current = 0;
-            }
-            events_in_current += events.len();
-            current.push(StreamAppend {
-                stream_id: StreamId::parse(stream)?,
-                expected,
-                events: events
-                    .into_iter()
-                    .map(|(id, e)| {
-                        NewEvent::from_domain(id, &e, Metadata::actor("system:simulation"))
-                    })
-                    .collect(),
-            });
-        }
-        if !current.is_empty() {
-            chunks.push(current);
-        }
-        let appends = chunks
-            .into_iter()
-            .map(|chunk| self.store.append_streams(chunk));
-        for result in futures_util::future::join_all(appends).await {
-            result.map_err(|e| anyhow::anyhow!("append refused: {e}"))?;
-        }
-        Ok(())
-    }
-
-    fn machine_stream(&self, p: usize) -> String {
-        format!("machine-{}", self.providers[p].machine_id)
-    }
-
-    /// A provider applies, is approved, registers its machine, comes online and sets a price.
-    fn onboard(&mut self, index: u32, t0: Timestamp) -> anyhow::Result<()> {
+    /// A provider applies, is approved, its agent registers the machine and heartbeats, and it
+    /// sets a price.
+    async fn onboard(&mut self, index: u32) -> anyhow::Result<()> {
+        let platform = self.platform;
+        let exec = platform.exec();
+        let t0 = self.t0;
         let (model_id, base_price) = MODELS[self.rng.below(MODELS.len() as u64) as usize];
         let place = PLACES[self.rng.below(PLACES.len() as u64) as usize];
         let tier = if self.rng.chance(300_000) {
@@ -293,81 +287,65 @@ impl Simulation<'_> {
         let application_id = self.rng.uuid(submitted_at);
         let applicant = self.rng.uuid(submitted_at);
         let provider_id = self.rng.uuid(submitted_at);
-        let stream = format!("application-{application_id}");
-        let submitted = onboarding::decide(
-            None,
-            ApplicationCommand::Submit {
-                application_id,
-                applicant_user_id: applicant,
-                form,
-                at: submitted_at,
-            },
-        )?;
-        let mut state: Option<Application> = None;
-        for event in &submitted {
-            state = onboarding::evolve(state, event);
+        platform.manual.set(submitted_at);
+        let submit = ApplicationCommand::Submit {
+            application_id,
+            applicant_user_id: applicant,
+            form,
+            at: submitted_at,
+        };
+        let actor = format!("user:{applicant}");
+        if let Err(rejection) =
+            gpunex_app::applications::execute(&exec, &actor, application_id, &submit).await?
+        {
+            anyhow::bail!("simulated application {index} refused: {rejection:?}");
         }
+        let approved_at = at_plus(t0, -86_400);
+        platform.manual.set(approved_at);
         let approve = |tier| ApplicationCommand::Approve {
-            reviewer_user_id: Uuid::from_u128(1),
+            reviewer_user_id: REVIEWER,
             tier,
             provider_id,
-            at: at_plus(t0, -86_400),
+            at: approved_at,
         };
+        let reviewer = format!("user:{REVIEWER}");
         // An Enterprise approval the tier rules refuse becomes Community, as a reviewer would.
-        let (approved, tier) = match onboarding::decide(state.as_ref(), approve(tier)) {
-            Ok(events) => (events, tier),
-            Err(_) => (
-                onboarding::decide(state.as_ref(), approve(Tier::Community))?,
-                Tier::Community,
-            ),
-        };
-        for event in submitted.into_iter().chain(approved) {
-            self.push(stream.clone(), t0, DomainEvent::Application(event));
+        let mut approval =
+            gpunex_app::applications::execute(&exec, &reviewer, application_id, &approve(tier))
+                .await?;
+        if approval.is_err() && tier == Tier::Enterprise {
+            approval = gpunex_app::applications::execute(
+                &exec,
+                &reviewer,
+                application_id,
+                &approve(Tier::Community),
+            )
+            .await?;
+        }
+        if let Err(rejection) = approval {
+            anyhow::bail!("simulated application {index} not approved: {rejection:?}");
         }
 
         // The machine, registered by a simulated agent, and its GPUs as NVML would show them.
+        platform.manual.set(t0);
         let machine_id = self.rng.uuid(t0);
         let catalog = GPU_CATALOG
             .iter()
             .find(|m| m.id == model_id)
             .ok_or_else(|| anyhow::anyhow!("{model_id} is not in the catalog"))?;
         let variant = catalog.variants[0];
-        let machine_stream = format!("machine-{machine_id}");
-        self.push(
-            machine_stream.clone(),
-            t0,
-            DomainEvent::Fleet(FleetEvent::MachineRegistered(MachineRegistered {
-                machine_id,
-                provider_id,
-                host: HostInfo {
-                    hostname: format!("sim-{index}"),
-                    cpu_model: Some("Simulated EPYC".to_owned()),
-                    cpu_cores: Some(64),
-                    ram_mib: Some(u64::from(64 * gpus) * 1_024),
-                    disk_total_gib: Some(4_000),
-                    disk_free_gib: Some(3_000),
-                    os: Some("Ubuntu 22.04".to_owned()),
-                    kernel: Some("6.5.0".to_owned()),
-                },
-                agent_version: "simulation".to_owned(),
-                simulated: true,
-                gpu_count: gpus,
-                detected_at: t0,
-            })),
-        );
-        let mut uuids = Vec::new();
+        let mut detected = Vec::new();
         for i in 0..gpus {
             let id = self.rng.uuid(t0).simple().to_string();
-            let gpu_uuid = format!(
-                "GPU-{}-{}-{}-{}-{}",
-                &id[..8],
-                &id[8..12],
-                &id[12..16],
-                &id[16..20],
-                &id[20..]
-            );
-            let detected = DetectedGpu {
-                gpu_uuid: gpu_uuid.clone(),
+            detected.push(DetectedGpu {
+                gpu_uuid: format!(
+                    "GPU-{}-{}-{}-{}-{}",
+                    &id[..8],
+                    &id[8..12],
+                    &id[12..16],
+                    &id[16..20],
+                    &id[20..]
+                ),
                 index: i,
                 name: catalog.name.to_owned(),
                 pci_device_id: variant.pci_device_id,
@@ -387,270 +365,133 @@ impl Simulation<'_> {
                 default_power_limit_w: Some(variant.power_w),
                 ecc_enabled: Some(true),
                 mig_enabled: Some(false),
-            };
-            let identified = fleet::identify(&detected, &[]);
-            self.push(
-                machine_stream.clone(),
-                t0,
-                DomainEvent::Fleet(FleetEvent::GpuDetected(GpuDetected {
-                    machine_id,
-                    provider_id,
-                    power_limit_lowered: detected.power_limit_lowered(),
-                    gpu: detected,
-                    model_id: identified.model_id,
-                    model_match: identified.method,
-                    vram_below_model: identified.vram_below_model,
-                })),
-            );
-            uuids.push(gpu_uuid);
+            });
         }
-        self.push(
-            machine_stream,
-            t0,
-            DomainEvent::Fleet(FleetEvent::MachineOnline(MachineOnline {
-                machine_id,
-                provider_id,
-                at: t0,
-            })),
-        );
-        // A price near the model's typical one, to the cent.
-        let cents = base_price / 10_000 * (80 + self.rng.below(46) as i64) / 100;
-        let price =
-            gpunex_domain::market::parse_price(&format!("{}.{:02}", cents / 100, cents % 100))
-                .map_err(|e| anyhow::anyhow!("simulated price: {e}"))?;
+        let host = HostInfo {
+            hostname: format!("sim-{index}"),
+            cpu_model: Some("Simulated EPYC".to_owned()),
+            cpu_cores: Some(64),
+            ram_mib: Some(u64::from(64 * gpus) * 1_024),
+            disk_total_gib: Some(4_000),
+            disk_free_gib: Some(3_000),
+            os: Some("Ubuntu 22.04".to_owned()),
+            kernel: Some("6.5.0".to_owned()),
+        };
+        let report_id = self.rng.uuid(t0);
+        let registration = Registration {
+            machine_id,
+            provider_id,
+            host: &host,
+            agent_version: "simulation",
+            simulated: true,
+            gpus: &detected,
+            detected_at: t0,
+        };
+        if let Err(rejection) =
+            gpunex_app::fleet::register(&exec, report_id, &agent(machine_id), &registration).await?
+        {
+            anyhow::bail!("simulated registration {index} refused: {rejection:?}");
+        }
         self.providers.push(SimProvider {
             provider_id,
-            tier,
             model_id,
             base_price,
-            price,
+            price: Usdc::from_micros(0),
             machine_id,
-            free: uuids.into_iter().collect(),
             online: true,
             back_at: None,
-            offline_since: None,
-            transitions: vec![(true, t0)],
             fault: None,
         });
         let p = self.providers.len() - 1;
-        self.set_price(p, t0, price);
+        self.heartbeat(p).await?;
+        // A price near the model's typical one, to the cent.
+        let cents = base_price / 10_000 * (80 + self.rng.below(46) as i64) / 100;
+        self.set_price(p, cents).await
+    }
+
+    /// The provider's agent heartbeats at the clock's now (the machine comes online if it was
+    /// not).
+    async fn heartbeat(&mut self, p: usize) -> anyhow::Result<()> {
+        let platform = self.platform;
+        let provider = &self.providers[p];
+        platform
+            .store
+            .record_heartbeat(
+                provider.machine_id,
+                provider.provider_id,
+                platform.clock.now().unix_micros(),
+                &[],
+            )
+            .await?;
+        gpunex_app::fleet::heartbeat_online(&platform.exec(), provider.machine_id).await?;
         Ok(())
     }
 
-    fn set_price(&mut self, p: usize, at: Timestamp, price: Usdc) {
-        self.providers[p].price = price;
+    async fn set_price(&mut self, p: usize, cents: i64) -> anyhow::Result<()> {
+        let platform = self.platform;
         let provider = &self.providers[p];
-        let event = DomainEvent::Market(MarketEvent::PriceSet(PriceSet {
-            provider_id: provider.provider_id,
+        let command = MarketCommand::SetPrice {
             model_id: provider.model_id.to_owned(),
-            price_micro_usdc: price,
-            effective_at: at,
-            set_at: at,
-            set_by: "system:simulation".to_owned(),
-        }));
-        let stream = format!("provider_market-{}", provider.provider_id);
-        self.push(stream, at, event);
-    }
-
-    /// Meters the rental's counter now (as the agent reports it), capped at the online time.
-    fn meter(&mut self, rental_id: Uuid, at: Timestamp, counter: u64) -> anyhow::Result<()> {
-        let Some(rental) = self.rentals.get(&rental_id) else {
-            return Ok(());
+            price: format!("{}.{:02}", cents / 100, cents % 100),
+            effective_at: None,
+            by: "system:simulation".to_owned(),
         };
-        let provider = &self.providers[rental.provider];
-        let online = fleet::online_micros(
-            &provider.transitions,
-            Span {
-                from: rental.started.started_at,
-                until: at,
-            },
-        ) / MICROS_PER_SECOND;
-        let report_id = self.rng.uuid(at);
-        let input = UsageInput {
-            rental: &rental.started,
-            meter: rental.meter,
-            tier: provider.tier,
-            fees: self.config.fees,
-            reported_gpu_seconds: counter,
-            online_gpu_seconds: u64::try_from(online).unwrap_or(0)
-                * rental.started.gpu_uuids.len() as u64,
-            report_id,
-            at,
-        };
-        if let Some(metered) = rental::meter_usage(&input)? {
-            if let Some(rental) = self.rentals.get_mut(&rental_id) {
-                rental.meter = Meter {
-                    gpu_seconds: metered.to_gpu_seconds,
-                    charged: Usdc::from_micros(
-                        rental.meter.charged.micros() + metered.gross.micros(),
-                    ),
-                };
+        let meta = Metadata::actor(format!("provider:{}", provider.provider_id));
+        let outcome = gpunex_app::market::execute(
+            &platform.exec(),
+            provider.provider_id,
+            command,
+            &meta,
+            |_, _| {},
+        )
+        .await?;
+        match outcome {
+            Ok(decided) => {
+                for event in decided.events {
+                    if let MarketEvent::PriceSet(set) = event {
+                        self.providers[p].price = set.price_micro_usdc;
+                    }
+                }
             }
-            self.report.renter_charges_micro_usdc += metered.gross.micros();
-            self.report.provider_earnings_micro_usdc += metered.net.micros();
-            self.report.platform_fees_micro_usdc += metered.fee.micros();
-            self.push(
-                format!("rental-{rental_id}"),
-                at,
-                DomainEvent::Rental(RentalEvent::UsageMetered(metered)),
-            );
+            Err(rejection) => refused(&mut self.report, "a price", &rejection),
         }
         Ok(())
     }
 
-    /// The agent's counter: the rental's GPUs times the seconds since it started.
-    fn counter(rental: &SimRental, at: Timestamp) -> u64 {
-        let secs = (at.unix_micros() - rental.started.started_at.unix_micros()) / MICROS_PER_SECOND;
-        u64::try_from(secs).unwrap_or(0) * rental.started.gpu_uuids.len() as u64
-    }
-
-    /// Ends a rental: the final usage, the job's end (when the agent could report it), the
-    /// rental's end and the GPU releases.
-    fn finish(
-        &mut self,
-        rental_id: Uuid,
-        at: Timestamp,
-        ended_at: Timestamp,
-        cause: EndCause,
-        evidence: JobEvidence,
-        job_reported: bool,
-    ) -> anyhow::Result<()> {
-        let Some(rental) = self.rentals.get(&rental_id) else {
-            return Ok(());
-        };
-        let counter = Simulation::counter(rental, at);
-        self.meter(rental_id, at, counter)?;
-        let Some(rental) = self.rentals.remove(&rental_id) else {
-            return Ok(());
-        };
-        let stream = format!("rental-{rental_id}");
-        let machine_id = rental.started.machine_id;
-        if job_reported {
-            self.push(
-                stream.clone(),
-                at,
-                DomainEvent::Rental(RentalEvent::JobEnded(JobEnded {
-                    rental_id,
-                    machine_id,
-                    cause,
-                    evidence: evidence.clone(),
-                    gpu_seconds: counter,
-                    ended_at,
-                })),
-            );
-        }
-        self.push(
-            stream,
-            at,
-            DomainEvent::Rental(RentalEvent::Ended(RentalEnded {
-                rental_id,
-                cause,
-                ended_at,
-                ended_by: if cause == EndCause::RenterCancelled {
-                    format!("renter:{}", rental.started.renter_id)
-                } else {
-                    format!("agent:{machine_id}")
-                },
-                evidence: evidence.summary(),
-            })),
-        );
-        for gpu in &rental.started.gpu_uuids {
-            self.push(
-                format!("gpu_lease-{gpu}"),
-                at,
-                DomainEvent::Rental(RentalEvent::GpuReleased(GpuLease {
-                    gpu_uuid: gpu.clone(),
-                    rental_id,
-                    at: ended_at,
-                })),
-            );
-            let provider = &mut self.providers[rental.provider];
-            let faulty = provider.fault.as_ref().is_some_and(|(g, _)| g == gpu);
-            if !faulty {
-                provider.free.insert(gpu.clone());
-            }
-        }
-        match cause {
-            EndCause::Completed => self.report.completed += 1,
-            EndCause::RenterCancelled => self.report.cancelled += 1,
-            EndCause::HardwareFault => self.report.hardware_faults += 1,
-            EndCause::NetworkLoss => self.report.network_losses += 1,
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn rent(&mut self, p: usize, at: Timestamp) {
-        let free = self.providers[p].free.len() as u64;
-        let count = 1 + self.rng.below(free.min(4));
-        let gpus: Vec<String> = self.providers[p]
-            .free
-            .iter()
-            .take(count as usize)
-            .cloned()
-            .collect();
-        let renter = self.renters[self.rng.below(self.renters.len() as u64) as usize];
-        let hours = 1 + self.rng.below(24) as i64;
-        let rental_id = self.rng.uuid(at);
+    /// A GPU condition reported by the provider's agent.
+    async fn condition(&mut self, p: usize, gpu: &str, active: bool) -> anyhow::Result<()> {
+        let platform = self.platform;
+        let now = platform.clock.now();
+        let report_id = self.rng.uuid(now);
         let provider = &self.providers[p];
-        let started = RentalStarted {
-            rental_id,
-            renter_id: renter,
-            provider_id: provider.provider_id,
+        let changed = GpuConditionChanged {
             machine_id: provider.machine_id,
-            gpu_uuids: gpus.clone(),
-            model_id: provider.model_id.to_owned(),
-            price_per_gpu_hour: provider.price,
-            started_at: at,
-            workload: Some(Workload {
-                image: "nvcr.io/nvidia/pytorch:24.05-py3".to_owned(),
-                command: vec!["python".to_owned(), "train.py".to_owned()],
-                env: BTreeMap::from([("EPOCHS".to_owned(), hours.to_string())]),
-            }),
+            provider_id: provider.provider_id,
+            gpu_uuid: gpu.to_owned(),
+            condition: GpuCondition::Lost,
+            active,
+            observed_at: now,
+            evidence: None,
         };
-        let machine_id = provider.machine_id;
-        let stream = format!("rental-{rental_id}");
-        self.push(
-            stream.clone(),
-            at,
-            DomainEvent::Rental(RentalEvent::Started(started.clone())),
-        );
-        for gpu in &gpus {
-            self.providers[p].free.remove(gpu);
-            self.push(
-                format!("gpu_lease-{gpu}"),
-                at,
-                DomainEvent::Rental(RentalEvent::GpuLeased(GpuLease {
-                    gpu_uuid: gpu.clone(),
-                    rental_id,
-                    at,
-                })),
-            );
+        let outcome = gpunex_app::fleet::condition(
+            &platform.exec(),
+            report_id,
+            &agent(provider.machine_id),
+            &changed,
+        )
+        .await?;
+        if let Err(rejection) = outcome {
+            refused(&mut self.report, "a GPU condition", &rejection);
         }
-        self.push(
-            stream,
-            at,
-            DomainEvent::Rental(RentalEvent::JobStarted(JobStarted {
-                rental_id,
-                machine_id,
-                runtime: "docker".to_owned(),
-                handle: format!("sim-{}", &rental_id.simple().to_string()[..12]),
-                started_at: at,
-            })),
-        );
-        self.rentals.insert(
-            rental_id,
-            SimRental {
-                started,
-                provider: p,
-                meter: Meter::default(),
-                planned_end: at_plus(at, hours * 3_600),
-            },
-        );
-        self.report.rentals += 1;
+        Ok(())
     }
 
+    /// One 5-minute step at `at`: agents heartbeat (or fall silent), faults clear, the watchdog
+    /// judges presence, every running rental's agent and renter act, renters rent on the hour
+    /// and providers move prices once a day.
     async fn step(&mut self, step: i64, at: Timestamp) -> anyhow::Result<()> {
+        let platform = self.platform;
+        platform.manual.set(at);
         let on_the_hour = step % STEPS_PER_HOUR == 0;
         // Presence: outages start (about one a week per machine) and end (1 to 8 hours later).
         for p in 0..self.providers.len() {
@@ -659,118 +500,80 @@ impl Simulation<'_> {
                 let back = at_plus(at, 3_600 * (1 + self.rng.below(8) as i64));
                 let provider = &mut self.providers[p];
                 provider.online = false;
-                provider.offline_since = Some(at);
                 provider.back_at = Some(back);
-                provider.transitions.push((false, at));
-                let event = DomainEvent::Fleet(FleetEvent::MachineOffline(MachineOffline {
-                    machine_id: provider.machine_id,
-                    provider_id: provider.provider_id,
-                    last_heartbeat_at: at,
-                    detected_at: at_plus(at, 60),
-                    grace_seconds: 60,
-                }));
-                self.report.outages += 1;
-                let stream = self.machine_stream(p);
-                self.push(stream, at, event);
             } else if !provider.online && provider.back_at.is_some_and(|b| b <= at) {
                 let provider = &mut self.providers[p];
                 provider.online = true;
                 provider.back_at = None;
-                provider.offline_since = None;
-                provider.transitions.push((true, at));
-                let event = DomainEvent::Fleet(FleetEvent::MachineOnline(MachineOnline {
-                    machine_id: provider.machine_id,
-                    provider_id: provider.provider_id,
-                    at,
-                }));
-                let stream = self.machine_stream(p);
-                self.push(stream, at, event);
             }
-            // A fault clears.
+            if self.providers[p].online {
+                self.heartbeat(p).await?;
+            }
             if let Some((gpu, clears)) = self.providers[p].fault.clone()
                 && clears <= at
             {
-                let provider = &mut self.providers[p];
-                provider.fault = None;
-                if !self
-                    .rentals
-                    .values()
-                    .any(|r| r.started.gpu_uuids.contains(&gpu))
-                {
-                    provider.free.insert(gpu.clone());
-                }
-                let event = condition(provider, &gpu, false, at);
-                let stream = self.machine_stream(p);
-                self.push(stream, at, event);
+                self.providers[p].fault = None;
+                self.condition(p, &gpu, false).await?;
             }
         }
+        let exec = platform.exec();
+        gpunex_app::presence::presence_pass(&exec, &platform.presence, self.t0).await?;
+        // Rentals the watchdog ended (their machine silent past the grace) are over.
+        self.rentals.retain(|rental_id, _| {
+            platform.models.with_market(|m| {
+                m.open_rental(rental_id)
+                    .is_some_and(|rental| rental.ended.is_none())
+            })
+        });
+
+        // What each running rental's agent and renter do, drawn in rental order.
+        let mut acts = Vec::new();
         let ids: Vec<Uuid> = self.rentals.keys().copied().collect();
         for rental_id in ids {
             let (p, planned_end, gpus) = {
                 let r = &self.rentals[&rental_id];
-                (r.provider, r.planned_end, r.started.gpu_uuids.clone())
+                (r.provider, r.planned_end, r.gpus)
             };
-            let provider = &self.providers[p];
-            if let Some(since) = provider.offline_since {
-                // No heartbeat, no meter; past the grace period the platform ends it.
-                if at.unix_micros() - since.unix_micros() > seconds(RENTAL_GRACE_SECONDS) {
-                    let evidence = JobEvidence {
-                        detail: format!(
-                            "machine offline: no heartbeat since {}",
-                            since.unix_micros()
-                        ),
-                        ..JobEvidence::default()
-                    };
-                    self.finish(rental_id, at, since, EndCause::NetworkLoss, evidence, false)?;
-                }
+            if !self.providers[p].online {
+                // No heartbeat, no report: the watchdog ends it past the rental grace.
                 continue;
             }
-            if at >= planned_end {
-                let evidence = JobEvidence {
-                    exit_code: Some(0),
-                    ..JobEvidence::default()
-                };
-                self.finish(rental_id, at, at, EndCause::Completed, evidence, true)?;
+            let act = if at >= planned_end {
+                Act::Complete
             } else if on_the_hour && self.rng.chance(20_000) {
-                let evidence = JobEvidence {
-                    signal: Some(15),
-                    detail: "stopped: the rental ended".to_owned(),
-                    ..JobEvidence::default()
-                };
-                self.finish(rental_id, at, at, EndCause::RenterCancelled, evidence, true)?;
-            } else if on_the_hour && self.rng.chance(3_000) {
-                let gpu = gpus[self.rng.below(gpus.len() as u64) as usize].clone();
-                let provider = &mut self.providers[p];
-                provider.fault = Some((gpu.clone(), at_plus(at, 2 * 3_600)));
-                let event = condition(provider, &gpu, true, at);
-                let stream = self.machine_stream(p);
-                self.push(stream, at, event);
-                let evidence = JobEvidence {
-                    signal: Some(9),
-                    gpu_uuid: Some(gpu.clone()),
-                    condition: Some(GpuCondition::Lost),
-                    detail: "stopped: GPU fell off the bus".to_owned(),
-                    ..JobEvidence::default()
-                };
-                self.finish(rental_id, at, at, EndCause::HardwareFault, evidence, true)?;
+                Act::Cancel
+            } else if on_the_hour && self.providers[p].fault.is_none() && self.rng.chance(3_000) {
+                let machine_gpus = self.rental_gpus(rental_id);
+                let gpu = machine_gpus[self.rng.below(gpus) as usize].clone();
+                Act::Fault(gpu)
             } else {
-                let counter = Simulation::counter(&self.rentals[&rental_id], at);
-                self.meter(rental_id, at, counter)?;
+                Act::Meter
+            };
+            let reports = (self.rng.uuid(at), self.rng.uuid(at));
+            acts.push((rental_id, act, reports));
+        }
+        // Faults are reported first, one machine stream at a time.
+        for (rental_id, act, _) in &acts {
+            if let Act::Fault(gpu) = act {
+                let p = self.rentals[rental_id].provider;
+                self.providers[p].fault = Some((gpu.clone(), at_plus(at, 2 * 3_600)));
+                self.condition(p, gpu, true).await?;
             }
         }
-        if on_the_hour {
-            // Renters take free GPUs: more readily when the price is below the model's usual.
-            for p in 0..self.providers.len() {
-                let provider = &self.providers[p];
-                if !provider.online || provider.free.is_empty() {
-                    continue;
-                }
-                let per_million = (250_000 * provider.base_price / provider.price.micros().max(1))
-                    .clamp(20_000, 800_000);
-                if self.rng.chance(u64::try_from(per_million).unwrap_or(0)) {
-                    self.rent(p, at);
-                }
+        let runs = acts.iter().map(|(rental_id, act, reports)| {
+            let rental = &self.rentals[rental_id];
+            rental_act(platform, *rental_id, rental, act, *reports, at)
+        });
+        let results = futures_util::future::join_all(runs).await;
+        for ((rental_id, act, _), result) in acts.iter().zip(results) {
+            self.report.refused += result?;
+            if !matches!(act, Act::Meter) {
+                self.rentals.remove(rental_id);
             }
+        }
+
+        if on_the_hour {
+            self.rent(at).await?;
         }
         if step % STEPS_PER_DAY == 0 && step > 0 {
             // Some providers move their price by up to 10%.
@@ -778,26 +581,252 @@ impl Simulation<'_> {
                 if self.rng.chance(150_000) {
                     let cents = self.providers[p].price.micros() / 10_000;
                     let moved = (cents * (90 + self.rng.below(21) as i64) / 100).clamp(1, 10_000);
-                    let price = Usdc::from_micros(moved * 10_000);
-                    self.set_price(p, at, price);
-                    self.report.price_changes += 1;
+                    self.set_price(p, moved).await?;
                 }
             }
         }
         Ok(())
     }
+
+    /// The rental's GPUs, as the read models hold it.
+    fn rental_gpus(&self, rental_id: Uuid) -> Vec<String> {
+        self.platform
+            .models
+            .with_market(|m| {
+                m.open_rental(&rental_id)
+                    .map(|r| r.started.gpu_uuids.clone())
+            })
+            .unwrap_or_default()
+    }
+
+    /// Renters take listed GPUs: of each online provider, more readily when its price is below
+    /// the model's usual. The starts of different providers' GPUs run concurrently.
+    async fn rent(&mut self, at: Timestamp) -> anyhow::Result<()> {
+        let platform = self.platform;
+        platform.listings.rebuild(&platform.models, at);
+        let snapshot = platform.listings.current();
+        let mut asks = Vec::new();
+        for p in 0..self.providers.len() {
+            let provider = &self.providers[p];
+            if !provider.online {
+                continue;
+            }
+            let mut free: Vec<String> = snapshot
+                .listings
+                .iter()
+                .filter(|l| l.machine_id == provider.machine_id)
+                .map(|l| l.gpu_uuid.to_string())
+                .collect();
+            if free.is_empty() {
+                continue;
+            }
+            free.sort();
+            let per_million = (250_000 * provider.base_price / provider.price.micros().max(1))
+                .clamp(20_000, 800_000);
+            if !self.rng.chance(u64::try_from(per_million).unwrap_or(0)) {
+                continue;
+            }
+            let count = 1 + self.rng.below((free.len() as u64).min(4));
+            free.truncate(count as usize);
+            let renter = self.renters[self.rng.below(self.renters.len() as u64) as usize];
+            let hours = 1 + self.rng.below(24) as i64;
+            let rental_id = self.rng.uuid(at);
+            let workload = Workload {
+                image: "nvcr.io/nvidia/pytorch:24.05-py3".to_owned(),
+                command: vec!["python".to_owned(), "train.py".to_owned()],
+                env: BTreeMap::from([("EPOCHS".to_owned(), hours.to_string())]),
+            };
+            asks.push((p, rental_id, renter, free, workload, hours));
+        }
+        let starts = asks
+            .iter()
+            .map(|(_, rental_id, renter, gpus, workload, _)| {
+                start(platform, *rental_id, *renter, gpus, workload)
+            });
+        let results = futures_util::future::join_all(starts).await;
+        for ((p, rental_id, renter, gpus, _, hours), result) in asks.into_iter().zip(results) {
+            match result? {
+                Ok(()) => {
+                    self.rentals.insert(
+                        rental_id,
+                        SimRental {
+                            provider: p,
+                            machine_id: self.providers[p].machine_id,
+                            renter_id: renter,
+                            gpus: gpus.len() as u64,
+                            started_at: at,
+                            planned_end: at_plus(at, hours * 3_600),
+                        },
+                    );
+                }
+                Err(()) => self.report.refused += 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads back what the commands stored since the last look: every event goes into the
+    /// money check and its stream's digest.
+    async fn read_back(&mut self) -> anyhow::Result<()> {
+        let store = self.platform.store;
+        loop {
+            let page = store
+                .read_all(self.read.after, READ_BATCH_EVENTS_MAX)
+                .await?;
+            let Some(last) = page.last().map(|e| e.position) else {
+                return Ok(());
+            };
+            for recorded in &page {
+                let event = recorded.decode().map_err(|e| StoreError::CorruptRow {
+                    position: recorded.position,
+                    reason: e.to_string(),
+                })?;
+                self.read.reconciler.apply(recorded.position, &event);
+                let digest = self
+                    .read
+                    .streams
+                    .entry(recorded.stream_id.clone())
+                    .or_default();
+                digest.update(recorded.event_type.as_bytes());
+                digest.update(recorded.payload.as_bytes());
+                let report = &mut self.report;
+                report.events += 1;
+                match &event {
+                    DomainEvent::Rental(RentalEvent::Started(_)) => report.rentals += 1,
+                    DomainEvent::Rental(RentalEvent::UsageMetered(m)) => {
+                        report.usage_events += 1;
+                        report.renter_charges_micro_usdc += m.gross.micros();
+                        report.provider_earnings_micro_usdc += m.net.micros();
+                        report.platform_fees_micro_usdc += m.fee.micros();
+                    }
+                    DomainEvent::Rental(RentalEvent::Ended(ended)) => match ended.cause {
+                        EndCause::Completed => report.completed += 1,
+                        EndCause::RenterCancelled => report.cancelled += 1,
+                        EndCause::HardwareFault => report.hardware_faults += 1,
+                        EndCause::NetworkLoss => report.network_losses += 1,
+                        _ => {}
+                    },
+                    DomainEvent::Fleet(FleetEvent::MachineOffline(_)) => report.outages += 1,
+                    DomainEvent::Market(MarketEvent::PriceSet(_)) => self.read.prices += 1,
+                    _ => {}
+                }
+            }
+            self.read.after = last;
+        }
+    }
 }
 
-fn condition(provider: &SimProvider, gpu: &str, active: bool, at: Timestamp) -> DomainEvent {
-    DomainEvent::Fleet(FleetEvent::GpuConditionChanged(GpuConditionChanged {
-        machine_id: provider.machine_id,
-        provider_id: provider.provider_id,
-        gpu_uuid: gpu.to_owned(),
-        condition: GpuCondition::Lost,
-        active,
-        observed_at: at,
-        evidence: None,
-    }))
+/// One rental's step: the agent's counter (the rental's GPUs times the seconds since it
+/// started), then what ends it. Answers how many of its commands were refused.
+async fn rental_act(
+    platform: &Platform<'_>,
+    rental_id: Uuid,
+    rental: &SimRental,
+    act: &Act,
+    (meter_report, end_report): (Uuid, Uuid),
+    at: Timestamp,
+) -> Result<u64, AppError> {
+    let exec = platform.exec();
+    let meta = agent(rental.machine_id);
+    let secs = (at.unix_micros() - rental.started_at.unix_micros()) / MICROS_PER_SECOND;
+    let counter = u64::try_from(secs).unwrap_or(0) * rental.gpus;
+    let mut refusals = 0;
+    let metered = gpunex_app::rentals::meter(
+        &exec,
+        platform.fees,
+        meter_report,
+        &meta,
+        rental_id,
+        counter,
+    )
+    .await?;
+    if let Err(rejection) = metered {
+        tracing::warn!(?rejection, "simulation: a usage report refused");
+        refusals += 1;
+    }
+    let (cause, evidence) = match act {
+        Act::Meter => return Ok(refusals),
+        Act::Complete => (
+            EndCause::Completed,
+            JobEvidence {
+                exit_code: Some(0),
+                ..JobEvidence::default()
+            },
+        ),
+        Act::Cancel => {
+            let ended = gpunex_app::rentals::end(
+                &exec,
+                rental_id,
+                EndCause::RenterCancelled,
+                &format!("renter:{}", rental.renter_id),
+                "the renter cancelled",
+            )
+            .await?;
+            if let Err(rejection) = ended {
+                tracing::warn!(?rejection, "simulation: a cancellation refused");
+                refusals += 1;
+            }
+            (
+                EndCause::RenterCancelled,
+                JobEvidence {
+                    signal: Some(15),
+                    detail: "stopped: the rental ended".to_owned(),
+                    ..JobEvidence::default()
+                },
+            )
+        }
+        Act::Fault(gpu) => (
+            EndCause::HardwareFault,
+            JobEvidence {
+                signal: Some(9),
+                gpu_uuid: Some(gpu.clone()),
+                condition: Some(GpuCondition::Lost),
+                detail: "stopped: GPU fell off the bus".to_owned(),
+                ..JobEvidence::default()
+            },
+        ),
+    };
+    let job = JobEnded {
+        rental_id,
+        machine_id: rental.machine_id,
+        cause,
+        evidence,
+        gpu_seconds: counter,
+        ended_at: at,
+    };
+    let ended = gpunex_app::rentals::job_ended(&exec, end_report, &job, at, &meta).await?;
+    if let Err(rejection) = ended {
+        tracing::warn!(?rejection, "simulation: a job end refused");
+        refusals += 1;
+    }
+    Ok(refusals)
+}
+
+/// A renter's start of a rental of `gpus`; `Err(())` when the platform refused it.
+async fn start(
+    platform: &Platform<'_>,
+    rental_id: Uuid,
+    renter_id: Uuid,
+    gpus: &[String],
+    workload: &Workload,
+) -> Result<Result<(), ()>, AppError> {
+    let rent = gpunex_app::rentals::Rent {
+        rental_id,
+        renter_id,
+        gpu_uuids: gpus,
+        workload,
+    };
+    let meta = Metadata::actor(format!("renter:{renter_id}"));
+    let outcome =
+        gpunex_app::rentals::start(&platform.exec(), &platform.listings, rent, &meta, |_| {})
+            .await?;
+    Ok(match outcome {
+        Ok(_) => Ok(()),
+        Err(rejection) => {
+            tracing::warn!(?rejection, "simulation: a rental refused");
+            Err(())
+        }
+    })
 }
 
 /// Runs the simulation into `store`; `progress` sees each finished day.
@@ -823,19 +852,34 @@ pub async fn simulate(
             .and_hms_opt(0, 0, 0)
             .map_or(0, |d| d.and_utc().timestamp_micros()),
     );
-    let mut sim = Simulation {
+    let manual = ManualClock::starting_at(t0);
+    let listings = ListingIndex::default();
+    listings.set_dev_mode(true);
+    let platform = Platform {
         store,
+        models: ReadModels::load(store).await?,
+        listings,
+        clock: manual.clone(),
+        manual,
+        presence: FleetConfig {
+            heartbeat_interval: std::time::Duration::from_secs(STEP_SECONDS as u64),
+            offline_grace: std::time::Duration::from_secs(OFFLINE_GRACE_SECONDS),
+            rental_grace: std::time::Duration::from_secs(RENTAL_GRACE_SECONDS),
+            dev_mode: true,
+            fees: config.fees,
+            ..FleetConfig::default()
+        },
+        fees: config.fees,
+    };
+    let mut sim = Simulation {
+        platform: &platform,
         config,
         rng: Rng(config.seed),
-        versions: HashMap::new(),
-        pending: Vec::new(),
-        pending_index: HashMap::new(),
         providers: Vec::new(),
         renters: Vec::new(),
         rentals: BTreeMap::new(),
-        reconciler: Reconciler::default(),
-        digest: Sha256::new(),
-        sequence: 0,
+        read: ReadBack::default(),
+        t0,
         report: SimReport {
             seed: config.seed,
             start: config.start.to_string(),
@@ -850,16 +894,15 @@ pub async fn simulate(
         sim.renters.push(renter);
     }
     for index in 0..config.providers {
-        sim.onboard(index, t0)?;
+        sim.onboard(index).await?;
     }
-    sim.flush().await?;
     let steps = i64::from(config.days) * STEPS_PER_DAY;
     for step in 1..=steps {
         let at = Timestamp::from_unix_micros(t0.unix_micros() + seconds(step * STEP_SECONDS));
         sim.step(step, at).await?;
         if step % STEPS_PER_HOUR == 0 {
-            sim.flush().await?;
-            let report = sim.reconciler.check(at, None);
+            sim.read_back().await?;
+            let report = sim.read.reconciler.check(at, None);
             if !report.is_clean() {
                 anyhow::bail!(
                     "money invariant broken at {}: {:?}",
@@ -873,21 +916,11 @@ pub async fn simulate(
             progress(u32::try_from(step / STEPS_PER_DAY).unwrap_or(u32::MAX));
         }
     }
-    sim.flush().await?;
+    // The simulated agents' last heartbeats are the last step's: a server started on this
+    // database judges presence (and ends the rentals of machines now silent) from them.
+    sim.read_back().await?;
     let end = Timestamp::from_unix_micros(t0.unix_micros() + steps * seconds(STEP_SECONDS));
-    // The simulated agents' last heartbeats: a server started on this database judges presence
-    // (and ends the rentals of machines now silent) from them.
-    for provider in sim.providers.iter().filter(|p| p.online) {
-        store
-            .record_heartbeat(
-                provider.machine_id,
-                provider.provider_id,
-                end.unix_micros(),
-                &[],
-            )
-            .await?;
-    }
-    let report = sim.reconciler.check(end, None);
+    let report = sim.read.reconciler.check(end, None);
     anyhow::ensure!(
         report.is_clean(),
         "money invariant broken at the end: {:?}",
@@ -897,7 +930,13 @@ pub async fn simulate(
         report.totals.renter_charges_micro_usdc == sim.report.renter_charges_micro_usdc,
         "the reconciler and the simulation disagree on the charges"
     );
-    sim.report.content_digest = hex::encode(sim.digest.finalize());
+    sim.report.price_changes = sim.read.prices.saturating_sub(u64::from(config.providers));
+    let mut digest = Sha256::new();
+    for (stream, events) in std::mem::take(&mut sim.read.streams) {
+        digest.update(stream.as_bytes());
+        digest.update(events.finalize());
+    }
+    sim.report.content_digest = hex::encode(digest.finalize());
     sim.report.seconds = started.elapsed().as_secs_f64();
     Ok(sim.report)
 }

@@ -26,6 +26,9 @@ async fn a_simulated_marketplace_is_deterministic_and_reconciles(db: &TestDb) {
     let store = db.open().await;
     let report = simulate(&store, &config(11), &|_| {}).await.unwrap();
     assert!(report.usage_events > 1_000, "{report:?}");
+    // Every command the simulated parties sent was taken: they ask only for what is offered.
+    assert_eq!(report.refused, 0, "{report:?}");
+    assert!(report.completed > 0 && report.outages > 0, "{report:?}");
     assert!(
         report.rentals > 10 && report.invariant_checks == 48,
         "{report:?}"
