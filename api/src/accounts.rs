@@ -10,13 +10,10 @@ use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use axum::extract::State;
 use axum::http::StatusCode;
-use gpunex_domain::DomainEvent;
-use gpunex_domain::accounts::{self, AccountEvent, EmailClaimed, UserRegistered};
-use gpunex_domain::credentials::{CredentialEvent, Role};
+use gpunex_domain::accounts;
+use gpunex_domain::credentials::Role;
 use gpunex_domain::time::{MICROS_PER_SECOND, Timestamp};
-use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, StreamAppend};
 use gpunex_wire as wire;
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::auth::Caller;
@@ -41,11 +38,6 @@ async fn hashing_slot() -> Result<tokio::sync::SemaphorePermit<'static>, ApiErro
         Ok(Ok(permit)) => Ok(permit),
         _ => Err(ApiError::CredentialsUnavailable),
     }
-}
-
-fn stream(name: String) -> gpunex_domain::StreamId {
-    gpunex_domain::StreamId::parse(name)
-        .unwrap_or_else(|_| unreachable!("hex and hyphens make a valid stream id"))
 }
 
 async fn hash_password(password: String) -> Result<String, ApiError> {
@@ -112,55 +104,21 @@ pub async fn sign_up(
         code: ErrorCode::EmailTaken,
         detail: "an account with this email already exists".to_owned(),
     };
+    // Checked before the hashing work (the command decides again on what it reads).
     if state.credentials.user_by_email(&email).is_some() {
         return Err(taken());
     }
     let user_id = Uuid::now_v7();
-    let registered = DomainEvent::Account(AccountEvent::UserRegistered(UserRegistered {
-        user_id,
-        email: email.clone(),
-        password_hash: hash_password(request.password).await?,
-        registered_at: state.clock.now(),
-    }));
-    let claimed = DomainEvent::Account(AccountEvent::EmailClaimed(EmailClaimed { user_id }));
-    let actor = format!("user:{user_id}");
-    let email_key = hex::encode(Sha256::digest(email.to_lowercase().as_bytes()));
-    let result = state
-        .store
-        .append_streams(vec![
-            StreamAppend {
-                stream_id: stream(format!("user-{user_id}")),
-                expected: ExpectedVersion::NoStream,
-                events: vec![NewEvent::from_domain(
-                    Uuid::now_v7(),
-                    &registered,
-                    Metadata::actor(actor.clone()),
-                )],
-            },
-            // One stream per address: a second sign-up with it fails here, in any process.
-            StreamAppend {
-                stream_id: stream(format!("user_email-{email_key}")),
-                expected: ExpectedVersion::NoStream,
-                events: vec![NewEvent::from_domain(
-                    Uuid::now_v7(),
-                    &claimed,
-                    Metadata::actor(actor),
-                )],
-            },
-        ])
-        .await;
-    let committed = match result {
-        Ok(committed) => committed,
-        Err(AppendError::WrongExpectedVersion { .. }) => return Err(taken()),
-        Err(AppendError::Store(error)) => return Err(error.into()),
-        Err(other) => {
-            return Err(crate::error::append_failure(other));
-        }
-    };
-    state
-        .credentials
-        .wait_for(committed.last_position())
-        .await?;
+    let password_hash = hash_password(request.password).await?;
+    gpunex_app::accounts::sign_up(&state.executor(), user_id, &email, &password_hash)
+        .await?
+        .map_err(|refusal| {
+            crate::error::command_refused(
+                refusal,
+                |_| taken(),
+                "another sign-up with this email ran at the same time; sign in or try again",
+            )
+        })?;
     Ok((StatusCode::CREATED, Json(wire::Account { user_id, email })))
 }
 
@@ -218,7 +176,7 @@ pub async fn sign_in(
     let actor = format!("user:{}", user.user_id);
     let (new, _) = issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         TokenRequest {
             expires_at: Some(expires_at),
             ..TokenRequest::new(
@@ -255,41 +213,24 @@ pub async fn sign_out(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<StatusCode, ApiError> {
-    let revoked = gpunex_domain::credentials::revoke(
-        false,
+    gpunex_app::credentials::revoke(
+        &state.executor(),
         caller.token_id,
+        None,
         &caller.actor(),
         "signed out",
-        state.clock.now(),
     )
-    .map_err(|e| ApiError::Refused {
-        code: e.code(),
-        detail: e.to_string(),
-    })?;
-    let event = DomainEvent::Credential(CredentialEvent::Revoked(revoked));
-    let committed = state
-        .store
-        .append(
-            stream(format!("credential-{}", caller.token_id)),
-            ExpectedVersion::Exact(1),
-            vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &event,
-                Metadata::actor(caller.actor()),
-            )],
-        )
-        .await
-        .map_err(|error| match error {
-            AppendError::Store(error) => error.into(),
-            other => ApiError::Refused {
+    .await?
+    .map_err(|refusal| {
+        crate::error::command_refused(
+            refusal,
+            |e| ApiError::Refused {
                 code: ErrorCode::AlreadySignedOut,
-                detail: other.to_string(),
+                detail: e.to_string(),
             },
-        })?;
-    state
-        .credentials
-        .wait_for(committed.last_position())
-        .await?;
+            "the session changed while signing out; sign in again",
+        )
+    })?;
     Ok(StatusCode::NO_CONTENT)
 }
 

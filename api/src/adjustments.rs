@@ -4,12 +4,11 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use gpunex_domain::adjustments::{self, AdjustmentEvent, Decision};
+use gpunex_app::adjustments::Refusal;
+use gpunex_domain::adjustments::{self, Decision};
 use gpunex_domain::ledger::{Account, Posting, Side};
 use gpunex_domain::money::Usdc;
-use gpunex_domain::{DomainEvent, StreamId};
 use gpunex_projections::adjustments::Proposal;
-use gpunex_store::{ExpectedVersion, Metadata, NewEvent};
 use gpunex_wire as wire;
 use uuid::Uuid;
 
@@ -20,11 +19,6 @@ use crate::json::Json;
 use crate::params::{Path, Query};
 use crate::state::AppState;
 
-fn stream(proposal_id: Uuid) -> StreamId {
-    StreamId::parse(format!("adjustment-{proposal_id}"))
-        .unwrap_or_else(|_| unreachable!("a uuid makes a valid stream id"))
-}
-
 fn rejection(error: adjustments::AdjustmentRejection) -> ApiError {
     use adjustments::AdjustmentRejection as R;
     match &error {
@@ -34,6 +28,17 @@ fn rejection(error: adjustments::AdjustmentRejection) -> ApiError {
         R::Unbalanced(_) => ApiError::body("/postings", error.code(), error.to_string()),
         _ => ApiError::refused(error.code(), error.to_string()),
     }
+}
+
+fn refused(refusal: gpunex_app::command::Rejection<Refusal>) -> ApiError {
+    crate::error::command_refused(
+        refusal,
+        |refusal| match refusal {
+            Refusal::NotFound => ApiError::NotFound("adjustment"),
+            Refusal::Rule(rule) => rejection(rule),
+        },
+        "the adjustment was decided meanwhile",
+    )
 }
 
 fn line_view(posting: &Posting) -> wire::AdjustmentLine {
@@ -179,40 +184,21 @@ pub async fn propose(
     Json(request): Json<wire::ProposeAdjustment>,
 ) -> Result<(StatusCode, Json<wire::AdjustmentView>), ApiError> {
     let lines = postings(&state, &request.postings)?;
-    let proposed = adjustments::propose(
-        Uuid::now_v7(),
-        Uuid::now_v7(),
-        &request.reason,
-        &request.evidence,
-        lines,
+    let proposal = gpunex_app::adjustments::propose(
+        &state.executor(),
+        gpunex_app::adjustments::Propose {
+            proposal_id: Uuid::now_v7(),
+            entry_id: Uuid::now_v7(),
+            reason: &request.reason,
+            evidence: &request.evidence,
+            postings: lines,
+        },
         &caller.actor(),
-        state.clock.now(),
+        |proposal| crate::idempotency::prepare_response(StatusCode::CREATED, &view(proposal)),
     )
-    .map_err(rejection)?;
-    let answer = view(&Proposal {
-        proposed: proposed.clone(),
-        decided: None,
-        position: 0,
-    });
-    crate::idempotency::prepare_response(StatusCode::CREATED, &answer);
-    let event = DomainEvent::Adjustment(AdjustmentEvent::Proposed(proposed.clone()));
-    let committed = state
-        .store
-        .append(
-            stream(proposed.proposal_id),
-            ExpectedVersion::NoStream,
-            vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &event,
-                Metadata::actor(caller.actor()),
-            )],
-        )
-        .await?;
-    state
-        .credentials
-        .wait_for(committed.last_position())
-        .await?;
-    Ok((StatusCode::CREATED, Json(answer)))
+    .await?
+    .map_err(refused)?;
+    Ok((StatusCode::CREATED, Json(view(&proposal))))
 }
 
 /// `GET /v1/ledger/adjustments`
@@ -264,25 +250,6 @@ pub async fn read(
     Ok(Json(view(&proposal(&state, proposal_id)?)))
 }
 
-/// Whether `caller` is the person who proposed (the same token, or one token issued by the
-/// other): operators hold one token each, and a second token of one's own does not make a
-/// second person.
-fn same_person(state: &AppState, caller: &Caller, proposed_by: &str) -> bool {
-    let actor = caller.actor();
-    if actor == proposed_by {
-        return true;
-    }
-    let issued_by = |token: &str| {
-        token
-            .strip_prefix("token:")
-            .and_then(|id| Uuid::parse_str(id).ok())
-            .and_then(|id| state.credentials.get(&id))
-            .map(|record| record.issued_by)
-    };
-    issued_by(&actor).is_some_and(|by| by == proposed_by)
-        || issued_by(proposed_by).is_some_and(|by| by == actor)
-}
-
 async fn decide(
     state: AppState,
     caller: Caller,
@@ -290,52 +257,17 @@ async fn decide(
     decision: Decision,
     request: wire::DecideAdjustment,
 ) -> Result<Json<wire::AdjustmentView>, ApiError> {
-    let current = proposal(&state, proposal_id)?;
-    let (decided, posted) = adjustments::decide(
-        &current.proposed,
-        current.decided.as_ref().map(|d| d.decision),
+    let proposal = gpunex_app::adjustments::decide(
+        &state.executor(),
+        proposal_id,
         decision,
-        same_person(&state, &caller, &current.proposed.proposed_by),
-        &caller.actor(),
         &request.reason,
-        state.clock.now(),
+        &caller.actor(),
+        |proposal| crate::idempotency::prepare_response(StatusCode::OK, &view(proposal)),
     )
-    .map_err(rejection)?;
-    let answer = view(&Proposal {
-        decided: Some(decided.clone()),
-        ..current.clone()
-    });
-    crate::idempotency::prepare_response(StatusCode::OK, &answer);
-    let metadata = Metadata::actor(caller.actor());
-    let mut events = vec![NewEvent::from_domain(
-        Uuid::now_v7(),
-        &DomainEvent::Adjustment(AdjustmentEvent::Decided(decided)),
-        metadata.clone(),
-    )];
-    if let Some(posted) = posted {
-        events.push(NewEvent::from_domain(
-            Uuid::now_v7(),
-            &DomainEvent::AdjustmentPosted(posted),
-            metadata,
-        ));
-    }
-    // At the proposal's version 1: a proposal is decided once, whichever process decides.
-    let committed = state
-        .store
-        .append(stream(proposal_id), ExpectedVersion::Exact(1), events)
-        .await
-        .map_err(|error| match error {
-            gpunex_store::AppendError::WrongExpectedVersion { .. } => ApiError::refused(
-                ErrorCode::AlreadyDecided,
-                "the adjustment was decided meanwhile",
-            ),
-            other => crate::error::append_failure(other),
-        })?;
-    state
-        .credentials
-        .wait_for(committed.last_position())
-        .await?;
-    Ok(Json(answer))
+    .await?
+    .map_err(refused)?;
+    Ok(Json(view(&proposal)))
 }
 
 /// `POST /v1/ledger/adjustments/{proposal_id}/approve`

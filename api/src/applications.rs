@@ -479,7 +479,7 @@ pub async fn claim_provider_token(
     let actor = caller.actor();
     let (new, issued) = issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         TokenRequest {
             caller: Some(caller.token_id),
             // Exclusive in the store, not just checked here: two racing claims cannot both land.

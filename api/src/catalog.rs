@@ -4,12 +4,9 @@
 use crate::json::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use gpunex_domain::DomainEvent;
 use gpunex_domain::codes::ErrorCode;
 use gpunex_domain::gpu::{CatalogRejection, GPU_CATALOG};
-use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -107,50 +104,33 @@ pub async fn add(
     caller: Caller,
     Json(request): Json<NewModel>,
 ) -> Result<(StatusCode, Json<CatalogModel>), ApiError> {
-    let models = state.credentials.added_models();
-    let catalog = gpunex_domain::gpu::Catalog { added: &models };
-    let taken = |e: CatalogRejection| ApiError::Refused {
-        code: e.code(),
-        detail: e.to_string(),
-    };
-    let added = catalog
-        .add(
-            &request.model_id,
-            &request.name,
-            request.vram_gb,
-            &caller.actor(),
-            state.clock.now(),
+    let added = gpunex_app::catalog::add(
+        &state.executor(),
+        gpunex_app::catalog::NewModel {
+            model_id: &request.model_id,
+            name: &request.name,
+            vram_gb: request.vram_gb,
+        },
+        &caller.actor(),
+    )
+    .await?
+    .map_err(|refusal| {
+        crate::error::command_refused(
+            refusal,
+            |e| match e {
+                CatalogRejection::AlreadyListed => ApiError::Refused {
+                    code: e.code(),
+                    detail: e.to_string(),
+                },
+                CatalogRejection::InvalidId => ApiError::body("/model_id", e.code(), e.to_string()),
+                CatalogRejection::InvalidName => ApiError::body("/name", e.code(), e.to_string()),
+                CatalogRejection::InvalidVram => {
+                    ApiError::body("/vram_gb", e.code(), e.to_string())
+                }
+            },
+            "another admin changed the catalog while this request ran; read it again",
         )
-        .map_err(|e| match e {
-            CatalogRejection::AlreadyListed => taken(e),
-            CatalogRejection::InvalidId => ApiError::body("/model_id", e.code(), e.to_string()),
-            CatalogRejection::InvalidName => ApiError::body("/name", e.code(), e.to_string()),
-            CatalogRejection::InvalidVram => ApiError::body("/vram_gb", e.code(), e.to_string()),
-        })?;
-    let event = DomainEvent::ModelAdded(added.clone());
-    let stream = gpunex_domain::StreamId::parse(format!("catalog_model-{}", added.model_id))
-        .map_err(|e| ApiError::body("/model_id", ErrorCode::InvalidModelId, e.to_string()))?;
-    // One stream per id, expected empty: two admins adding one id cannot both succeed.
-    let committed = state
-        .store
-        .append(
-            stream,
-            ExpectedVersion::NoStream,
-            vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &event,
-                Metadata::actor(caller.actor()),
-            )],
-        )
-        .await
-        .map_err(|error| match error {
-            AppendError::Store(error) => error.into(),
-            _ => taken(CatalogRejection::AlreadyListed),
-        })?;
-    state
-        .credentials
-        .wait_for(committed.last_position())
-        .await?;
+    })?;
     Ok((
         StatusCode::CREATED,
         Json(CatalogModel {

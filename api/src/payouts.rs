@@ -16,24 +16,17 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use chrono::NaiveDate;
-use gpunex_domain::money::MICROS_PER_CENT;
-use gpunex_domain::payouts::{
-    self, BankFileCreated, BankTransfer, Confirmation, PayoutEvent, PayoutMethod, PayoutPolicy,
-    PayoutSettingsChanged, Rail,
-};
-use gpunex_domain::{DomainEvent, StreamId};
-use gpunex_payouts::sepa_file;
-use gpunex_projections::earnings::Earnings;
-use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
-use gpunex_store::{ExpectedVersion, Metadata, NewEvent};
+use gpunex_domain::payouts::{BankFileCreated, PayoutPolicy, PayoutSettingsChanged};
+use gpunex_projections::payouts::PayoutRecord;
 use gpunex_wire::payouts as wp;
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::convert::timestamp;
-use crate::error::{ApiError, append_failure};
+use crate::error::ApiError;
 use crate::state::AppState;
+use gpunex_app::payouts::{BankFiling, Refusal, Settlement};
 
 fn view(policy: &PayoutPolicy, settings: &PayoutSettingsChanged) -> wp::PayoutSettingsView {
     let minimum = policy.minimum(settings.schedule);
@@ -119,28 +112,74 @@ pub async fn set(
                 .collect(),
         )
     })?;
-    let changed = PayoutSettingsChanged {
+    let policy = &state.payouts.policy;
+    let changed = gpunex_app::payouts::set_settings(
+        &state.executor(),
         provider_id,
-        schedule: request.schedule,
+        request.schedule,
         method,
-        changed_at: state.clock.now(),
-        changed_by: caller.actor(),
-    };
-    let stream = StreamId::parse(format!("payout_settings-{provider_id}"))
-        .unwrap_or_else(|_| unreachable!("a uuid makes a valid stream id"));
-    // Prepared before the append, so a retry after a crash between the commit and the answer
-    // gets exactly it.
-    let answer = view(&state.payouts.policy, &changed);
-    crate::idempotency::prepare_response(axum::http::StatusCode::OK, &answer);
-    append_one(
-        &state,
-        stream,
-        ExpectedVersion::Any,
-        PayoutEvent::SettingsChanged(changed.clone()),
         &caller.actor(),
+        // Prepared before the append, so a retry after a crash between the commit and the
+        // answer gets exactly it.
+        |changed| {
+            crate::idempotency::prepare_response(axum::http::StatusCode::OK, &view(policy, changed))
+        },
     )
-    .await?;
-    Ok(Json(answer))
+    .await?
+    .map_err(refused)?;
+    Ok(Json(view(policy, &changed)))
+}
+
+/// A payout command the executor refused, in the API's words.
+fn refused(refusal: gpunex_app::command::Rejection<Refusal>) -> ApiError {
+    crate::error::command_refused(
+        refusal,
+        |refusal| {
+            match refusal {
+            Refusal::UnknownProvider => ApiError::NotFound("provider"),
+            Refusal::UnknownPayout => ApiError::NotFound("payout"),
+            Refusal::NotABankPayout => ApiError::Refused {
+                code: ErrorCode::NotABankPayout,
+                detail: "Solana payouts are confirmed on chain by the sender, not by hand"
+                    .to_owned(),
+            },
+            Refusal::NotSubmitted(status) => ApiError::Refused {
+                code: ErrorCode::PayoutNotSubmitted,
+                detail: format!(
+                    "the payout is {status:?}: only a payout in a bank file (submitted) can be confirmed or returned"
+                )
+                .to_lowercase(),
+            },
+            Refusal::Amount(detail) => ApiError::Refused {
+                code: ErrorCode::AmountOutOfRange,
+                detail,
+            },
+            Refusal::UnknownBatch => ApiError::NotFound("payout_batch"),
+            Refusal::NothingToFile => ApiError::Refused {
+                code: ErrorCode::NothingToFile,
+                detail: "the batch has no bank payouts waiting for a file".to_owned(),
+            },
+            Refusal::BankFileInvalid(detail) => ApiError::Refused {
+                code: ErrorCode::BankFileInvalid,
+                detail,
+            },
+            Refusal::UnknownBankFile => ApiError::NotFound("bank_file"),
+            Refusal::ReportAmountMismatch(detail) => ApiError::Refused {
+                code: ErrorCode::ReportAmountMismatch,
+                detail,
+            },
+            Refusal::ReportContradictsPayout(detail) => ApiError::Refused {
+                code: ErrorCode::ReportContradictsPayout,
+                detail,
+            },
+            Refusal::ReportTransactionUnknown(detail) => ApiError::Refused {
+                code: ErrorCode::ReportTransactionUnknown,
+                detail,
+            },
+        }
+        },
+        "the payout changed while this request ran; read it again",
+    )
 }
 
 fn parse_date(
@@ -415,81 +454,17 @@ pub async fn history(
     })))
 }
 
-/// Appends one payout event to `stream` at `expected`, and waits until the projections have
-/// folded it (read-your-writes for the response).
-async fn append_one(
-    state: &AppState,
-    stream: StreamId,
-    expected: ExpectedVersion,
-    event: PayoutEvent,
-    actor: &str,
-) -> Result<(), ApiError> {
-    let committed = state
-        .store
-        .append(
-            stream,
-            expected,
-            vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &DomainEvent::Payout(event),
-                Metadata::actor(actor),
-            )],
-        )
-        .await
-        .map_err(append_failure)?;
-    state
-        .credentials
-        .wait_for(committed.last_position())
-        .await?;
-    Ok(())
-}
-
 async fn settle(
     state: &AppState,
-    record: &PayoutRecord,
-    event: PayoutEvent,
-    actor: &str,
+    caller: &Caller,
+    payout_id: Uuid,
+    settlement: Settlement,
 ) -> Result<Json<wp::PayoutView>, ApiError> {
-    let payout_id = record.scheduled.payout_id;
-    append_one(
-        state,
-        gpunex_app::payout_run::payout_stream(payout_id),
-        ExpectedVersion::Exact(record.version),
-        event,
-        actor,
-    )
-    .await?;
-    Ok(Json(crate::payout_run::payout_view(&payout_record(
-        state, payout_id,
-    )?)))
-}
-
-fn submitted_bank_payout(state: &AppState, payout_id: Uuid) -> Result<PayoutRecord, ApiError> {
-    let record = payout_record(state, payout_id)?;
-    if record.scheduled.method.rail() != Rail::Bank {
-        return Err(ApiError::Refused {
-            code: ErrorCode::NotABankPayout,
-            detail: "Solana payouts are confirmed on chain by the sender, not by hand".to_owned(),
-        });
-    }
-    if record.status() != PayoutStatus::Submitted {
-        return Err(ApiError::Refused {
-            code: ErrorCode::PayoutNotSubmitted,
-            detail: format!(
-                "the payout is {:?}: only a payout in a bank file (submitted) can be confirmed or returned",
-                record.status()
-            )
-            .to_lowercase(),
-        });
-    }
-    Ok(record)
-}
-
-fn money(error: impl std::fmt::Display) -> ApiError {
-    ApiError::Refused {
-        code: ErrorCode::AmountOutOfRange,
-        detail: error.to_string(),
-    }
+    let record =
+        gpunex_app::payouts::settle(&state.executor(), payout_id, &settlement, &caller.actor())
+            .await?
+            .map_err(refused)?;
+    Ok(Json(crate::payout_run::payout_view(&record)))
 }
 
 /// `POST /v1/payouts/{payout_id}/confirm`: the bank transfer settled.
@@ -515,20 +490,13 @@ pub async fn confirm(
             "the bank's reference for the transfer: 1 to 140 characters",
         ));
     }
-    let record = submitted_bank_payout(&state, payout_id)?;
-    let confirmation = Confirmation::Bank {
-        bank_reference: reference.to_owned(),
-        confirmed_by: caller.actor(),
-    };
-    let event = record
-        .scheduled
-        .confirmed(confirmation, state.clock.now())
-        .map_err(money)?;
     settle(
         &state,
-        &record,
-        PayoutEvent::Confirmed(event),
-        &caller.actor(),
+        &caller,
+        payout_id,
+        Settlement::Confirm {
+            bank_reference: reference.to_owned(),
+        },
     )
     .await
 }
@@ -569,22 +537,17 @@ pub async fn return_payout(
             "1 to 500 characters",
         ));
     }
-    let record = submitted_bank_payout(&state, payout_id)?;
-    let event = record
-        .scheduled
-        .failed(
-            "bank_returned",
-            format!("{code}: {reason}"),
-            caller.actor(),
-            state.clock.now(),
-        )
-        .map_err(money)?;
-    settle(&state, &record, PayoutEvent::Failed(event), &caller.actor()).await
+    settle(
+        &state,
+        &caller,
+        payout_id,
+        Settlement::Return {
+            reason_code: code.to_owned(),
+            reason: reason.to_owned(),
+        },
+    )
+    .await
 }
-
-/// Most transfers in one file: the event that records it lists each (at most about 115 bytes of
-/// JSON), and 500 stay under the 64 KiB payload limit with room for the debtor.
-const TRANSFERS_PER_FILE: usize = 500;
 
 fn file_view(date: NaiveDate, file: &BankFileCreated) -> wp::BankFileView {
     wp::BankFileView {
@@ -599,52 +562,6 @@ fn file_view(date: NaiveDate, file: &BankFileCreated) -> wp::BankFileView {
         created_at: timestamp(file.created_at.unix_micros()),
         href: format!("/v1/payout-batches/{date}/bank-files/{}", file.message_id),
     }
-}
-
-/// Renders a recorded file again, byte for byte, from its event and the payouts' methods.
-fn render(e: &Earnings, file: &BankFileCreated) -> Result<String, ApiError> {
-    let mut creditors = Vec::with_capacity(file.transfers.len());
-    for transfer in &file.transfers {
-        let record = e
-            .payouts()
-            .payout(transfer.payout_id)
-            .ok_or(ApiError::NotFound("payout"))?;
-        let PayoutMethod::Bank(details) = &record.scheduled.method else {
-            return Err(ApiError::Refused {
-                code: ErrorCode::NotABankPayout,
-                detail: format!("payout {} is not a bank transfer", transfer.payout_id),
-            });
-        };
-        creditors.push((transfer, details));
-    }
-    let transfers: Vec<sepa_file::FileTransfer<'_>> = creditors
-        .iter()
-        .map(|(t, details)| sepa_file::FileTransfer {
-            payout_id: t.payout_id,
-            creditor: details,
-            amount_cents: t.amount_cents,
-        })
-        .collect();
-    let created = chrono::DateTime::from_timestamp_micros(file.created_at.unix_micros())
-        .map(|t| t.naive_utc())
-        .unwrap_or_default();
-    sepa_file::credit_transfer_file(
-        &file.debtor,
-        &file.message_id,
-        created,
-        file.execution_date,
-        &file.currency,
-        &transfers,
-    )
-    .map_err(|e| ApiError::Refused {
-        code: ErrorCode::BankFileInvalid,
-        detail: e.to_string(),
-    })
-}
-
-fn sha256_hex(text: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
 
 /// `POST /v1/payout-batches/{date}/bank-files`: a pain.001.001.09 file for the batch's bank
@@ -725,83 +642,25 @@ pub async fn make_bank_files(
             detail: "the server has no platform bank account (--sepa-debtor)".to_owned(),
         });
     };
-    let mut views = Vec::new();
-    loop {
-        let next = state.credentials.with_earnings(|e| {
-            let batch = e
-                .payouts()
-                .batch_on(date)
-                .ok_or(ApiError::NotFound("payout_batch"))?;
-            let unfiled: Vec<&PayoutRecord> = batch
-                .payouts
-                .iter()
-                .filter_map(|id| e.payouts().payout(*id))
-                .filter(|r| {
-                    r.scheduled.method.rail() == Rail::Bank && r.status() == PayoutStatus::Scheduled
-                })
-                .take(TRANSFERS_PER_FILE)
-                .collect();
-            if unfiled.is_empty() {
-                return Ok(None);
-            }
-            let mut transfers = Vec::with_capacity(unfiled.len());
-            for record in &unfiled {
-                let usdc_cents = record.scheduled.amount.micros() / MICROS_PER_CENT;
-                let amount_cents = payouts::convert_cents(usdc_cents, rate)
-                    .filter(|c| *c > 0)
-                    .ok_or_else(|| ApiError::Refused {
-                        code: ErrorCode::AmountOutOfRange,
-                        detail: format!(
-                            "payout {}: {usdc_cents} cents at {rate} is not a positive amount",
-                            record.scheduled.payout_id
-                        ),
-                    })?;
-                transfers.push(BankTransfer {
-                    payout_id: record.scheduled.payout_id,
-                    usdc_cents,
-                    amount_cents,
-                });
-            }
-            let sequence = u32::try_from(batch.files.len() + 1).unwrap_or(u32::MAX);
-            let mut file = BankFileCreated {
-                batch_id: batch.created.batch_id,
-                message_id: sepa_file::message_id(date, sequence),
-                currency: "EUR".to_owned(),
-                rate,
-                execution_date,
-                debtor: debtor.clone(),
-                control_sum_cents: transfers.iter().map(|t| t.amount_cents).sum(),
-                transfers,
-                sha256: String::new(),
-                // Whole seconds: the file's creation time has no fraction.
-                created_at: gpunex_domain::time::Timestamp::from_unix_micros(
-                    state.clock.now().unix_micros().div_euclid(1_000_000) * 1_000_000,
-                ),
-                created_by: actor.to_owned(),
-            };
-            file.sha256 = sha256_hex(&render(e, &file)?);
-            Ok::<_, ApiError>(Some((file, batch.version)))
-        })?;
-        let Some((file, version)) = next else {
-            break;
-        };
-        append_one(
-            state,
-            gpunex_app::payout_run::batch_stream(date),
-            ExpectedVersion::Exact(version),
-            PayoutEvent::BankFileCreated(file.clone()),
-            actor,
-        )
-        .await?;
-        views.push(file_view(date, &file));
-    }
-    if views.is_empty() {
-        return Err(ApiError::Refused {
+    let files = gpunex_app::payouts::file_bank_payouts(
+        &state.executor(),
+        &BankFiling {
+            date,
+            rate,
+            execution_date,
+            debtor,
+        },
+        actor,
+    )
+    .await?
+    .map_err(|refusal| match refusal {
+        gpunex_app::command::Rejection::Rule(Refusal::NothingToFile) => ApiError::Refused {
             code: ErrorCode::NothingToFile,
             detail: format!("the batch of {date} has no bank payouts waiting for a file"),
-        });
-    }
-    Ok(views)
+        },
+        refusal => refused(refusal),
+    })?;
+    Ok(files.iter().map(|file| file_view(date, file)).collect())
 }
 
 /// `GET /v1/payout-batches/{date}/bank-files/{message_id}`: the file, as recorded.
@@ -826,8 +685,9 @@ pub async fn bank_file(
             .batch_on(date)
             .and_then(|b| b.files.iter().find(|f| f.message_id == message_id))
             .ok_or(ApiError::NotFound("bank_file"))?;
-        let xml = render(e, file)?;
-        if sha256_hex(&xml) != file.sha256 {
+        let xml = gpunex_app::payouts::render_file(file, |id| e.payouts().payout(id))
+            .map_err(|r| refused(gpunex_app::command::Rejection::Rule(r)))?;
+        if gpunex_app::payouts::file_sha256(&xml) != file.sha256 {
             return Err(ApiError::Refused {
                 code: ErrorCode::BankFileChanged,
                 detail: "the file no longer renders to the recorded bytes".to_owned(),
@@ -853,108 +713,6 @@ pub async fn bank_file(
 /// Most bytes of a status report (a report on a full file of 500 transfers is about 300 KB;
 /// under the server's 2 MB body limit, so this error, not a bare 413, answers).
 const STATUS_REPORT_BYTES_MAX: usize = 1024 * 1024;
-
-fn report_error(code: ErrorCode, detail: impl Into<String>) -> ApiError {
-    ApiError::Refused {
-        code,
-        detail: detail.into(),
-    }
-}
-
-/// What a status report does to one payout of the file.
-enum Change {
-    Confirm,
-    Fail { code: String, text: String },
-    Pending(String),
-    Unchanged,
-}
-
-/// Decides each payout of the file from the report, refusing a report that contradicts the
-/// file: an unknown transfer, another amount or currency, or a payout already settled the
-/// other way.
-fn report_changes(
-    e: &Earnings,
-    file: &BankFileCreated,
-    report: &gpunex_payouts::bank_report::StatusReport,
-) -> Result<Vec<(PayoutRecord, Change)>, ApiError> {
-    use gpunex_payouts::bank_report::Outcome;
-    let mut listed: std::collections::HashMap<&str, &gpunex_payouts::bank_report::TransferStatus> =
-        report
-            .transfers
-            .iter()
-            .map(|t| (t.end_to_end_id.as_str(), t))
-            .collect();
-    let mut changes = Vec::with_capacity(file.transfers.len());
-    for transfer in &file.transfers {
-        let end_to_end = sepa_file::end_to_end_id(transfer.payout_id);
-        let record = e
-            .payouts()
-            .payout(transfer.payout_id)
-            .ok_or(ApiError::NotFound("payout"))?
-            .clone();
-        let outcome = match listed.remove(end_to_end.as_str()) {
-            Some(status) => {
-                let amount_differs = status
-                    .amount_cents
-                    .is_some_and(|cents| cents != transfer.amount_cents);
-                let currency_differs = status
-                    .currency
-                    .as_deref()
-                    .is_some_and(|c| c != file.currency);
-                if amount_differs || currency_differs {
-                    return Err(report_error(
-                        ErrorCode::ReportAmountMismatch,
-                        format!(
-                            "transfer {end_to_end}: the report says {} {}, the file ordered {} cents {}",
-                            status
-                                .amount_cents
-                                .map_or("?".to_owned(), |c| c.to_string()),
-                            status.currency.as_deref().unwrap_or("?"),
-                            transfer.amount_cents,
-                            file.currency
-                        ),
-                    ));
-                }
-                Some(status.outcome.clone())
-            }
-            None => report.rest.clone(),
-        };
-        let status = record.status();
-        let change = match (outcome, status) {
-            (None, PayoutStatus::Submitted) => continue,
-            (None, _) => Change::Unchanged,
-            (Some(Outcome::Pending(code)), PayoutStatus::Submitted) => Change::Pending(code),
-            (Some(Outcome::Pending(_)), _) => Change::Unchanged,
-            (Some(Outcome::Settled), PayoutStatus::Confirmed) => Change::Unchanged,
-            (Some(Outcome::Rejected { .. }), PayoutStatus::Failed) => Change::Unchanged,
-            (Some(Outcome::Settled), PayoutStatus::Submitted) => Change::Confirm,
-            (Some(Outcome::Rejected { code, text }), PayoutStatus::Submitted) => {
-                Change::Fail { code, text }
-            }
-            (Some(outcome), status) => {
-                return Err(ApiError::Refused {
-                    code: ErrorCode::ReportContradictsPayout,
-                    detail: format!(
-                        "payout {} is {status:?} but the report says {outcome:?}: settle it by hand",
-                        transfer.payout_id
-                    )
-                    .to_lowercase(),
-                });
-            }
-        };
-        changes.push((record, change));
-    }
-    if let Some(unknown) = listed.keys().next() {
-        return Err(report_error(
-            ErrorCode::ReportTransactionUnknown,
-            format!(
-                "the report names the transfer {unknown}, which is not in {}",
-                file.message_id
-            ),
-        ));
-    }
-    Ok(changes)
-}
 
 /// `POST /v1/bank-status-reports`: the bank's pain.002 status report on one of our files, as
 /// the body (XML). Settled transfers confirm their payouts (bank reference: the report's
@@ -1003,87 +761,26 @@ pub async fn import_status_report(
             "the report's MsgId must be 1 to 140 characters",
         ));
     }
-    let actor = caller.actor();
-    let (date, changes) = state.credentials.with_earnings(|e| {
-        let (date, file) = e
-            .payouts()
-            .file_by_message_id(&report.original_message_id)
-            .ok_or(ApiError::NotFound("bank_file"))?;
-        Ok::<_, ApiError>((date, report_changes(e, file, &report)?))
-    })?;
-    let at = state.clock.now();
-    let mut view = wp::StatusReportView {
+    let imported =
+        gpunex_app::payouts::import_status_report(&state.executor(), &report, &caller.actor())
+            .await?
+            .map_err(refused)?;
+    let view = wp::StatusReportView {
         message_id: report.message_id.clone(),
         original_message_id: report.original_message_id.clone(),
-        batch_date: date.to_string(),
-        confirmed: Vec::new(),
-        failed: Vec::new(),
-        pending: Vec::new(),
-        unchanged: Vec::new(),
+        batch_date: imported
+            .batch_date
+            .map(|d| d.to_string())
+            .unwrap_or_default(),
+        confirmed: imported.confirmed,
+        failed: imported.failed,
+        pending: imported
+            .pending
+            .into_iter()
+            .map(|(payout_id, status)| wp::PendingTransferView { payout_id, status })
+            .collect(),
+        unchanged: imported.unchanged,
     };
-    let mut appends = Vec::new();
-    for (record, change) in changes {
-        let scheduled = &record.scheduled;
-        let event = match change {
-            Change::Unchanged => {
-                view.unchanged.push(scheduled.payout_id);
-                continue;
-            }
-            Change::Pending(status) => {
-                view.pending.push(wp::PendingTransferView {
-                    payout_id: scheduled.payout_id,
-                    status,
-                });
-                continue;
-            }
-            Change::Confirm => {
-                view.confirmed.push(scheduled.payout_id);
-                let confirmation = Confirmation::Bank {
-                    bank_reference: reference.clone(),
-                    confirmed_by: actor.clone(),
-                };
-                PayoutEvent::Confirmed(scheduled.confirmed(confirmation, at).map_err(money)?)
-            }
-            Change::Fail { code, text } => {
-                view.failed.push(scheduled.payout_id);
-                let reason = if text.is_empty() {
-                    format!("{code} (status report {reference})")
-                } else {
-                    format!("{code}: {text} (status report {reference})")
-                };
-                PayoutEvent::Failed(
-                    scheduled
-                        .failed("bank_rejected", reason, actor.clone(), at)
-                        .map_err(money)?,
-                )
-            }
-        };
-        appends.push(gpunex_store::StreamAppend {
-            stream_id: gpunex_app::payout_run::payout_stream(scheduled.payout_id),
-            expected: ExpectedVersion::Exact(record.version),
-            events: vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &DomainEvent::Payout(event),
-                Metadata::actor(&actor),
-            )],
-        });
-    }
-    // Appends of at most 64 payouts; should a concurrent change refuse a later one, importing
-    // the report again finishes the rest (the payouts already settled are unchanged).
-    let mut position = None;
-    while !appends.is_empty() {
-        let rest = appends.split_off(appends.len().min(gpunex_store::APPEND_STREAMS_MAX));
-        let chunk = std::mem::replace(&mut appends, rest);
-        let committed = state
-            .store
-            .append_streams(chunk)
-            .await
-            .map_err(append_failure)?;
-        position = Some(committed.last_position());
-    }
-    if let Some(position) = position {
-        state.credentials.wait_for(position).await?;
-    }
     tracing::info!(
         report = %view.message_id,
         file = %view.original_message_id,

@@ -53,6 +53,11 @@ impl AppState {
         })
     }
 
+    /// The command executor over this process's store and read models, deciding at its clock.
+    pub fn executor(&self) -> gpunex_app::command::Executor<'_> {
+        gpunex_app::command::Executor::new(&self.store, &self.credentials)
+    }
+
     /// Sets whether `GET /metrics` admits loopback requests without credentials.
     pub fn with_metrics_loopback(mut self, admitted: bool) -> AppState {
         self.metrics_loopback = admitted;

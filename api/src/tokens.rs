@@ -5,12 +5,11 @@ use crate::json::Json;
 use crate::params::Path;
 use axum::extract::State;
 use axum::http::{HeaderName, StatusCode, header};
-use gpunex_domain::DomainEvent;
+use gpunex_app::command::Rejection;
 use gpunex_domain::codes::ErrorCode;
-use gpunex_domain::credentials::{self, CredentialEvent, CredentialRejection, Role, TokenIssued};
-use gpunex_domain::time::Timestamp;
+use gpunex_domain::credentials::{CredentialRejection, Role, TokenIssued};
 use gpunex_projections::credentials::CredentialRecord;
-use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
+use gpunex_store::Store;
 use gpunex_wire as wire;
 use uuid::Uuid;
 
@@ -20,11 +19,6 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use gpunex_app::ReadModels;
 
-fn stream_of(token_id: Uuid) -> gpunex_domain::StreamId {
-    gpunex_domain::StreamId::parse(format!("credential-{token_id}"))
-        .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"))
-}
-
 fn rejection(error: CredentialRejection) -> ApiError {
     match error {
         CredentialRejection::InvalidLabel => {
@@ -33,30 +27,13 @@ fn rejection(error: CredentialRejection) -> ApiError {
         CredentialRejection::InvalidSecretHash => {
             ApiError::body("/token", error.code(), error.to_string())
         }
-        CredentialRejection::AlreadyRevoked => ApiError::Refused {
-            code: error.code(),
-            detail: error.to_string(),
-        },
-    }
-}
-
-fn append_error(error: AppendError) -> ApiError {
-    match error {
-        AppendError::Store(error) => error.into(),
-        AppendError::WrongExpectedVersion { stream_id, .. }
-            if stream_id.starts_with("provider_token_claim-") =>
-        {
+        CredentialRejection::CallerRevoked => ApiError::Unauthorized,
+        CredentialRejection::AlreadyRevoked | CredentialRejection::FirstTokenClaimed => {
             ApiError::Refused {
-                code: ErrorCode::AlreadyIssued,
-                detail: "the provider's first token was already issued; manage tokens with it"
-                    .to_owned(),
+                code: error.code(),
+                detail: error.to_string(),
             }
         }
-        AppendError::WrongExpectedVersion { .. } => ApiError::Refused {
-            code: ErrorCode::ConcurrentChange,
-            detail: "the token changed while this request ran; read it again".to_owned(),
-        },
-        other => crate::error::append_failure(other),
     }
 }
 
@@ -68,141 +45,29 @@ pub const PROVIDER_TOKENS_ACTIVE_MAX: usize = 200;
 /// Most active renter tokens of one person.
 pub const PERSON_TOKENS_ACTIVE_MAX: usize = 20;
 
-/// An empty append to the caller's own credential stream, expecting it at version 1 (issued,
-/// not revoked): the write fails if the caller was revoked meanwhile, in any process.
-fn caller_still_active(caller_token_id: Uuid) -> StreamAppend {
-    StreamAppend {
-        stream_id: stream_of(caller_token_id),
-        expected: ExpectedVersion::Exact(1),
-        events: Vec::new(),
-    }
+pub use gpunex_app::credentials::TokenRequest;
+
+/// A credential command the executor refused, in the API's words.
+pub(crate) fn refused(refusal: Rejection<CredentialRejection>) -> ApiError {
+    crate::error::command_refused(
+        refusal,
+        rejection,
+        "the token changed while this request ran; read it again",
+    )
 }
 
-/// Issues a token (and, when rotating, revokes the one it replaces) in one atomic append, then
-/// applies the events to `cache` at once. Used by the API and by `gpunex admin create-token`.
-/// `caller` is the token making the request, which must still be active when the append commits.
-/// What to issue: the role and label, who asks, and what it replaces or how long it lives.
-pub struct TokenRequest<'a> {
-    pub role: Role,
-    pub label: &'a str,
-    /// `token:<id>`, `user:<id>` or `cli`.
-    pub issued_by: &'a str,
-    /// The token a rotation retires (revoked in the same append).
-    pub replaces: Option<&'a CredentialRecord>,
-    /// The requesting token, which must still be active when the append commits.
-    pub caller: Option<Uuid>,
-    /// Sessions expire; API tokens do not.
-    pub expires_at: Option<Timestamp>,
-    /// `(provider_id, application_id)`: this is the provider's first token, claimable once.
-    pub first_for_provider: Option<(Uuid, Uuid)>,
-}
-
-impl<'a> TokenRequest<'a> {
-    /// An API token of `role` issued by `issued_by`, replacing nothing, never expiring.
-    pub fn new(role: Role, label: &'a str, issued_by: &'a str) -> TokenRequest<'a> {
-        TokenRequest {
-            role,
-            label,
-            issued_by,
-            replaces: None,
-            caller: None,
-            expires_at: None,
-            first_for_provider: None,
-        }
-    }
-}
-
+/// Issues a token (and, when rotating, revokes the one it replaces) in one atomic append on the
+/// command executor, and waits until `models` have folded it. Used by the API, the benches and
+/// the tests; the command line's bootstrap, which hosts no read models, uses
+/// `gpunex_app::credentials::issue_unattended`.
 pub async fn issue_token(
     store: &Store,
-    cache: Option<&ReadModels>,
+    models: &ReadModels,
     request: TokenRequest<'_>,
 ) -> Result<(NewToken, TokenIssued), ApiError> {
-    let TokenRequest {
-        role,
-        label,
-        issued_by,
-        replaces,
-        caller,
-        expires_at,
-        first_for_provider,
-    } = request;
-    let at = store.clock().now();
-    let new = NewToken::generate();
-    let mut issued = credentials::issue(
-        new.token_id,
-        role,
-        label,
-        &new.secret_sha256,
-        issued_by,
-        replaces.map(|r| r.token_id),
-        at,
-    )
-    .map_err(rejection)?;
-    issued.expires_at = expires_at;
-    let mut events = vec![DomainEvent::Credential(CredentialEvent::Issued(
-        issued.clone(),
-    ))];
-    let mut streams = vec![StreamAppend {
-        stream_id: stream_of(new.token_id),
-        expected: ExpectedVersion::NoStream,
-        events: vec![NewEvent::from_domain(
-            Uuid::now_v7(),
-            &events[0],
-            Metadata::actor(issued_by),
-        )],
-    }];
-    if let Some(old) = replaces {
-        let revoked = credentials::revoke(
-            old.revoked_at.is_some(),
-            old.token_id,
-            issued_by,
-            "rotated",
-            at,
-        )
-        .map_err(rejection)?;
-        let event = DomainEvent::Credential(CredentialEvent::Revoked(revoked));
-        streams.push(StreamAppend {
-            stream_id: stream_of(old.token_id),
-            // Issued is version 1; anything later means it was revoked meanwhile.
-            expected: ExpectedVersion::Exact(1),
-            events: vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &event,
-                Metadata::actor(issued_by),
-            )],
-        });
-        events.push(event);
-    }
-    if let Some((provider_id, application_id)) = first_for_provider {
-        let claimed = DomainEvent::Credential(CredentialEvent::ProviderTokenClaimed(
-            credentials::ProviderTokenClaimed {
-                provider_id,
-                application_id,
-                token_id: new.token_id,
-                claimed_at: at,
-            },
-        ));
-        streams.push(StreamAppend {
-            stream_id: gpunex_domain::StreamId::parse(format!(
-                "provider_token_claim-{provider_id}"
-            ))
-            .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id")),
-            expected: ExpectedVersion::NoStream,
-            events: vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &claimed,
-                Metadata::actor(issued_by),
-            )],
-        });
-    }
-    if let Some(caller) = caller.filter(|caller| Some(*caller) != replaces.map(|r| r.token_id)) {
-        streams.push(caller_still_active(caller));
-    }
-    let committed = store.append_streams(streams).await.map_err(append_error)?;
-    if let Some(cache) = cache {
-        cache.wait_for(committed.last_position()).await?;
-    }
-    Ok((new, issued))
+    gpunex_app::credentials::issue(&gpunex_app::command::Executor::new(store, models), &request)
+        .await?
+        .map_err(refused)
 }
 
 pub fn role_to_wire(role: Role) -> wire::TokenRole {
@@ -442,7 +307,7 @@ pub async fn issue(
     let label = request.label.unwrap_or_else(|| default_label(role));
     let (new, issued) = issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         TokenRequest {
             caller: Some(caller.token_id),
             ..TokenRequest::new(role, &label, &actor)
@@ -554,9 +419,9 @@ pub async fn rotate(
     let actor = caller.actor();
     let (new, issued) = issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         TokenRequest {
-            replaces: Some(&old),
+            replaces: Some(old.token_id),
             caller: Some(caller.token_id),
             ..TokenRequest::new(old.role, &old.label, &actor)
         },
@@ -586,38 +451,17 @@ pub async fn revoke(
     Path(token_id): Path<Uuid>,
     body: Option<Json<wire::RevokeToken>>,
 ) -> Result<Json<wire::TokenInfo>, ApiError> {
-    let record = manageable(&state, &caller, token_id)?;
+    manageable(&state, &caller, token_id)?;
     let reason = body.map(|Json(b)| b.reason).unwrap_or_default();
-    let revoked = credentials::revoke(
-        record.revoked_at.is_some(),
+    gpunex_app::credentials::revoke(
+        &state.executor(),
         token_id,
+        Some(caller.token_id),
         &caller.actor(),
         &reason,
-        state.clock.now(),
     )
-    .map_err(rejection)?;
-    let event = DomainEvent::Credential(CredentialEvent::Revoked(revoked));
-    let mut streams = vec![StreamAppend {
-        stream_id: stream_of(token_id),
-        expected: ExpectedVersion::Exact(1),
-        events: vec![NewEvent::from_domain(
-            Uuid::now_v7(),
-            &event,
-            Metadata::actor(caller.actor()),
-        )],
-    }];
-    if caller.token_id != token_id {
-        streams.push(caller_still_active(caller.token_id));
-    }
-    let committed = state
-        .store
-        .append_streams(streams)
-        .await
-        .map_err(append_error)?;
-    state
-        .credentials
-        .wait_for(committed.last_position())
-        .await?;
+    .await?
+    .map_err(refused)?;
     let record = state
         .credentials
         .get(&token_id)

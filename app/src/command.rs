@@ -75,6 +75,16 @@ pub fn expected_at(version: u64) -> ExpectedVersion {
     }
 }
 
+/// A guard: no events, only the condition that `stream_id` is still at `version` when the
+/// command's other appends commit (all or none).
+pub fn guard_at(stream_id: StreamId, version: u64) -> StreamAppend {
+    StreamAppend {
+        stream_id,
+        expected: expected_at(version),
+        events: Vec::new(),
+    }
+}
+
 /// A decision's events for one stream read at `version`, each under a new id.
 pub fn append_at(
     stream_id: StreamId,
@@ -151,13 +161,16 @@ impl<'a> Executor<'a> {
                 Ok(writes) => writes,
                 Err(rejection) => return Ok(Err(Rejection::Rule(rejection))),
             };
-            let writes: Vec<StreamAppend> = writes
-                .into_iter()
-                .filter(|w| !w.events.is_empty())
-                .collect();
-            if writes.is_empty() {
+            if writes.iter().all(|w| w.events.is_empty()) {
                 return Ok(Ok(Done::Nothing));
             }
+            // An append with no events is a guard: it only checks its stream's version (say,
+            // that the requesting token is still unrevoked), so only one that expects some
+            // version is kept.
+            let writes: Vec<StreamAppend> = writes
+                .into_iter()
+                .filter(|w| !w.events.is_empty() || w.expected != ExpectedVersion::Any)
+                .collect();
             let streams: Vec<StreamId> = writes.iter().map(|w| w.stream_id.clone()).collect();
             match self.store.append_streams(writes).await {
                 Ok(committed) => {

@@ -7,8 +7,12 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod accounts;
+pub mod adjustments;
 pub mod applications;
+pub mod catalog;
 pub mod command;
+pub mod credentials;
 pub mod error;
 pub mod fleet;
 pub mod listings;
@@ -16,6 +20,7 @@ pub mod market;
 pub mod outbox;
 pub mod payout_run;
 pub mod payout_send;
+pub mod payouts;
 pub mod presence;
 pub mod read_models;
 pub mod rentals;

@@ -26,6 +26,7 @@ use gpunex_projections::earnings::{Earnings, StoredRange};
 use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
 use uuid::Uuid;
 
+use crate::command::{Executor, Rejection, Retry};
 use crate::{AppError, ReadModels};
 
 /// Why a batch run wrote nothing.
@@ -339,7 +340,7 @@ pub async fn run_batch(
         chunks.push(&[]);
     }
     let last = chunks.len() - 1;
-    let mut position = 0;
+    let exec = Executor::new(store, credentials);
     let mut claim = claim;
     for (index, chunk) in chunks.into_iter().enumerate() {
         let mut streams: Vec<StreamAppend> = claim.take().into_iter().collect();
@@ -373,23 +374,45 @@ pub async fn run_batch(
                 events,
             });
         }
-        position = match store.append_streams(streams).await {
-            Ok(committed) => committed.last_position(),
+        // Decided once, before the first chunk: a chunk whose streams moved refuses the run.
+        let mut streams = Some(streams);
+        let outcome = exec
+            .execute(
+                BATCH_CHUNK_RETRY,
+                || async { Ok(()) },
+                |_: &(), _now| {
+                    Ok::<_, std::convert::Infallible>(streams.take().unwrap_or_default())
+                },
+            )
+            .await?;
+        match outcome {
+            Ok(_) => {}
             // Another run claimed the runs' stream, or wrote these payouts, first.
-            Err(AppendError::WrongExpectedVersion { .. }) => {
+            Err(Rejection::Contended { .. }) => {
                 return Ok(Err(BatchRefusal::WrittenMeanwhile(date)));
             }
-            Err(AppendError::Store(error)) => return Err(error.into()),
-            Err(other) => return Err(AppError::Append(other)),
-        };
+            Err(Rejection::IdTaken { event_id, reason }) => {
+                return Err(AppError::Append(AppendError::IdempotencyConflict {
+                    event_id,
+                    reason,
+                }));
+            }
+            Err(Rejection::Rule(never)) => match never {},
+        }
     }
-    credentials.wait_for(position).await?;
     tracing::info!(%date, payouts = batch.payout_count, total = %batch.total, "payout batch created");
     Ok(Ok(BatchRun::Exists {
         date,
         created: true,
     }))
 }
+
+/// A batch is written in chunks decided once from one plan: a chunk whose streams moved (another
+/// run claimed `payout_runs`, or wrote these payouts) refuses the run rather than deciding again.
+pub const BATCH_CHUNK_RETRY: Retry = Retry {
+    name: "payout_batch_chunk",
+    attempts: 1,
+};
 
 /// How far back the scheduler looks for a payout date it missed (the server was down): six
 /// days, so a missed Monday is still paid before the next one.

@@ -24,10 +24,11 @@ use gpunex_domain::payouts::{
 };
 use gpunex_payouts::solana::{self, Commitment, Rpc, Treasury};
 use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
-use gpunex_store::{ExpectedVersion, Metadata, NewEvent, Store};
+use gpunex_store::{Metadata, Store};
 use uuid::Uuid;
 
 use crate::ReadModels;
+use crate::command::{Executor, Rejection, Retry, append_at};
 use crate::payout_run::payout_stream;
 
 const ACTOR: &str = "system:solana-sender";
@@ -67,33 +68,54 @@ pub enum SendError {
     Payout(Uuid, String),
 }
 
+/// Records one step of a payout at the version the sender read it at. Decided from the chain
+/// once, so not decided again: when another sender moved this payout first, its record stands
+/// and the payout is looked at again next pass (`false`).
 async fn record(
     store: &Store,
     credentials: &ReadModels,
     payout: &PayoutRecord,
     event: PayoutEvent,
 ) -> Result<bool, SendError> {
-    let appended = store
-        .append(
-            payout_stream(payout.scheduled.payout_id),
-            ExpectedVersion::Exact(payout.version),
-            vec![NewEvent::from_domain(
-                Uuid::now_v7(),
-                &DomainEvent::Payout(event),
-                Metadata::actor(ACTOR),
-            )],
+    let meta = Metadata::actor(ACTOR);
+    let mut event = Some(event);
+    let outcome = Executor::new(store, credentials)
+        .execute(
+            SENDER_RECORD,
+            || async { Ok(()) },
+            |_: &(), _now| {
+                Ok::<_, std::convert::Infallible>(
+                    event
+                        .take()
+                        .map(|event| {
+                            append_at(
+                                payout_stream(payout.scheduled.payout_id),
+                                payout.version,
+                                [DomainEvent::Payout(event)],
+                                &meta,
+                            )
+                        })
+                        .into_iter()
+                        .collect(),
+                )
+            },
         )
-        .await;
-    match appended {
-        Ok(committed) => {
-            credentials.wait_for(committed.last_position()).await?;
-            Ok(true)
-        }
-        // Another sender moved this payout first: its record stands; look again next pass.
-        Err(gpunex_store::AppendError::WrongExpectedVersion { .. }) => Ok(false),
-        Err(error) => Err(error.into()),
+        .await?;
+    match outcome {
+        Ok(_) => Ok(true),
+        Err(Rejection::Contended { .. }) => Ok(false),
+        Err(Rejection::IdTaken { event_id, reason }) => Err(SendError::Append(
+            gpunex_store::AppendError::IdempotencyConflict { event_id, reason },
+        )),
+        Err(Rejection::Rule(never)) => match never {},
     }
 }
+
+/// One attempt: a step recorded after another sender's is not decided again (see `record`).
+pub const SENDER_RECORD: Retry = Retry {
+    name: "solana_sender_record",
+    attempts: 1,
+};
 
 /// Signs a new attempt, records it, then sends it.
 async fn submit(

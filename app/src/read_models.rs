@@ -422,6 +422,19 @@ impl ReadModels {
         self.wait_for(position).await
     }
 
+    /// Waits until the read models have folded every event of `stream` stored now, and answers
+    /// the stream's version: a command reads the models after this and appends at that version
+    /// (should the stream move in between, the append is refused and the command decides again).
+    pub async fn at_stream(
+        &self,
+        store: &Store,
+        stream: &gpunex_domain::StreamId,
+    ) -> Result<u64, AppError> {
+        let tip = store.stream_tip(stream).await?;
+        self.wait_for(tip.position).await?;
+        Ok(tip.version)
+    }
+
     pub fn application(&self, id: &Uuid) -> Option<gpunex_domain::onboarding::Application> {
         self.applications.read().ok()?.get(id).cloned()
     }
@@ -594,6 +607,16 @@ pub struct NewToken {
     pub token_id: Uuid,
     pub token: String,
     pub secret_sha256: String,
+}
+
+/// The secret never reaches a log line or a test failure.
+impl std::fmt::Debug for NewToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewToken")
+            .field("token_id", &self.token_id)
+            .field("token", &"<redacted>")
+            .finish_non_exhaustive()
+    }
 }
 
 impl NewToken {

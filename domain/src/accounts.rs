@@ -40,6 +40,45 @@ pub enum AccountEvent {
     EmailClaimed(EmailClaimed),
 }
 
+/// Why a sign-up is refused. Nothing is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccountRejection {
+    #[error("an account with this email already exists")]
+    EmailTaken,
+}
+
+impl AccountRejection {
+    pub fn code(&self) -> crate::codes::ErrorCode {
+        match self {
+            AccountRejection::EmailTaken => crate::codes::ErrorCode::EmailTaken,
+        }
+    }
+}
+
+/// Decides a sign-up of the (normalized) `email` with an Argon2id `password_hash`: refused when
+/// the address is taken (`taken`: its claim stream exists, or the users know it), else the user
+/// and the address's claim.
+pub fn decide_sign_up(
+    taken: bool,
+    user_id: Uuid,
+    email: &str,
+    password_hash: &str,
+    at: Timestamp,
+) -> Result<(UserRegistered, EmailClaimed), AccountRejection> {
+    if taken {
+        return Err(AccountRejection::EmailTaken);
+    }
+    Ok((
+        UserRegistered {
+            user_id,
+            email: email.to_owned(),
+            password_hash: password_hash.to_owned(),
+            registered_at: at,
+        },
+        EmailClaimed { user_id },
+    ))
+}
+
 /// Normalizes an email for sign-up and sign-in; the error is a message for the `email` field.
 pub fn normalize_email(email: &str) -> Result<String, &'static str> {
     validate_email(email)

@@ -119,6 +119,10 @@ pub enum CredentialRejection {
     InvalidSecretHash,
     #[error("the token is already revoked")]
     AlreadyRevoked,
+    #[error("the provider's first token was already issued; manage tokens with it")]
+    FirstTokenClaimed,
+    #[error("the token making this request was revoked")]
+    CallerRevoked,
 }
 
 impl CredentialRejection {
@@ -127,6 +131,8 @@ impl CredentialRejection {
             CredentialRejection::InvalidLabel => ErrorCode::InvalidLabel,
             CredentialRejection::InvalidSecretHash => ErrorCode::InvalidSecretHash,
             CredentialRejection::AlreadyRevoked => ErrorCode::AlreadyRevoked,
+            CredentialRejection::FirstTokenClaimed => ErrorCode::AlreadyIssued,
+            CredentialRejection::CallerRevoked => ErrorCode::Unauthorized,
         }
     }
 }
@@ -192,6 +198,96 @@ pub fn revoke(
     })
 }
 
+/// Issuing a token, with what the decision reads: whether the token it replaces and the token
+/// asking are revoked, and whether the provider's first token was claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueCommand<'a> {
+    pub token_id: Uuid,
+    pub role: Role,
+    pub label: &'a str,
+    pub secret_sha256: &'a str,
+    /// `user:<id>`, `token:<id>` or `cli`.
+    pub issued_by: &'a str,
+    /// Sessions expire; API tokens do not.
+    pub expires_at: Option<Timestamp>,
+    /// A rotation: the token it retires, and whether that one is revoked already.
+    pub replaces: Option<(Uuid, bool)>,
+    /// Whether the token making the request is revoked (`None`: no token asks, as on the
+    /// command line).
+    pub caller_revoked: Option<bool>,
+    /// The provider's first token: `(provider_id, application_id, claimed already)`.
+    pub first_for_provider: Option<(Uuid, Uuid, bool)>,
+}
+
+/// What issuing decided: the new token, the one it retires, and the first-token claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueDecision {
+    pub issued: TokenIssued,
+    pub revoked: Option<TokenRevoked>,
+    pub claimed: Option<ProviderTokenClaimed>,
+}
+
+/// Decides an issue (or a rotation) at `at`: the label and secret are checked, a revoked token
+/// cannot be rotated, a revoked caller issues nothing, and a provider's first token is claimed
+/// once.
+pub fn decide_issue(
+    command: &IssueCommand<'_>,
+    at: Timestamp,
+) -> Result<IssueDecision, CredentialRejection> {
+    if command.caller_revoked == Some(true) {
+        return Err(CredentialRejection::CallerRevoked);
+    }
+    if command
+        .first_for_provider
+        .is_some_and(|(_, _, claimed)| claimed)
+    {
+        return Err(CredentialRejection::FirstTokenClaimed);
+    }
+    let mut issued = issue(
+        command.token_id,
+        command.role,
+        command.label,
+        command.secret_sha256,
+        command.issued_by,
+        command.replaces.map(|(id, _)| id),
+        at,
+    )?;
+    issued.expires_at = command.expires_at;
+    let revoked = command
+        .replaces
+        .map(|(id, revoked)| revoke(revoked, id, command.issued_by, "rotated", at))
+        .transpose()?;
+    let claimed = command
+        .first_for_provider
+        .map(|(provider_id, application_id, _)| ProviderTokenClaimed {
+            provider_id,
+            application_id,
+            token_id: command.token_id,
+            claimed_at: at,
+        });
+    Ok(IssueDecision {
+        issued,
+        revoked,
+        claimed,
+    })
+}
+
+/// Decides revoking `token_id` (`revoked`: whether it is already) for `revoked_by`, whose own
+/// token is revoked or not (`caller_revoked`; a token revoking itself reads the same).
+pub fn decide_revoke(
+    token_id: Uuid,
+    revoked: bool,
+    caller_revoked: Option<bool>,
+    revoked_by: &str,
+    reason: &str,
+    at: Timestamp,
+) -> Result<TokenRevoked, CredentialRejection> {
+    if caller_revoked == Some(true) && !revoked {
+        return Err(CredentialRejection::CallerRevoked);
+    }
+    revoke(revoked, token_id, revoked_by, reason, at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,6 +319,59 @@ mod tests {
             revoke(true, id, "cli", "", at),
             Err(CredentialRejection::AlreadyRevoked)
         );
+    }
+
+    #[test]
+    fn an_issue_retires_what_it_replaces_and_claims_a_first_token_once() {
+        let at = Timestamp::from_unix_micros(5);
+        let (provider, application) = (Uuid::from_u128(7), Uuid::from_u128(8));
+        let command = IssueCommand {
+            token_id: Uuid::from_u128(1),
+            role: Role::Provider {
+                provider_id: provider,
+            },
+            label: "first",
+            secret_sha256: HASH,
+            issued_by: "token:x",
+            expires_at: None,
+            replaces: Some((Uuid::from_u128(2), false)),
+            caller_revoked: Some(false),
+            first_for_provider: Some((provider, application, false)),
+        };
+        let decided = decide_issue(&command, at).unwrap();
+        assert_eq!(decided.issued.replaces, Some(Uuid::from_u128(2)));
+        assert_eq!(decided.revoked.unwrap().token_id, Uuid::from_u128(2));
+        assert_eq!(decided.claimed.unwrap().token_id, Uuid::from_u128(1));
+        for (command, refusal) in [
+            (
+                IssueCommand {
+                    replaces: Some((Uuid::from_u128(2), true)),
+                    ..command.clone()
+                },
+                CredentialRejection::AlreadyRevoked,
+            ),
+            (
+                IssueCommand {
+                    caller_revoked: Some(true),
+                    ..command.clone()
+                },
+                CredentialRejection::CallerRevoked,
+            ),
+            (
+                IssueCommand {
+                    first_for_provider: Some((provider, application, true)),
+                    ..command.clone()
+                },
+                CredentialRejection::FirstTokenClaimed,
+            ),
+        ] {
+            assert_eq!(decide_issue(&command, at), Err(refusal));
+        }
+        assert_eq!(
+            decide_revoke(Uuid::from_u128(2), false, Some(true), "token:x", "", at),
+            Err(CredentialRejection::CallerRevoked)
+        );
+        assert!(decide_revoke(Uuid::from_u128(2), false, Some(false), "token:x", "", at).is_ok());
     }
 
     #[test]

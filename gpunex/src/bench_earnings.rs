@@ -141,7 +141,7 @@ pub async fn run(database_url: &str, args: EarningsBenchArgs) -> anyhow::Result<
     tokio::spawn(async move { axum::serve(listener, router).await });
     let (token, _) = gpunex_api::tokens::issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         gpunex_api::tokens::TokenRequest::new(Role::Finance, "bench", "cli"),
     )
     .await

@@ -367,20 +367,14 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     );
     // A finance token to read any provider's earnings, issued before the server starts (it
     // folds the token like every other event).
-    let (token, _) = gpunex_api::tokens::issue_token(
-        &store,
-        None,
-        gpunex_api::tokens::TokenRequest::new(Role::Finance, "bench scale", "cli"),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (admin, _) = gpunex_api::tokens::issue_token(
-        &store,
-        None,
-        gpunex_api::tokens::TokenRequest::new(Role::Admin, "bench scale", "cli"),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (token, _) =
+        gpunex_app::credentials::issue_unattended(&store, Role::Finance, "bench scale", "cli")
+            .await?
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (admin, _) =
+        gpunex_app::credentials::issue_unattended(&store, Role::Admin, "bench scale", "cli")
+            .await?
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     let today = gpunex_app::payout_run::today_utc(store.clock().now());
 
     eprintln!(

@@ -442,7 +442,7 @@ async fn bench(args: &SearchBenchArgs, dir: &std::path::Path) -> anyhow::Result<
         let listing = &snapshot.listings[(round * 7_919) % snapshot.listings.len()];
         let (token, _) = gpunex_api::tokens::issue_token(
             &state.store,
-            Some(&state.credentials),
+            &state.credentials,
             gpunex_api::tokens::TokenRequest::new(
                 Role::Provider {
                     provider_id: listing.provider_id,

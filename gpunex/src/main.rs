@@ -201,13 +201,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                 }
             };
-            let (new, issued) = gpunex_api::tokens::issue_token(
-                &store,
-                None,
-                gpunex_api::tokens::TokenRequest::new(role, &label, "cli"),
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?;
+            let (new, issued) =
+                gpunex_app::credentials::issue_unattended(&store, role, &label, "cli")
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?
+                    .map_err(|e| anyhow::anyhow!("cannot issue the token: {e}"))?;
             if let Role::Agent { machine_id, .. } = role {
                 eprintln!("machine id {machine_id}");
             }

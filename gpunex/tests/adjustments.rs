@@ -17,7 +17,7 @@ conformance!(adjustments_need_a_second_person_and_post_once);
 async fn token(state: &AppState, role: Role, issued_by: &str) -> String {
     let (new, _) = gpunex_api::tokens::issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         gpunex_api::tokens::TokenRequest::new(role, "person", issued_by),
     )
     .await
@@ -170,7 +170,7 @@ async fn adjustments_need_a_second_person_and_post_once(db: &TestDb) {
     // Alice may not approve her own proposal, nor with a token she issued herself.
     let (alice_second, _) = gpunex_api::tokens::issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         gpunex_api::tokens::TokenRequest::new(
             Role::Treasury,
             "alice again",

@@ -34,7 +34,7 @@ async fn call(
 async fn token(state: &AppState, role: Role) -> (Uuid, String) {
     let (new, issued) = gpunex_api::tokens::issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         gpunex_api::tokens::TokenRequest::new(role, "test", "cli"),
     )
     .await
@@ -512,7 +512,7 @@ async fn an_agent_token_never_reads_another_providers_machine(db: &TestDb) {
     // Defence in depth: a token bound to M for B by going around the API registers M for B.
     let (forged, _) = gpunex_api::tokens::issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         gpunex_api::tokens::TokenRequest::new(
             Role::Agent {
                 provider_id: provider_b,

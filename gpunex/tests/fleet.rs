@@ -477,7 +477,7 @@ async fn agents_cannot_act_for_other_machines_or_send_nonsense(db: &TestDb) {
     );
     let (forged, _) = gpunex_api::tokens::issue_token(
         &p.state.store,
-        Some(&p.state.credentials),
+        &p.state.credentials,
         gpunex_api::tokens::TokenRequest::new(
             gpunex_domain::credentials::Role::Agent {
                 provider_id: provider_b,

@@ -20,7 +20,7 @@ async fn app(store: gpunex_store::Store) -> (axum::Router, String) {
     let state = AppState::load(store).await.unwrap();
     let (token, _) = gpunex_api::tokens::issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         gpunex_api::tokens::TokenRequest::new(
             gpunex_domain::credentials::Role::Admin,
             "tests",

@@ -21,7 +21,7 @@ conformance!(
 async fn token(state: &AppState, role: Role) -> String {
     let (new, _) = gpunex_api::tokens::issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         gpunex_api::tokens::TokenRequest::new(role, "metrics", "cli"),
     )
     .await

@@ -177,7 +177,7 @@ async fn the_document_is_the_router_and_its_roles_are_enforced_for_every_role() 
             // A fresh token each time: some operations (sign out, revoke) end the caller's token.
             let (token, _) = gpunex_api::tokens::issue_token(
                 &state.store,
-                Some(&state.credentials),
+                &state.credentials,
                 gpunex_api::tokens::TokenRequest::new(role, "matrix", "cli"),
             )
             .await

@@ -161,7 +161,7 @@ pub use envelope::{
     APPEND_EVENTS_MAX, APPEND_STREAMS_MAX, ExpectedVersion, InvalidAppend, Metadata, NewEvent,
     StreamAppend,
 };
-pub use store::{Backend, ProjectionStatus, Store, StoreOptions};
+pub use store::{Backend, ProjectionStatus, Store, StoreOptions, StreamTip};
 pub use subscription::Subscription;
 
 /// Rows read per query when scanning the log.

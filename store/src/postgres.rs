@@ -106,15 +106,20 @@ impl PgBackend {
     }
 
     /// The position of a stream's last event, if it has any.
-    pub async fn stream_position(&self, stream_id: &str) -> Result<Option<u64>, StoreError> {
-        let position: Option<i64> = sqlx::query_scalar(
-            "SELECT position FROM events WHERE stream_id = $1 \
+    /// The last event of a stream: its log position and stream version (`None`: no events).
+    pub async fn stream_tip(&self, stream_id: &str) -> Result<Option<(u64, u64)>, StoreError> {
+        let tip: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT position, stream_version FROM events WHERE stream_id = $1 \
              ORDER BY stream_version DESC LIMIT 1",
         )
         .bind(stream_id)
         .fetch_optional(&self.pool)
         .await?;
-        position.map(|p| to_u64(p, 0, "position")).transpose()
+        tip.map(|(p, v)| {
+            let position = to_u64(p, 0, "position")?;
+            Ok((position, to_u64(v, position, "stream_version")?))
+        })
+        .transpose()
     }
 
     pub async fn read_stream(

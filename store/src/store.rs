@@ -68,6 +68,14 @@ pub struct Store {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// Where a stream ends: the log position of its last event and its version (both 0 for a
+/// stream with no events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamTip {
+    pub position: u64,
+    pub version: u64,
+}
+
 /// Projection status: how far a read model is behind the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProjectionStatus {
@@ -248,13 +256,25 @@ impl Store {
     pub async fn streams_position(&self, streams: &[&StreamId]) -> Result<u64, StoreError> {
         let mut last = 0;
         for stream_id in streams {
-            let position = match &self.inner.db {
-                Db::Sqlite(db) => db.stream_position(stream_id.as_str()).await?,
-                Db::Postgres(db) => db.stream_position(stream_id.as_str()).await?,
-            };
-            last = last.max(position.unwrap_or(0));
+            last = last.max(self.stream_tip(stream_id).await?.position);
         }
         Ok(last)
+    }
+
+    /// The last event of `stream_id`: its position and the stream's version (both 0 when the
+    /// stream has no events). A command that folds a stream from read models waits for the
+    /// position and appends at the version.
+    pub async fn stream_tip(&self, stream_id: &StreamId) -> Result<StreamTip, StoreError> {
+        let tip = match &self.inner.db {
+            Db::Sqlite(db) => db.stream_tip(stream_id.as_str()).await?,
+            Db::Postgres(db) => db.stream_tip(stream_id.as_str()).await?,
+        };
+        Ok(
+            tip.map_or(StreamTip::default(), |(position, version)| StreamTip {
+                position,
+                version,
+            }),
+        )
     }
 
     /// The last committed position and the chain hash at it (hex).

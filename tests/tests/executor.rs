@@ -21,6 +21,9 @@ conformance!(
     refusals_and_empty_decisions_write_nothing,
     an_id_stored_with_other_content_is_named,
     market_changes_that_race_are_decided_one_after_the_other,
+    racing_decisions_of_one_adjustment_land_once,
+    racing_sign_ups_and_catalog_additions_land_once,
+    tokens_are_decided_on_what_the_streams_hold,
 );
 
 const RETRY: Retry = Retry {
@@ -327,5 +330,251 @@ async fn market_changes_that_race_are_decided_one_after_the_other(db: &TestDb) {
         models.with_market(|m| m.market_version(provider_id)),
         2,
         "the read models know the stream's version"
+    );
+}
+
+async fn racing_decisions_of_one_adjustment_land_once(db: &TestDb) {
+    use gpunex_app::adjustments::{self, Propose, Refusal};
+    use gpunex_domain::adjustments::{AdjustmentRejection, Decision};
+    use gpunex_domain::ledger::{Account, Posting};
+    use gpunex_domain::money::Usdc;
+
+    let store = db.open().await;
+    let models = ReadModels::load(&store).await.unwrap();
+    let exec = Executor::new(&store, &models);
+    let proposal_id = Uuid::now_v7();
+    let amount = Usdc::from_micros(5_000_000);
+    let proposed = adjustments::propose(
+        &exec,
+        Propose {
+            proposal_id,
+            entry_id: Uuid::now_v7(),
+            reason: "goodwill for an outage",
+            evidence: "ticket 1",
+            postings: vec![
+                Posting::debit(Account::PlatformAdjustments, amount),
+                Posting::credit(Account::ProviderPayable(provider(9)), amount),
+            ],
+        },
+        "token:alice",
+        |_| {},
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(proposed.decided.is_none());
+    // The proposer may not decide it.
+    let own = adjustments::decide(
+        &exec,
+        proposal_id,
+        Decision::Approved,
+        "",
+        "token:alice",
+        |_| {},
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
+    assert_eq!(
+        own,
+        Rejection::Rule(Refusal::Rule(AdjustmentRejection::SamePerson))
+    );
+    let unknown = adjustments::decide(
+        &exec,
+        Uuid::now_v7(),
+        Decision::Approved,
+        "",
+        "token:bob",
+        |_| {},
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
+    assert_eq!(unknown, Rejection::Rule(Refusal::NotFound));
+
+    let (a, b) = futures_util::future::join(
+        adjustments::decide(
+            &exec,
+            proposal_id,
+            Decision::Approved,
+            "",
+            "token:bob",
+            |_| {},
+        ),
+        adjustments::decide(
+            &exec,
+            proposal_id,
+            Decision::Rejected,
+            "no",
+            "token:carol",
+            |_| {},
+        ),
+    )
+    .await;
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(
+        usize::from(a.is_ok()) + usize::from(b.is_ok()),
+        1,
+        "one decision lands: {a:?} {b:?}"
+    );
+    let refused = a.as_ref().err().or(b.as_ref().err()).unwrap();
+    assert!(
+        matches!(
+            refused,
+            Rejection::Rule(Refusal::Rule(AdjustmentRejection::AlreadyDecided(_)))
+        ),
+        "{refused:?}"
+    );
+    let events = store
+        .read_stream(&adjustments::stream_of(proposal_id), 0, 100)
+        .await
+        .unwrap();
+    let decided = events
+        .iter()
+        .filter(|e| e.event_type == "ledger.adjustment_decided")
+        .count();
+    assert_eq!(decided, 1);
+    assert_eq!(
+        events.len(),
+        if a.is_ok() { 3 } else { 2 },
+        "an approval posts"
+    );
+}
+
+async fn racing_sign_ups_and_catalog_additions_land_once(db: &TestDb) {
+    use gpunex_domain::accounts::AccountRejection;
+    use gpunex_domain::gpu::CatalogRejection;
+
+    let store = db.open().await;
+    let models = ReadModels::load(&store).await.unwrap();
+    let exec = Executor::new(&store, &models);
+    let hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
+    let (a, b) = futures_util::future::join(
+        gpunex_app::accounts::sign_up(&exec, Uuid::now_v7(), "ana@example.com", hash),
+        gpunex_app::accounts::sign_up(&exec, Uuid::now_v7(), "ana@example.com", hash),
+    )
+    .await;
+    let outcomes = [a.unwrap(), b.unwrap()];
+    assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 1);
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o == &Err(Rejection::Rule(AccountRejection::EmailTaken)))
+    );
+    // Case does not make another address.
+    let again = gpunex_app::accounts::sign_up(&exec, Uuid::now_v7(), "ANA@example.com", hash)
+        .await
+        .unwrap();
+    assert_eq!(again, Err(Rejection::Rule(AccountRejection::EmailTaken)));
+    assert!(models.user_by_email("ana@example.com").is_some());
+
+    let model = gpunex_app::catalog::NewModel {
+        model_id: "b300-288gb",
+        name: "NVIDIA B300 288GB",
+        vram_gb: 288,
+    };
+    let (a, b) = futures_util::future::join(
+        gpunex_app::catalog::add(&exec, model.clone(), "token:alice"),
+        gpunex_app::catalog::add(&exec, model.clone(), "token:bob"),
+    )
+    .await;
+    let outcomes = [a.unwrap(), b.unwrap()];
+    assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 1);
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o == &Err(Rejection::Rule(CatalogRejection::AlreadyListed)))
+    );
+    let stream = gpunex_app::catalog::model_stream("b300-288gb").unwrap();
+    assert_eq!(version(&store, &stream).await, 1);
+    assert_eq!(models.added_models().len(), 1);
+}
+
+async fn tokens_are_decided_on_what_the_streams_hold(db: &TestDb) {
+    use gpunex_app::credentials::{self, TokenRequest};
+    use gpunex_domain::credentials::{CredentialRejection, Role};
+
+    let store = db.open().await;
+    let models = ReadModels::load(&store).await.unwrap();
+    let exec = Executor::new(&store, &models);
+    let (admin, _) = credentials::issue_unattended(&store, Role::Admin, "ops", "cli")
+        .await
+        .unwrap()
+        .unwrap();
+    let actor = format!("token:{}", admin.token_id);
+    let request = |label| TokenRequest {
+        caller: Some(admin.token_id),
+        ..TokenRequest::new(Role::Finance, label, &actor)
+    };
+    let (finance, _) = credentials::issue(&exec, &request("books"))
+        .await
+        .unwrap()
+        .unwrap();
+    // A rotation retires the old token in the same append; rotating it again is refused.
+    let rotate = TokenRequest {
+        replaces: Some(finance.token_id),
+        ..request("books")
+    };
+    let (rotated, issued) = credentials::issue(&exec, &rotate).await.unwrap().unwrap();
+    assert_eq!(issued.replaces, Some(finance.token_id));
+    assert!(models.get(&finance.token_id).unwrap().revoked_at.is_some());
+    assert_eq!(
+        credentials::issue(&exec, &rotate)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        Rejection::Rule(CredentialRejection::AlreadyRevoked)
+    );
+
+    // A provider's first token is claimed once, however many ask at once.
+    let provider_id = provider(3);
+    let first = TokenRequest {
+        first_for_provider: Some((provider_id, Uuid::now_v7())),
+        ..TokenRequest::new(Role::Provider { provider_id }, "first", &actor)
+    };
+    let (a, b) = futures_util::future::join(
+        credentials::issue(&exec, &first),
+        credentials::issue(&exec, &first),
+    )
+    .await;
+    let outcomes = [a.unwrap(), b.unwrap()];
+    assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 1);
+    assert!(outcomes.iter().any(|o| matches!(
+        o,
+        Err(Rejection::Rule(CredentialRejection::FirstTokenClaimed))
+    )));
+    assert_eq!(models.list(Some(provider_id)).len(), 1);
+
+    // A token revoked issues and revokes nothing more.
+    credentials::revoke(&exec, admin.token_id, None, &actor, "left")
+        .await
+        .unwrap()
+        .unwrap();
+    let before = store.head_position().await.unwrap();
+    assert_eq!(
+        credentials::issue(&exec, &request("late"))
+            .await
+            .unwrap()
+            .unwrap_err(),
+        Rejection::Rule(CredentialRejection::CallerRevoked)
+    );
+    assert_eq!(
+        credentials::revoke(&exec, rotated.token_id, Some(admin.token_id), &actor, "")
+            .await
+            .unwrap()
+            .unwrap_err(),
+        Rejection::Rule(CredentialRejection::CallerRevoked)
+    );
+    assert_eq!(
+        store.head_position().await.unwrap(),
+        before,
+        "nothing written"
+    );
+    assert_eq!(
+        credentials::revoke(&exec, admin.token_id, None, &actor, "again")
+            .await
+            .unwrap()
+            .unwrap_err(),
+        Rejection::Rule(CredentialRejection::AlreadyRevoked)
     );
 }

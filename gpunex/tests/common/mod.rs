@@ -129,7 +129,7 @@ pub async fn post_with_key(
 pub async fn admin_token(state: &AppState) -> String {
     let (admin, _) = gpunex_api::tokens::issue_token(
         &state.store,
-        Some(&state.credentials),
+        &state.credentials,
         gpunex_api::tokens::TokenRequest::new(
             gpunex_domain::credentials::Role::Admin,
             "tests",
