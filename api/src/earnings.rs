@@ -245,7 +245,10 @@ pub async fn summary(
     .await?;
     let this_month = period(&state, provider_id, zone, (month, month_last), as_of).await?;
     let (from, until) = span(zone, first, last);
-    let lines = lines_of(&state, provider_id, from, until, as_of).await?;
+    let shares = state
+        .store
+        .earnings_shares(provider_id, from, until, as_of)
+        .await?;
     let summary = we::EarningsSummary {
         provider_id,
         time_zone: range.zone_name.clone(),
@@ -256,15 +259,15 @@ pub async fn summary(
         pending_balance_micro_usdc: pending,
         pending_balance_usdc: usdc(pending),
         period: chosen,
-        per_gpu: Earnings::per_gpu(&lines)
+        per_gpu: Earnings::per_gpu(&shares)
             .into_iter()
-            .map(|(gpu_uuid, (model_id, sums))| we::GpuEarnings {
+            .map(|((gpu_uuid, model_id), sums)| we::GpuEarnings {
                 gpu_uuid,
                 model_id,
                 totals: totals(sums),
             })
             .collect(),
-        per_model: Earnings::per_model(&lines)
+        per_model: Earnings::per_model(&shares)
             .into_iter()
             .map(|(model_id, sums)| we::ModelEarnings {
                 model_id,

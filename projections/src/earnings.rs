@@ -4,8 +4,8 @@
 //! stored projection [`crate::earnings_lines`]; readers combine the two at one log position
 //! ([`Earnings::position`]): the stored lines read `as of` that position.
 //!
-//! [`Line`], [`Earnings::per_gpu`] and [`Earnings::per_model`] are the shapes readers get lines
-//! in and the rules that split them.
+//! [`Line`], [`RentalShares`], [`Earnings::per_gpu`] and [`Earnings::per_model`] are the shapes
+//! readers get lines in and the rules that split them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -291,51 +291,124 @@ impl Earnings {
             .unwrap_or_default()
     }
 
-    /// Per GPU: each line's gross, fee and GPU-seconds shared equally among its rental's GPUs
-    /// ([`equal_shares`], in the rental's GPU order), and net = gross - fee per share, so every
-    /// GPU's gross = fee + net and the shares add up to the lines exactly.
-    pub fn per_gpu(lines: &[Line]) -> BTreeMap<String, (String, Sums)> {
-        // Shares computed in place (no allocation per line), keyed by borrowed ids.
-        let share = |amount: i64, n: i64, i: i64| {
-            amount.div_euclid(n) + i64::from(i < amount.rem_euclid(n))
-        };
-        let mut per: HashMap<&str, (&str, Sums)> = HashMap::new();
-        for line in lines {
-            let gpus = &line.rental.gpu_uuids;
-            let n = i64::try_from(gpus.len().max(1)).unwrap_or(i64::MAX);
-            let seconds = i64::try_from(line.gpu_seconds()).unwrap_or(i64::MAX);
-            for (i, gpu) in gpus.iter().enumerate() {
-                let i = i64::try_from(i).unwrap_or(i64::MAX);
-                let gross = share(line.gross.micros(), n, i);
-                let fee = share(line.fee.micros(), n, i);
-                let entry = per
-                    .entry(gpu.as_str())
-                    .or_insert_with(|| (line.rental.model_id.as_str(), Sums::default()));
-                entry.1.add(
-                    gross,
-                    fee,
-                    gross - fee,
-                    u64::try_from(share(seconds, n, i)).unwrap_or(0),
-                    1,
-                );
+    /// Per GPU and model: each line's gross, fee and GPU-seconds shared equally among its
+    /// rental's GPUs (GPU `i` of `n` gets `a div n`, plus one when `i < a mod n`, in the
+    /// rental's GPU order), and net = gross - fee per share, so every GPU's gross = fee + net
+    /// and the shares add up to the lines exactly. A GPU that earned under two models (its
+    /// identification changed) has one entry per model.
+    pub fn per_gpu(shares: &[RentalShares]) -> BTreeMap<(String, String), Sums> {
+        let mut per: BTreeMap<(String, String), Sums> = BTreeMap::new();
+        for rental in shares {
+            for (i, gpu) in rental.rental.gpu_uuids.iter().enumerate() {
+                let gross = rental.gross.share(i);
+                let fee = rental.fee.share(i);
+                per.entry((gpu.clone(), rental.rental.model_id.clone()))
+                    .or_default()
+                    .add(
+                        gross,
+                        fee,
+                        gross - fee,
+                        u64::try_from(rental.gpu_seconds.share(i)).unwrap_or(0),
+                        rental.totals.lines,
+                    );
             }
         }
-        per.into_iter()
-            .map(|(gpu, (model, sums))| (gpu.to_owned(), (model.to_owned(), sums)))
-            .collect()
+        per
     }
 
-    /// Per model.
-    pub fn per_model(lines: &[Line]) -> BTreeMap<String, Sums> {
-        let mut per: HashMap<&str, Sums> = HashMap::new();
-        for line in lines {
-            let sums = Sums::of(line);
-            per.entry(line.rental.model_id.as_str())
+    /// Per model: the lines' own sums.
+    pub fn per_model(shares: &[RentalShares]) -> BTreeMap<String, Sums> {
+        let mut per: BTreeMap<String, Sums> = BTreeMap::new();
+        for rental in shares {
+            per.entry(rental.rental.model_id.clone())
                 .or_default()
-                .add_sums(sums);
+                .add_sums(rental.totals);
         }
-        per.into_iter()
-            .map(|(model, sums)| (model.to_owned(), sums))
+        per
+    }
+}
+
+/// How one amount of a rental's lines divides among its `n` GPUs, line by line: GPU `i` of a
+/// line gets `a div n`, plus one micro-unit when `i < a mod n`. Kept as the sum of the quotients
+/// and how many lines left each remainder, so GPU `i`'s share of all the lines is the quotients
+/// plus the lines whose remainder is above `i`; the store computes it in SQL.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Split {
+    pub quotients: i64,
+    /// `remainders[r]`: how many lines left remainder `r` (`n` entries).
+    pub remainders: Vec<u64>,
+}
+
+impl Split {
+    /// The split of `amounts` among `n` GPUs (at least one).
+    pub fn of(amounts: impl IntoIterator<Item = i64>, n: usize) -> Split {
+        let n = n.max(1);
+        let divisor = i64::try_from(n).unwrap_or(i64::MAX);
+        let mut split = Split {
+            quotients: 0,
+            remainders: vec![0; n],
+        };
+        for amount in amounts {
+            split.quotients += amount.div_euclid(divisor);
+            let r = usize::try_from(amount.rem_euclid(divisor)).unwrap_or(0);
+            if let Some(count) = split.remainders.get_mut(r) {
+                *count += 1;
+            }
+        }
+        split
+    }
+
+    /// GPU `i`'s share.
+    pub fn share(&self, i: usize) -> i64 {
+        let above: u64 = self.remainders.iter().skip(i + 1).sum();
+        self.quotients + i64::try_from(above).unwrap_or(i64::MAX)
+    }
+}
+
+/// A rental's lines reduced to what the per-GPU and per-model figures need: their sums and how
+/// their gross, fee and GPU-seconds split among the rental's GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RentalShares {
+    pub rental: Arc<RentalRef>,
+    pub totals: Sums,
+    pub gross: Split,
+    pub fee: Split,
+    pub gpu_seconds: Split,
+}
+
+impl RentalShares {
+    /// Reduces `lines`, by rental (in rental id order): the reference the store's SQL reduction
+    /// is tested against.
+    pub fn of_lines(lines: &[Line]) -> Vec<RentalShares> {
+        let mut by_rental: BTreeMap<Uuid, Vec<&Line>> = BTreeMap::new();
+        for line in lines {
+            by_rental
+                .entry(line.rental.rental_id)
+                .or_default()
+                .push(line);
+        }
+        by_rental
+            .into_values()
+            .filter_map(|lines| {
+                let rental = lines.first()?.rental.clone();
+                let n = rental.gpu_uuids.len();
+                let mut totals = Sums::default();
+                for line in &lines {
+                    totals.add_sums(Sums::of(line));
+                }
+                Some(RentalShares {
+                    gross: Split::of(lines.iter().map(|l| l.gross.micros()), n),
+                    fee: Split::of(lines.iter().map(|l| l.fee.micros()), n),
+                    gpu_seconds: Split::of(
+                        lines
+                            .iter()
+                            .map(|l| i64::try_from(l.gpu_seconds()).unwrap_or(i64::MAX)),
+                        n,
+                    ),
+                    rental,
+                    totals,
+                })
+            })
             .collect()
     }
 }
@@ -444,16 +517,67 @@ mod tests {
             line(&reference, 3, 2_000, 400),
             line(&reference, 4, 3_000, 600),
         ];
-        let per_gpu = Earnings::per_gpu(&all);
-        let gross: i64 = per_gpu.values().map(|(_, s)| s.gross).sum();
-        let net: i64 = per_gpu.values().map(|(_, s)| s.net).sum();
+        let shares = RentalShares::of_lines(&all);
+        let per_gpu = Earnings::per_gpu(&shares);
+        let gross: i64 = per_gpu.values().map(|s| s.gross).sum();
+        let net: i64 = per_gpu.values().map(|s| s.net).sum();
         assert_eq!((gross, net), (6_001, 4_801));
+        let key = |gpu: &str| (gpu.to_owned(), "h100-80gb".to_owned());
         // 1,001 over three GPUs: 334, 334, 333.
-        assert_eq!(per_gpu["GPU-a"].1.gross, 334 + 667 + 1_000);
-        assert_eq!(per_gpu["GPU-c"].1.gross, 333 + 666 + 1_000);
-        assert!(per_gpu.values().all(|(_, s)| s.gross == s.fee + s.net));
-        assert_eq!(Earnings::per_model(&all)["h100-80gb"].gross, 6_001);
+        assert_eq!(per_gpu[&key("GPU-a")].gross, 334 + 667 + 1_000);
+        assert_eq!(per_gpu[&key("GPU-c")].gross, 333 + 666 + 1_000);
+        assert!(per_gpu.values().all(|s| s.gross == s.fee + s.net));
+        assert!(per_gpu.values().all(|s| s.lines == 3));
+        assert_eq!(Earnings::per_model(&shares)["h100-80gb"].gross, 6_001);
         assert_eq!(equal_shares(-5, 2), vec![-2, -3]);
+    }
+
+    /// The reduced form gives each GPU exactly the sum of its line-by-line shares.
+    #[test]
+    fn splits_add_up_to_the_line_by_line_shares() {
+        let provider = id(4);
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for n in 1..=8_usize {
+            let gpus: Vec<String> = (0..n).map(|i| format!("GPU-{i}")).collect();
+            let reference = Arc::new(RentalRef {
+                rental_id: id(100 + n as u128),
+                renter_id: id(2),
+                provider_id: provider,
+                machine_id: id(3),
+                model_id: "a100-80gb".to_owned(),
+                gpu_uuids: gpus.clone(),
+            });
+            let lines: Vec<Line> = (0..200)
+                .map(|p| {
+                    let gross = i64::try_from(next() % 1_000_000).unwrap();
+                    let fee = gross / 5 + i64::try_from(next() % 3).unwrap();
+                    let mut l = line(&reference, p, gross, fee);
+                    l.to_gpu_seconds = next() % 100_000;
+                    l
+                })
+                .collect();
+            let per_gpu = Earnings::per_gpu(&RentalShares::of_lines(&lines));
+            for (i, gpu) in gpus.iter().enumerate() {
+                let mut want = Sums::default();
+                for l in &lines {
+                    let gross = equal_shares(l.gross.micros(), n)[i];
+                    let fee = equal_shares(l.fee.micros(), n)[i];
+                    let seconds = equal_shares(i64::try_from(l.gpu_seconds()).unwrap(), n)[i];
+                    want.add_line(gross, fee, gross - fee, u64::try_from(seconds).unwrap());
+                }
+                assert_eq!(
+                    per_gpu[&(gpu.clone(), "a100-80gb".to_owned())],
+                    want,
+                    "n {n}, GPU {i}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@ use gpunex_store::{AuditFinding, AuditReport, ExpectedVersion, Store};
 use gpunex_tests::{TestDb, conformance, credits, provider, seed_credits, stream};
 
 conformance!(
+    earnings_shares_equal_the_line_by_line_split,
     earnings_lines_are_stored_read_as_of_a_position_and_audited,
     rentals_are_stored_paged_and_audited,
     runner_folds_every_event_once,
@@ -32,6 +33,17 @@ fn usage_events(
     count: u64,
     at: impl Fn(u64) -> i64,
 ) -> (uuid::Uuid, Vec<gpunex_store::NewEvent>) {
+    usage_events_on(provider_id, &["GPU-a", "GPU-b"], count, at)
+}
+
+/// A rental of `gpus` and `count` usage lines: line `i` charges 1,000 + i (a fifth of it the
+/// fee) for 10 GPU-seconds, dated `at(i)`.
+fn usage_events_on(
+    provider_id: uuid::Uuid,
+    gpus: &[&str],
+    count: u64,
+    at: impl Fn(u64) -> i64,
+) -> (uuid::Uuid, Vec<gpunex_store::NewEvent>) {
     use gpunex_domain::DomainEvent;
     use gpunex_domain::ledger::{JournalEntry, Posting};
     use gpunex_domain::money::Usdc;
@@ -42,7 +54,7 @@ fn usage_events(
         renter_id: provider(900),
         provider_id,
         machine_id: uuid::Uuid::now_v7(),
-        gpu_uuids: vec!["GPU-a".to_owned(), "GPU-b".to_owned()],
+        gpu_uuids: gpus.iter().map(|g| (*g).to_owned()).collect(),
         model_id: "h100-80gb".to_owned(),
         price_per_gpu_hour: Usdc::from_micros(2_000_000),
         started_at: Timestamp::from_unix_micros(at(0)),
@@ -733,5 +745,75 @@ async fn audit_reports_an_undecodable_event_past_the_checkpoint(db: &TestDb) {
             .any(|f| matches!(f, AuditFinding::Undecodable { position: 13, .. })),
         "{:?}",
         report.findings
+    );
+}
+
+/// The dashboard's per-GPU and per-model figures, reduced in SQL per rental, equal the
+/// line-by-line split of the same lines, for rentals of one, three and eight GPUs, over a window
+/// and as of an earlier position.
+async fn earnings_shares_equal_the_line_by_line_split(db: &TestDb) {
+    use gpunex_domain::time::Timestamp;
+    use gpunex_projections::earnings::{Earnings, RentalShares};
+    use gpunex_store::earnings::LineRange;
+    let store = db.open().await;
+    let provider_id = provider(7);
+    const SECOND: i64 = 1_000_000;
+    let t0 = 1_790_000_000 * SECOND;
+    let eight = ["G0", "G1", "G2", "G3", "G4", "G5", "G6", "G7"];
+    let mut positions = Vec::new();
+    for (k, gpus) in [&["G9"][..], &["GPU-x", "GPU-y", "GPU-z"][..], &eight[..]]
+        .into_iter()
+        .enumerate()
+    {
+        let (rental, events) = usage_events_on(provider_id, gpus, 300, |i| {
+            t0 + SECOND * (i64::try_from(i).unwrap() * 3 + i64::try_from(k).unwrap())
+        });
+        let committed = store
+            .append(
+                stream(&format!("rental-{rental}")),
+                ExpectedVersion::NoStream,
+                events,
+            )
+            .await
+            .unwrap();
+        positions.push(committed.last_position());
+    }
+    store.run_projections().await.unwrap();
+    let head = store.head_position().await.unwrap();
+    let at = |s: i64| Timestamp::from_unix_micros(t0 + s * SECOND);
+    for (from, until, as_of) in [
+        (at(0), at(1_000), head),
+        (at(100), at(700), head),
+        (at(0), at(1_000), positions[1]),
+        (at(5), at(6), head),
+    ] {
+        let range = LineRange::Dated { from, until, as_of };
+        let lines = store
+            .earnings_lines(provider_id, range, 0, 10_000)
+            .await
+            .unwrap();
+        let want = RentalShares::of_lines(&lines);
+        let got = store
+            .earnings_shares(provider_id, from, until, as_of)
+            .await
+            .unwrap();
+        assert_eq!(got, want, "window {from:?}..{until:?} as of {as_of}");
+        assert_eq!(Earnings::per_gpu(&got), Earnings::per_gpu(&want));
+        assert_eq!(Earnings::per_model(&got), Earnings::per_model(&want));
+    }
+    let all = store
+        .earnings_shares(provider_id, at(0), at(1_000), head)
+        .await
+        .unwrap();
+    let per_gpu = Earnings::per_gpu(&all);
+    assert_eq!(per_gpu.len(), 12, "1 + 3 + 8 GPUs");
+    let gross: i64 = per_gpu.values().map(|s| s.gross).sum();
+    assert_eq!(gross, 3 * (0..300).map(|i| 1_000 + i).sum::<i64>());
+    assert!(
+        store
+            .earnings_shares(provider(8), at(0), at(1_000), head)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
