@@ -134,52 +134,52 @@ pub async fn set(
 fn refused(refusal: gpunex_app::command::Rejection<Refusal>) -> ApiError {
     crate::error::command_refused(
         refusal,
-        |refusal| {
-            match refusal {
-            Refusal::UnknownProvider => ApiError::NotFound("provider"),
-            Refusal::UnknownPayout => ApiError::NotFound("payout"),
-            Refusal::NotABankPayout => ApiError::Refused {
-                code: ErrorCode::NotABankPayout,
-                detail: "Solana payouts are confirmed on chain by the sender, not by hand"
-                    .to_owned(),
-            },
-            Refusal::NotSubmitted(status) => ApiError::Refused {
-                code: ErrorCode::PayoutNotSubmitted,
-                detail: format!(
-                    "the payout is {status:?}: only a payout in a bank file (submitted) can be confirmed or returned"
-                )
-                .to_lowercase(),
-            },
-            Refusal::Amount(detail) => ApiError::Refused {
-                code: ErrorCode::AmountOutOfRange,
-                detail,
-            },
-            Refusal::UnknownBatch => ApiError::NotFound("payout_batch"),
-            Refusal::NothingToFile => ApiError::Refused {
-                code: ErrorCode::NothingToFile,
-                detail: "the batch has no bank payouts waiting for a file".to_owned(),
-            },
-            Refusal::BankFileInvalid(detail) => ApiError::Refused {
-                code: ErrorCode::BankFileInvalid,
-                detail,
-            },
-            Refusal::UnknownBankFile => ApiError::NotFound("bank_file"),
-            Refusal::ReportAmountMismatch(detail) => ApiError::Refused {
-                code: ErrorCode::ReportAmountMismatch,
-                detail,
-            },
-            Refusal::ReportContradictsPayout(detail) => ApiError::Refused {
-                code: ErrorCode::ReportContradictsPayout,
-                detail,
-            },
-            Refusal::ReportTransactionUnknown(detail) => ApiError::Refused {
-                code: ErrorCode::ReportTransactionUnknown,
-                detail,
-            },
-        }
-        },
+        refusal_of,
         "the payout changed while this request ran; read it again",
     )
+}
+
+const NOT_SUBMITTED: &str = "only a payout in a bank file (submitted) can be confirmed or returned";
+
+fn refusal_of(refusal: Refusal) -> ApiError {
+    match refusal {
+        Refusal::UnknownProvider => ApiError::NotFound("provider"),
+        Refusal::UnknownPayout => ApiError::NotFound("payout"),
+        Refusal::NotABankPayout => ApiError::Refused {
+            code: ErrorCode::NotABankPayout,
+            detail: "Solana payouts are confirmed on chain by the sender, not by hand".to_owned(),
+        },
+        Refusal::NotSubmitted(status) => ApiError::Refused {
+            code: ErrorCode::PayoutNotSubmitted,
+            detail: format!("the payout is {status:?}: {NOT_SUBMITTED}").to_lowercase(),
+        },
+        Refusal::Amount(detail) => ApiError::Refused {
+            code: ErrorCode::AmountOutOfRange,
+            detail,
+        },
+        Refusal::UnknownBatch => ApiError::NotFound("payout_batch"),
+        Refusal::NothingToFile => ApiError::Refused {
+            code: ErrorCode::NothingToFile,
+            detail: "the batch has no bank payouts waiting for a file".to_owned(),
+        },
+        Refusal::BankFileInvalid(detail) => ApiError::Refused {
+            code: ErrorCode::BankFileInvalid,
+            detail,
+        },
+        Refusal::UnknownBankFile => ApiError::NotFound("bank_file"),
+        Refusal::ReportAmountMismatch(detail) => ApiError::Refused {
+            code: ErrorCode::ReportAmountMismatch,
+            detail,
+        },
+        Refusal::ReportContradictsPayout(detail) => ApiError::Refused {
+            code: ErrorCode::ReportContradictsPayout,
+            detail,
+        },
+        Refusal::ReportTransactionUnknown(detail) => ApiError::Refused {
+            code: ErrorCode::ReportTransactionUnknown,
+            detail,
+        },
+    }
 }
 
 fn parse_date(

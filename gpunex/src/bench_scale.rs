@@ -432,6 +432,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         .ok_or_else(|| anyhow::anyhow!("the finance view lists no provider"))?;
     let paths = [
         format!("/v1/providers/{provider_id}/earnings"),
+        format!("/v1/providers/{provider_id}/earnings?from={month_ago}&to={today}"),
         format!("/v1/providers/{provider_id}/earnings/daily?from={month_ago}&to={today}"),
         format!(
             "/v1/providers/{provider_id}/earnings/statement.csv?from={yesterday}&to={yesterday}"

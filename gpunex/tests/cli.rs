@@ -779,7 +779,7 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
     );
     assert!(report["bare_read_events_per_second"].as_u64().unwrap() > 0);
     let endpoints = report["endpoints"].as_array().unwrap();
-    assert_eq!(endpoints.len(), 4, "{report}");
+    assert_eq!(endpoints.len(), 5, "{report}");
     for endpoint in endpoints {
         assert!(
             endpoint["latency"]["requests"].as_u64().unwrap() > 0,

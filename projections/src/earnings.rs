@@ -343,19 +343,29 @@ impl Split {
     /// The split of `amounts` among `n` GPUs (at least one).
     pub fn of(amounts: impl IntoIterator<Item = i64>, n: usize) -> Split {
         let n = n.max(1);
-        let divisor = i64::try_from(n).unwrap_or(i64::MAX);
         let mut split = Split {
             quotients: 0,
             remainders: vec![0; n],
         };
         for amount in amounts {
-            split.quotients += amount.div_euclid(divisor);
-            let r = usize::try_from(amount.rem_euclid(divisor)).unwrap_or(0);
-            if let Some(count) = split.remainders.get_mut(r) {
-                *count += 1;
-            }
+            split.add(amount, 1);
         }
         split
+    }
+
+    /// Counts `lines` more lines of `amount` each.
+    pub fn add(&mut self, amount: i64, lines: u64) {
+        let n = self.remainders.len().max(1);
+        let divisor = i64::try_from(n).unwrap_or(i64::MAX);
+        let times = i64::try_from(lines).unwrap_or(i64::MAX);
+        self.quotients += amount.div_euclid(divisor).saturating_mul(times);
+        let r = usize::try_from(amount.rem_euclid(divisor)).unwrap_or(0);
+        if self.remainders.is_empty() {
+            self.remainders.push(0);
+        }
+        if let Some(count) = self.remainders.get_mut(r) {
+            *count += lines;
+        }
     }
 
     /// GPU `i`'s share.

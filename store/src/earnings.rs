@@ -21,7 +21,7 @@ use gpunex_projections::earnings_lines::{
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::sql::{parameter, placeholders, placeholders_from, values};
+use crate::sql::{placeholders, values};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
@@ -101,9 +101,15 @@ fn rental_row(
     })
 }
 
-/// The secondary indexes of `earnings_lines` (migration 0008), by name and columns.
+/// The secondary indexes of `earnings_lines` (migrations 0008 and 0011), by name and columns.
+/// The date index carries the amounts, so a period's lines grouped by rental and amounts are
+/// read from the index alone.
 const LINE_INDEXES: [(&str, &str); 2] = [
-    ("earnings_lines_by_date", "provider_id, at_us, position"),
+    (
+        "earnings_lines_by_date",
+        "provider_id, at_us, position, rental_id, gross_micro_usdc, fee_micro_usdc, \
+         net_micro_usdc, from_gpu_seconds, to_gpu_seconds",
+    ),
     ("earnings_lines_by_position", "provider_id, position"),
 ];
 
@@ -386,13 +392,12 @@ impl Store {
         self.earnings_cursors(&ids).await
     }
 
-    /// A provider's lines dated in `[from, until)` folded by `as_of`, reduced per rental in SQL
-    /// to what the per-GPU and per-model figures need ([`RentalShares`]): each rental's sums and,
-    /// for a rental of `n > 1` GPUs, the quotients and remainders of its gross, fee and
-    /// GPU-seconds divided by `n`, so the dashboard reads a few rows per rental instead of every
-    /// line. Amounts are never negative (a line is a charge), so SQL's truncating `/` and `%`
-    /// are the Euclidean division the shares are defined with; a negative one is reported as a
-    /// corrupt row.
+    /// A provider's lines dated in `[from, until)` folded by `as_of`, reduced per rental to what
+    /// the per-GPU and per-model figures need ([`RentalShares`]). SQL groups the lines by rental
+    /// and amounts (gross, fee, net, GPU-seconds), which repeat: a month of the busiest
+    /// simulated provider's 23,458 lines is 319 groups. Each group's division among the rental's
+    /// GPUs is then computed once and counted as many times as the group has lines, which is
+    /// exactly the line-by-line split.
     pub async fn earnings_shares(
         &self,
         provider_id: Uuid,
@@ -400,25 +405,13 @@ impl Store {
         until: Timestamp,
         as_of: u64,
     ) -> Result<Vec<RentalShares>, StoreError> {
-        let backend = self.backend();
-        let p = |i| parameter(backend, i);
-        let filter = format!(
-            "provider_id = {} AND at_us >= {} AND at_us < {} AND position <= {}",
-            p(1),
-            p(2),
-            p(3),
-            p(4)
-        );
-        let sql = format!(
-            "SELECT rental_id, CAST(SUM(gross_micro_usdc) AS BIGINT), \
-             CAST(SUM(fee_micro_usdc) AS BIGINT), CAST(SUM(net_micro_usdc) AS BIGINT), \
-             CAST(SUM(to_gpu_seconds - from_gpu_seconds) AS BIGINT), COUNT(*), \
-             MIN(gross_micro_usdc), MIN(fee_micro_usdc), MIN(to_gpu_seconds - from_gpu_seconds) \
-             FROM earnings_lines WHERE {filter} GROUP BY rental_id ORDER BY rental_id"
-        );
-        type TotalsRow = (String, i64, i64, i64, i64, i64, i64, i64, i64);
-        let rows: Vec<TotalsRow> = on_reader!(self, |conn| {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        let sql = "SELECT rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
+             to_gpu_seconds - from_gpu_seconds, COUNT(*) FROM earnings_lines \
+             WHERE provider_id = $1 AND at_us >= $2 AND at_us < $3 AND position <= $4 \
+             GROUP BY rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
+             to_gpu_seconds - from_gpu_seconds ORDER BY rental_id";
+        let groups: Vec<(String, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
+            sqlx::query_as(sql)
                 .bind(provider_id.to_string())
                 .bind(from.unix_micros())
                 .bind(until.unix_micros())
@@ -426,110 +419,63 @@ impl Store {
                 .fetch_all(conn)
                 .await?
         });
-        let ids = rows
-            .iter()
-            .map(|r| uuid(&r.0))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut ids: Vec<Uuid> = Vec::new();
+        for group in &groups {
+            let id = uuid(&group.0)?;
+            if ids.last() != Some(&id) {
+                ids.push(id);
+            }
+        }
         let rentals: HashMap<Uuid, Arc<RentalRef>> = self
             .earnings_rentals(&ids)
             .await?
             .into_iter()
             .map(|r| (r.rental_id, Arc::new(r)))
             .collect();
-        let mut shares = Vec::with_capacity(rows.len());
-        // Rentals of n > 1 GPUs, by n: their splits are read below.
-        let mut shared: BTreeMap<usize, Vec<Uuid>> = BTreeMap::new();
-        for (row, rental_id) in rows.into_iter().zip(ids) {
-            if row.6 < 0 || row.7 < 0 || row.8 < 0 {
-                return Err(corrupt(format!(
-                    "rental {rental_id} has a line with a negative amount"
-                )));
-            }
-            let rental = rentals
-                .get(&rental_id)
-                .cloned()
-                .ok_or_else(|| corrupt(format!("line of unknown rental {rental_id}")))?;
-            let totals = sums((row.1, row.2, row.3, row.4, row.5))?;
-            let n = rental.gpu_uuids.len().max(1);
-            if n > 1 {
-                shared.entry(n).or_default().push(rental_id);
-            }
-            let whole = |amount: i64| Split {
-                quotients: amount,
-                remainders: vec![totals.lines],
-            };
-            shares.push(RentalShares {
-                gross: whole(totals.gross),
-                fee: whole(totals.fee),
-                gpu_seconds: whole(row.4),
-                rental,
-                totals,
-            });
-        }
-        let index: HashMap<Uuid, usize> = shares
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.rental.rental_id, i))
-            .collect();
-        for (n, rental_ids) in shared {
-            // Each multi-GPU rental starts from an empty split of n remainders.
-            for share in shares
-                .iter_mut()
-                .filter(|s| s.rental.gpu_uuids.len().max(1) == n)
+        let mut shares: Vec<RentalShares> = Vec::with_capacity(ids.len());
+        for (rental_id, gross, fee, net, seconds, count) in groups {
+            let rental_id = uuid(&rental_id)?;
+            let count = to_u64(count, 0, "count")?;
+            let seconds = u64::try_from(seconds)
+                .map_err(|_| corrupt(format!("rental {rental_id}: negative GPU-seconds")))?;
+            if shares
+                .last()
+                .is_none_or(|s| s.rental.rental_id != rental_id)
             {
-                for split in [&mut share.gross, &mut share.fee, &mut share.gpu_seconds] {
-                    *split = Split {
-                        quotients: 0,
-                        remainders: vec![0; n],
-                    };
-                }
+                let rental = rentals
+                    .get(&rental_id)
+                    .cloned()
+                    .ok_or_else(|| corrupt(format!("line of unknown rental {rental_id}")))?;
+                let n = rental.gpu_uuids.len();
+                shares.push(RentalShares {
+                    rental,
+                    totals: Sums::default(),
+                    gross: Split::of([], n),
+                    fee: Split::of([], n),
+                    gpu_seconds: Split::of([], n),
+                });
             }
-            for (kind, column) in [
-                (0, "gross_micro_usdc"),
-                (1, "fee_micro_usdc"),
-                (2, "(to_gpu_seconds - from_gpu_seconds)"),
-            ] {
-                for chunk in rental_ids.chunks(ROWS_PER_STATEMENT) {
-                    let sql = format!(
-                        "SELECT rental_id, {column} % {n}, COUNT(*), \
-                         CAST(SUM({column} / {n}) AS BIGINT) FROM earnings_lines \
-                         WHERE {filter} AND rental_id IN ({}) \
-                         GROUP BY rental_id, {column} % {n}",
-                        placeholders_from(backend, 5, chunk.len())
-                    );
-                    let rows: Vec<(String, i64, i64, i64)> = on_reader!(self, |conn| {
-                        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                            .bind(provider_id.to_string())
-                            .bind(from.unix_micros())
-                            .bind(until.unix_micros())
-                            .bind(to_i64(as_of));
-                        for id in chunk {
-                            query = query.bind(id.to_string());
-                        }
-                        query.fetch_all(conn).await?
-                    });
-                    for (rental_id, remainder, count, quotients) in rows {
-                        let rental_id = uuid(&rental_id)?;
-                        let share = index
-                            .get(&rental_id)
-                            .and_then(|i| shares.get_mut(*i))
-                            .ok_or_else(|| {
-                                corrupt(format!("split of unknown rental {rental_id}"))
-                            })?;
-                        let split = match kind {
-                            0 => &mut share.gross,
-                            1 => &mut share.fee,
-                            _ => &mut share.gpu_seconds,
-                        };
-                        let slot = usize::try_from(remainder)
-                            .ok()
-                            .and_then(|r| split.remainders.get_mut(r))
-                            .ok_or_else(|| corrupt(format!("remainder {remainder} of {n}")))?;
-                        *slot += to_u64(count, 0, "count")?;
-                        split.quotients += quotients;
-                    }
-                }
-            }
+            let share = shares
+                .last_mut()
+                .ok_or_else(|| corrupt("no rental for a group"))?;
+            let times = |amount: i64| {
+                i64::try_from(count)
+                    .ok()
+                    .and_then(|c| amount.checked_mul(c))
+                    .ok_or_else(|| corrupt(format!("rental {rental_id}: sums out of range")))
+            };
+            share.totals.add_sums(Sums {
+                gross: times(gross)?,
+                fee: times(fee)?,
+                net: times(net)?,
+                gpu_seconds: seconds.saturating_mul(count),
+                lines: count,
+            });
+            share.gross.add(gross, count);
+            share.fee.add(fee, count);
+            share
+                .gpu_seconds
+                .add(i64::try_from(seconds).map_err(corrupt)?, count);
         }
         Ok(shares)
     }

@@ -17,20 +17,13 @@ pub(crate) fn values(backend: Backend, rows: usize, n: usize) -> String {
 }
 
 pub(crate) fn placeholders(backend: Backend, n: usize) -> String {
-    placeholders_from(backend, 1, n)
-}
-
-/// `n` parameters numbered from `first`, for a list after `first - 1` others.
-pub(crate) fn placeholders_from(backend: Backend, first: usize, n: usize) -> String {
-    (first..first + n)
+    (1..=n)
         .map(|i| parameter(backend, i))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// Parameter `i` (from 1) of a statement: `?` on SQLite (every parameter of such a statement
-/// must then be anonymous, bound in order), `$i` on PostgreSQL.
-pub(crate) fn parameter(backend: Backend, i: usize) -> String {
+fn parameter(backend: Backend, i: usize) -> String {
     match backend {
         Backend::Sqlite => "?".to_owned(),
         Backend::Postgres => format!("${i}"),
