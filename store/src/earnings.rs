@@ -346,6 +346,19 @@ impl Store {
         Ok(found)
     }
 
+    /// The rentals with these ids, by id, shared by the lines that name them.
+    async fn earnings_rentals_by_id(
+        &self,
+        ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, Arc<RentalRef>>, StoreError> {
+        Ok(self
+            .earnings_rentals(ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.rental_id, Arc::new(r)))
+            .collect())
+    }
+
     /// These providers' cursors (providers with no line yet are absent).
     pub async fn earnings_cursors(
         &self,
@@ -426,12 +439,7 @@ impl Store {
                 ids.push(id);
             }
         }
-        let rentals: HashMap<Uuid, Arc<RentalRef>> = self
-            .earnings_rentals(&ids)
-            .await?
-            .into_iter()
-            .map(|r| (r.rental_id, Arc::new(r)))
-            .collect();
+        let rentals = self.earnings_rentals_by_id(&ids).await?;
         let mut shares: Vec<RentalShares> = Vec::with_capacity(ids.len());
         for (rental_id, gross, fee, net, seconds, count) in groups {
             let rental_id = uuid(&rental_id)?;
@@ -599,12 +607,7 @@ impl Store {
             .into_iter()
             .map(uuid)
             .collect::<Result<Vec<_>, _>>()?;
-        let rentals: HashMap<Uuid, Arc<RentalRef>> = self
-            .earnings_rentals(&ids)
-            .await?
-            .into_iter()
-            .map(|r| (r.rental_id, Arc::new(r)))
-            .collect();
+        let rentals = self.earnings_rentals_by_id(&ids).await?;
         rows.into_iter()
             .map(|r| {
                 let rental_id = uuid(&r.5)?;
