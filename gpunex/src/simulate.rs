@@ -45,6 +45,7 @@ use gpunex_domain::onboarding::{
 use gpunex_domain::rental::{EndCause, JobEnded, JobEvidence, RentalEvent, Workload};
 use gpunex_domain::time::{MICROS_PER_SECOND, Timestamp};
 use gpunex_projections::reconcile::Reconciler;
+use gpunex_store::fleet::Heartbeat;
 use gpunex_store::{Metadata, READ_BATCH_EVENTS_MAX, Store, StoreError};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -403,27 +404,41 @@ impl Simulation<'_> {
             fault: None,
         });
         let p = self.providers.len() - 1;
-        self.heartbeat(p).await?;
+        let platform = self.platform;
+        platform
+            .store
+            .record_heartbeat(
+                machine_id,
+                provider_id,
+                platform.clock.now().unix_micros(),
+                &[],
+            )
+            .await?;
+        gpunex_app::fleet::heartbeat_online(&platform.exec(), machine_id).await?;
         // A price near the model's typical one, to the cent.
         let cents = base_price / 10_000 * (80 + self.rng.below(46) as i64) / 100;
         self.set_price(p, cents).await
     }
 
-    /// The provider's agent heartbeats at the clock's now (the machine comes online if it was
-    /// not).
-    async fn heartbeat(&mut self, p: usize) -> anyhow::Result<()> {
+    /// Every online provider's agent heartbeats at the clock's now, the step's heartbeats
+    /// arriving together (one transaction); a machine that was offline comes back online.
+    async fn heartbeats(&mut self) -> anyhow::Result<()> {
         let platform = self.platform;
-        let provider = &self.providers[p];
-        platform
-            .store
-            .record_heartbeat(
-                provider.machine_id,
-                provider.provider_id,
-                platform.clock.now().unix_micros(),
-                &[],
-            )
-            .await?;
-        gpunex_app::fleet::heartbeat_online(&platform.exec(), provider.machine_id).await?;
+        let at_us = platform.clock.now().unix_micros();
+        let online: Vec<&SimProvider> = self.providers.iter().filter(|p| p.online).collect();
+        let beats: Vec<Heartbeat<'_>> = online
+            .iter()
+            .map(|provider| Heartbeat {
+                machine_id: provider.machine_id,
+                provider_id: provider.provider_id,
+                at_us,
+                samples: &[],
+            })
+            .collect();
+        platform.store.record_heartbeats(&beats).await?;
+        for provider in online {
+            gpunex_app::fleet::heartbeat_online(&platform.exec(), provider.machine_id).await?;
+        }
         Ok(())
     }
 
@@ -506,9 +521,6 @@ impl Simulation<'_> {
                 provider.online = true;
                 provider.back_at = None;
             }
-            if self.providers[p].online {
-                self.heartbeat(p).await?;
-            }
             if let Some((gpu, clears)) = self.providers[p].fault.clone()
                 && clears <= at
             {
@@ -516,6 +528,7 @@ impl Simulation<'_> {
                 self.condition(p, &gpu, false).await?;
             }
         }
+        self.heartbeats().await?;
         let exec = platform.exec();
         gpunex_app::presence::presence_pass(&exec, &platform.presence, self.t0).await?;
         // Rentals the watchdog ended (their machine silent past the grace) are over.

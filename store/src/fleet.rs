@@ -17,6 +17,16 @@ pub struct TelemetryRow {
     pub sample: GpuSample,
 }
 
+/// One heartbeat to record: the machine, its provider, when the server received it and the
+/// GPUs' samples.
+#[derive(Debug, Clone, Copy)]
+pub struct Heartbeat<'a> {
+    pub machine_id: Uuid,
+    pub provider_id: Uuid,
+    pub at_us: i64,
+    pub samples: &'a [GpuSample],
+}
+
 /// A machine's last heartbeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Presence {
@@ -98,8 +108,18 @@ impl Store {
         at_us: i64,
         samples: &[GpuSample],
     ) -> Result<(), StoreError> {
-        let machine = machine_id.to_string();
-        let provider = provider_id.to_string();
+        self.record_heartbeats(&[Heartbeat {
+            machine_id,
+            provider_id,
+            at_us,
+            samples,
+        }])
+        .await
+    }
+
+    /// Records heartbeats that arrived together (a simulated fleet's step) in one transaction:
+    /// each exactly as `record_heartbeat` would, one commit for all.
+    pub async fn record_heartbeats(&self, beats: &[Heartbeat<'_>]) -> Result<(), StoreError> {
         let presence = "INSERT INTO machine_presence (machine_id, provider_id, last_heartbeat_us, heartbeats) \
                         VALUES ($1, $2, $3, 1) ON CONFLICT (machine_id) DO UPDATE SET \
                         last_heartbeat_us = CASE WHEN excluded.last_heartbeat_us > machine_presence.last_heartbeat_us \
@@ -119,30 +139,36 @@ impl Store {
              ecc_corrected = excluded.ecc_corrected, ecc_uncorrected = excluded.ecc_uncorrected \
              WHERE excluded.at_us >= gpu_telemetry_latest.at_us"
         );
+        if beats.is_empty() {
+            return Ok(());
+        }
         in_transaction!(self, |tx| {
-            sqlx::query(presence)
-                .bind(&machine)
-                .bind(&provider)
-                .bind(at_us)
-                .execute(&mut *tx)
-                .await?;
-            for sample in samples {
-                bind_sample!(
-                    sqlx::query(sqlx::AssertSqlSafe(insert.clone())),
-                    &machine,
-                    at_us,
-                    sample
-                )
-                .execute(&mut *tx)
-                .await?;
-                bind_sample!(
-                    sqlx::query(sqlx::AssertSqlSafe(latest.clone())),
-                    &machine,
-                    at_us,
-                    sample
-                )
-                .execute(&mut *tx)
-                .await?;
+            for beat in beats {
+                let machine = beat.machine_id.to_string();
+                sqlx::query(presence)
+                    .bind(&machine)
+                    .bind(beat.provider_id.to_string())
+                    .bind(beat.at_us)
+                    .execute(&mut *tx)
+                    .await?;
+                for sample in beat.samples {
+                    bind_sample!(
+                        sqlx::query(sqlx::AssertSqlSafe(insert.clone())),
+                        &machine,
+                        beat.at_us,
+                        sample
+                    )
+                    .execute(&mut *tx)
+                    .await?;
+                    bind_sample!(
+                        sqlx::query(sqlx::AssertSqlSafe(latest.clone())),
+                        &machine,
+                        beat.at_us,
+                        sample
+                    )
+                    .execute(&mut *tx)
+                    .await?;
+                }
             }
         });
         Ok(())
