@@ -127,25 +127,18 @@ impl Store {
             checkpoint: self.earnings_checkpoint().await?,
             ..RunReport::default()
         };
-        // The next page is read while this one's rows commit; its fold waits for the commit,
-        // since it reads the rentals and running sums this one wrote.
-        let mut events = self
-            .read_all(report.checkpoint, READ_BATCH_EVENTS_MAX)
-            .await?;
         loop {
+            let events = self
+                .read_all(report.checkpoint, READ_BATCH_EVENTS_MAX)
+                .await?;
             let Some(to) = events.last().map(|e| e.position) else {
                 return Ok(report);
             };
             let batch = self.fold_earnings(&events).await?;
-            let (committed, next) = tokio::join!(
-                self.commit_earnings(&batch, report.checkpoint, to),
-                self.read_all(to, READ_BATCH_EVENTS_MAX)
-            );
-            committed?;
+            self.commit_earnings(&batch, report.checkpoint, to).await?;
             report.events += events.len() as u64;
             report.batches += 1;
             report.checkpoint = to;
-            events = next?;
         }
     }
 

@@ -124,17 +124,17 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, StoreError> {
     backend.start(run_id).await?;
-    // A pipeline of two stages: while one page's rows are written, the next page is read and
-    // folded (the write runs on the database's side, the fold here).
+    // Read the next page while the current one is written.
     let mut position = 0;
-    let mut page = read_and_fold(backend, 0).await?;
-    while let Some((last, batch)) = page {
+    let mut events = backend.read_events(0).await?;
+    while let Some(last) = events.last().map(|e| e.position) {
+        let batch = fold_ledger(&events)?;
         let (written, next) = tokio::join!(
             backend.write(run_id, last, &batch),
-            read_and_fold(backend, last)
+            backend.read_events(last)
         );
         written?;
-        page = next?;
+        events = next?;
         position = last;
         progress(position);
     }
@@ -156,16 +156,4 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
     backend.finish_swap(swap, run_id, position).await?;
     progress(position);
     Ok(position)
-}
-
-/// The page of events after `after`, folded: its last position and its rows; `None` at the end.
-async fn read_and_fold<B: RebuildBackend>(
-    backend: &B,
-    after: u64,
-) -> Result<Option<(u64, LedgerBatch)>, StoreError> {
-    let events = backend.read_events(after).await?;
-    match events.last() {
-        Some(last) => Ok(Some((last.position, fold_ledger(&events)?))),
-        None => Ok(None),
-    }
 }
