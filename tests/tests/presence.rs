@@ -9,9 +9,14 @@ use gpunex_app::presence::{FleetConfig, OUTAGE_STREAM, watch_once};
 use gpunex_domain::StreamId;
 use gpunex_domain::clock::Clock;
 use gpunex_store::Store;
-use gpunex_tests::{TestDb, conformance, manual_clock};
+use gpunex_store::fleet::Heartbeat;
+use gpunex_tests::{TestDb, conformance, manual_clock, provider};
+use uuid::Uuid;
 
-conformance!(an_outage_stored_before_a_failed_tick_is_kept_once);
+conformance!(
+    an_outage_stored_before_a_failed_tick_is_kept_once,
+    heartbeats_recorded_together_are_each_recorded,
+);
 
 const FAIL_TICK_SQLITE: [&str; 2] = [
     "CREATE TRIGGER tick_fails_insert BEFORE INSERT ON platform_liveness \
@@ -100,4 +105,39 @@ async fn an_outage_stored_before_a_failed_tick_is_kept_once(db: &TestDb) {
         .await
         .unwrap();
     assert_eq!(outages(&store).await, vec![(down_from, back_at)]);
+}
+
+/// A step's heartbeats recorded in one transaction (as the simulation does) land as if each had
+/// been recorded alone: every machine's last heartbeat and count, a later one never moved back.
+async fn heartbeats_recorded_together_are_each_recorded(db: &TestDb) {
+    let store = db.open().await;
+    let (a, b) = (Uuid::from_u128(0xa), Uuid::from_u128(0xb));
+    let beat = |machine_id, at_us| Heartbeat {
+        machine_id,
+        provider_id: provider(1),
+        at_us,
+        samples: &[],
+    };
+    store.record_heartbeats(&[]).await.unwrap();
+    store
+        .record_heartbeats(&[beat(a, 2_000), beat(b, 2_000)])
+        .await
+        .unwrap();
+    store
+        .record_heartbeats(&[beat(a, 1_000), beat(b, 3_000)])
+        .await
+        .unwrap();
+    store
+        .record_heartbeat(a, provider(1), 4_000, &[])
+        .await
+        .unwrap();
+    let mut seen: Vec<(Uuid, i64, u64)> = store
+        .presences(None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| (p.machine_id, p.last_heartbeat_us, p.heartbeats))
+        .collect();
+    seen.sort();
+    assert_eq!(seen, vec![(a, 4_000, 3), (b, 3_000, 2)]);
 }
