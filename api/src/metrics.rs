@@ -165,7 +165,7 @@ pub async fn render(metrics: &Metrics, store: &Store, models: &ReadModels) -> St
     http_figures(&mut out, metrics);
     store_figures(&mut out, store);
     read_model_figures(&mut out, store, models).await;
-    money_figures(&mut out, models);
+    money_figures(&mut out, store, models).await;
     out.text
 }
 
@@ -390,20 +390,36 @@ async fn read_model_figures(out: &mut Exposition, store: &Store, models: &ReadMo
     );
 }
 
-fn money_figures(out: &mut Exposition, models: &ReadModels) {
-    let queues = models.with_earnings(|earnings| earnings.payouts().queues());
-    let label = |queue: &gpunex_projections::payouts::PayoutQueue| {
+async fn money_figures(out: &mut Exposition, store: &Store, models: &ReadModels) {
+    use gpunex_projections::payouts::{PayoutQueue, PayoutStatus};
+    // The queues (open payouts) from memory; what settled from the stored payouts projection
+    // (left out of this scrape if the database does not answer).
+    let mut queues = models.with_earnings(|earnings| earnings.payouts().queues());
+    match store.payout_totals().await {
+        Ok(totals) => queues.extend(totals.into_iter().filter_map(|total| {
+            let rail = match total.rail.as_str() {
+                "solana" => gpunex_domain::payouts::Rail::Solana,
+                "bank" => gpunex_domain::payouts::Rail::Bank,
+                _ => return None,
+            };
+            matches!(total.status, PayoutStatus::Confirmed | PayoutStatus::Failed).then_some(
+                PayoutQueue {
+                    rail,
+                    status: total.status,
+                    payouts: total.payouts,
+                    micro_usdc: total.micro_usdc,
+                },
+            )
+        })),
+        Err(error) => tracing::warn!(%error, "metrics: settled payouts not read"),
+    }
+    queues.sort_by_key(|q| (q.rail as u8, q.status as u8));
+    let label = |queue: &PayoutQueue| {
         let rail = match queue.rail {
             gpunex_domain::payouts::Rail::Solana => "solana",
             gpunex_domain::payouts::Rail::Bank => "bank",
         };
-        let status = match queue.status {
-            gpunex_projections::payouts::PayoutStatus::Scheduled => "scheduled",
-            gpunex_projections::payouts::PayoutStatus::Submitted => "submitted",
-            gpunex_projections::payouts::PayoutStatus::Confirmed => "confirmed",
-            gpunex_projections::payouts::PayoutStatus::Failed => "failed",
-        };
-        (rail, status)
+        (rail, gpunex_store::payouts::status_text(queue.status))
     };
     out.family(
         "gpunex_payouts",

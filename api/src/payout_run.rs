@@ -1,6 +1,8 @@
 //! Payout batches over HTTP: the payout settings the server runs with, and the views of batches
 //! and payouts. Planning, writing and scheduling a batch is `gpunex_app::payout_run`.
 
+use std::collections::HashMap;
+
 use gpunex_domain::codes::ErrorCode;
 
 use chrono::NaiveDate;
@@ -8,7 +10,8 @@ use gpunex_domain::money::Usdc;
 use gpunex_domain::payouts::{self as rules, PayoutPolicy, RolledForward};
 
 use gpunex_projections::earnings::Earnings;
-use gpunex_projections::payouts::{BatchRecord, PayoutRecord};
+use gpunex_projections::payout_history::StoredBatch;
+use gpunex_projections::payouts::PayoutRecord;
 use gpunex_store::Store;
 use gpunex_wire::payouts as wp;
 use uuid::Uuid;
@@ -144,48 +147,42 @@ impl Page {
 pub const PAGE_DEFAULT: usize = 500;
 pub const PAGE_MAX: usize = 1_000;
 
-/// A recorded batch, with the payouts of `page`.
-pub fn batch_view(
-    earnings: &Earnings,
-    batch: &BatchRecord,
+/// A recorded batch (read from the stored payouts projection), with the payouts of `page`.
+pub async fn batch_view(
+    store: &Store,
+    batch: &StoredBatch,
     created: bool,
     page: Page,
 ) -> Result<wp::BatchView, ApiError> {
-    let created_event = &batch.created;
-    let start = match page.after {
-        None => 0,
-        Some(after) => {
-            batch
-                .payouts
-                .iter()
-                .position(|id| *id == after)
-                .ok_or_else(|| {
-                    ApiError::query(
-                        "after",
-                        ErrorCode::InvalidCursor,
-                        "after: a payout of this batch (the next_after of the previous page)",
-                    )
-                })?
-                + 1
-        }
-    };
-    let ids = &batch.payouts[start..];
-    let shown = &ids[..ids.len().min(page.limit)];
-    let next_after = (shown.len() < ids.len())
-        .then(|| shown.last().copied())
+    let created_event = batch
+        .created
+        .as_ref()
+        .ok_or(ApiError::NotFound("payout_batch"))?;
+    // One more than shown says whether a next page exists.
+    let mut payouts = store
+        .batch_payouts(batch, page.after, page.limit.saturating_add(1))
+        .await?
+        .ok_or_else(|| {
+            ApiError::query(
+                "after",
+                ErrorCode::InvalidCursor,
+                "after: a payout of this batch (the next_after of the previous page)",
+            )
+        })?;
+    let more = payouts.len() > page.limit;
+    payouts.truncate(page.limit);
+    let next_after = more
+        .then(|| payouts.last().map(|r| r.scheduled.payout_id))
         .flatten();
+    let payout_count = store.batch_statuses(batch).await?.values().sum();
     Ok(wp::BatchView {
         batch_id: created_event.batch_id,
         date: created_event.payout_date.to_string(),
         cutoff: timestamp(created_event.cutoff.unix_micros()),
         dry_run: false,
         created,
-        payout_count: batch.payouts.len() as u64,
-        payouts: shown
-            .iter()
-            .filter_map(|id| earnings.payouts().payout(*id))
-            .map(payout_view)
-            .collect(),
+        payout_count,
+        payouts: payouts.iter().map(payout_view).collect(),
         next_after,
         // On the first page only: later pages carry payouts.
         rolled_forward: if page.after.is_none() {
@@ -201,39 +198,39 @@ pub fn batch_view(
 }
 
 /// A recorded batch without its payouts, with how many are in each status.
-pub fn batch_summary(earnings: &Earnings, batch: &BatchRecord) -> wp::BatchSummary {
-    let created = &batch.created;
-    let mut by_status = std::collections::BTreeMap::new();
-    for record in batch
-        .payouts
-        .iter()
-        .filter_map(|id| earnings.payouts().payout(*id))
-    {
-        let status = serde_json::to_value(record.status())
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        *by_status.entry(status).or_insert(0) += 1;
-    }
-    wp::BatchSummary {
+pub async fn batch_summary(
+    store: &Store,
+    batch: &StoredBatch,
+) -> Result<Option<wp::BatchSummary>, ApiError> {
+    let Some(created) = &batch.created else {
+        return Ok(None);
+    };
+    let statuses = store.batch_statuses(batch).await?;
+    let payout_count = statuses.values().sum();
+    let by_status = statuses
+        .into_iter()
+        .map(|(status, count)| (gpunex_store::payouts::status_text(status).to_owned(), count))
+        .collect();
+    Ok(Some(wp::BatchSummary {
         batch_id: created.batch_id,
         date: created.payout_date.to_string(),
         cutoff: timestamp(created.cutoff.unix_micros()),
-        payout_count: batch.payouts.len() as u64,
+        payout_count,
         rolled_forward_count: batch.rolled_forward.len() as u64,
         total_micro_usdc: created.total.micros(),
         total_usdc: created.total.to_string(),
         by_status,
         bank_files: batch.files.iter().map(|f| f.message_id.clone()).collect(),
-    }
+    }))
 }
 
-/// A planned batch (a dry run): its payouts as they would be scheduled.
-fn planned_view(earnings: &Earnings, planned: &Planned) -> wp::BatchView {
+/// A planned batch (a dry run): its payouts as they would be scheduled, after those an
+/// interrupted run scheduled already (`existing`, found by id).
+fn planned_view(existing: &HashMap<Uuid, PayoutRecord>, planned: &Planned) -> wp::BatchView {
     let mut payouts: Vec<wp::PayoutView> = planned
         .existing
         .iter()
-        .filter_map(|id| earnings.payouts().payout(*id))
+        .filter_map(|id| existing.get(id))
         .map(payout_view)
         .collect();
     payouts.extend(planned.payouts.iter().map(|scheduled| {
@@ -280,15 +277,18 @@ pub async fn run_batch(
             code: refused.code(),
             detail: refused.to_string(),
         })?;
+    let as_of = credentials.with_earnings(Earnings::position);
     match run {
-        BatchRun::Exists { date, created } => credentials.with_earnings(|e| {
-            e.payouts()
-                .batch_on(date)
-                .ok_or(ApiError::NotFound("payout_batch"))
-                .and_then(|b| batch_view(e, b, created, Page::ALL))
-        }),
+        BatchRun::Exists { date, created } => {
+            let batch = store
+                .stored_batch_on(date, as_of)
+                .await?
+                .ok_or(ApiError::NotFound("payout_batch"))?;
+            batch_view(store, &batch, created, Page::ALL).await
+        }
         BatchRun::Planned { planned, dry_run } => {
-            let mut view = credentials.with_earnings(|e| planned_view(e, &planned));
+            let existing = store.payouts_by_id(&planned.existing, as_of).await?;
+            let mut view = planned_view(&existing, &planned);
             view.dry_run = dry_run;
             Ok(view)
         }

@@ -17,6 +17,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use chrono::NaiveDate;
 use gpunex_domain::payouts::{BankFileCreated, PayoutPolicy, PayoutSettingsChanged};
+use gpunex_projections::earnings::Earnings;
 use gpunex_projections::payouts::PayoutRecord;
 use gpunex_wire::payouts as wp;
 use rust_decimal::Decimal;
@@ -237,13 +238,12 @@ pub async fn list_batches(
     State(state): State<AppState>,
     _caller: Caller,
 ) -> Result<Json<Vec<wp::BatchSummary>>, ApiError> {
-    Ok(Json(state.credentials.with_earnings(|e| {
-        e.payouts()
-            .batches()
-            .rev()
-            .map(|b| crate::payout_run::batch_summary(e, b))
-            .collect()
-    })))
+    let as_of = state.credentials.with_earnings(Earnings::position);
+    let mut summaries = Vec::new();
+    for batch in state.store.stored_batches(as_of).await?.iter().rev() {
+        summaries.extend(crate::payout_run::batch_summary(&state.store, batch).await?);
+    }
+    Ok(Json(summaries))
 }
 
 /// `?after=<payout id>&limit=<1..1000>`; any other parameter is refused.
@@ -301,31 +301,32 @@ pub async fn read_batch(
 ) -> Result<Json<wp::BatchView>, ApiError> {
     let date = parse_date(crate::error::Location::Path, "date", &date)?;
     let page = page(&query)?;
-    state
-        .credentials
-        .with_earnings(|e| {
-            e.payouts()
-                .batch_on(date)
-                .ok_or(ApiError::NotFound("payout_batch"))
-                .and_then(|b| crate::payout_run::batch_view(e, b, false, page))
-        })
-        .map(Json)
+    let as_of = state.credentials.with_earnings(Earnings::position);
+    let batch = state
+        .store
+        .stored_batch_on(date, as_of)
+        .await?
+        .ok_or(ApiError::NotFound("payout_batch"))?;
+    Ok(Json(
+        crate::payout_run::batch_view(&state.store, &batch, false, page).await?,
+    ))
 }
 
-fn payout_record(state: &AppState, payout_id: Uuid) -> Result<PayoutRecord, ApiError> {
-    state
-        .credentials
-        .with_earnings(|e| e.payouts().payout(payout_id).cloned())
+/// A payout as the read models hold it: open ones from memory, the rest from the stored
+/// payouts projection.
+async fn payout_record(state: &AppState, payout_id: Uuid) -> Result<PayoutRecord, ApiError> {
+    gpunex_app::payouts::payout_as_held(&state.executor(), payout_id)
+        .await?
         .ok_or(ApiError::NotFound("payout"))
 }
 
 /// A payout the caller may read: its provider's, finance's or an admin's.
-fn readable_payout(
+async fn readable_payout(
     state: &AppState,
     caller: &Caller,
     payout_id: Uuid,
 ) -> Result<PayoutRecord, ApiError> {
-    let record = payout_record(state, payout_id)?;
+    let record = payout_record(state, payout_id).await?;
     caller.for_provider(record.scheduled.provider_id)?;
     Ok(record)
 }
@@ -344,7 +345,7 @@ pub async fn read_payout(
     caller: Caller,
     Path(payout_id): Path<Uuid>,
 ) -> Result<Json<wp::PayoutView>, ApiError> {
-    let record = readable_payout(&state, &caller, payout_id)?;
+    let record = readable_payout(&state, &caller, payout_id).await?;
     Ok(Json(crate::payout_run::payout_view(&record)))
 }
 
@@ -366,7 +367,7 @@ pub async fn proof(
     caller: Caller,
     Path(payout_id): Path<Uuid>,
 ) -> Result<Json<wp::PayoutProof>, ApiError> {
-    let record = readable_payout(&state, &caller, payout_id)?;
+    let record = readable_payout(&state, &caller, payout_id).await?;
     let settled = record.scheduled.lines;
     state
         .store
@@ -431,27 +432,37 @@ pub async fn history(
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wp::PayoutHistory>, ApiError> {
     may_read(&state, &caller, provider_id)?;
-    Ok(Json(state.credentials.with_earnings(|e| {
-        let sums = e.payouts().provider(provider_id);
-        let mut pending = Vec::new();
-        let mut history = Vec::new();
-        for record in e.payouts().of_provider(provider_id).into_iter().rev() {
-            let view = crate::payout_run::payout_view(record);
-            if record.is_open() {
-                pending.push(view);
-            } else {
-                history.push(view);
-            }
+    let (sums, balance, as_of) = state.credentials.with_earnings(|e| {
+        (
+            e.payouts().provider(provider_id),
+            e.pending_balance(provider_id),
+            e.position(),
+        )
+    });
+    let mut pending = Vec::new();
+    let mut history = Vec::new();
+    for record in state
+        .store
+        .provider_payouts(provider_id, as_of)
+        .await?
+        .iter()
+        .rev()
+    {
+        let view = crate::payout_run::payout_view(record);
+        if record.is_open() {
+            pending.push(view);
+        } else {
+            history.push(view);
         }
-        wp::PayoutHistory {
-            provider_id,
-            balance_micro_usdc: e.pending_balance(provider_id),
-            in_flight_micro_usdc: sums.in_flight(),
-            paid_micro_usdc: sums.confirmed,
-            pending,
-            history,
-        }
-    })))
+    }
+    Ok(Json(wp::PayoutHistory {
+        provider_id,
+        balance_micro_usdc: balance,
+        in_flight_micro_usdc: sums.in_flight(),
+        paid_micro_usdc: sums.confirmed,
+        pending,
+        history,
+    }))
 }
 
 async fn settle(
@@ -679,22 +690,23 @@ pub async fn bank_file(
     Path((date, message_id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
     let date = parse_date(crate::error::Location::Path, "date", &date)?;
-    let xml = state.credentials.with_earnings(|e| {
-        let file = e
-            .payouts()
-            .batch_on(date)
-            .and_then(|b| b.files.iter().find(|f| f.message_id == message_id))
-            .ok_or(ApiError::NotFound("bank_file"))?;
-        let xml = gpunex_app::payouts::render_file(file, |id| e.payouts().payout(id))
-            .map_err(|r| refused(gpunex_app::command::Rejection::Rule(r)))?;
-        if gpunex_app::payouts::file_sha256(&xml) != file.sha256 {
-            return Err(ApiError::Refused {
-                code: ErrorCode::BankFileChanged,
-                detail: "the file no longer renders to the recorded bytes".to_owned(),
-            });
-        }
-        Ok(xml)
-    })?;
+    let as_of = state.credentials.with_earnings(Earnings::position);
+    let file = state
+        .store
+        .stored_batch_on(date, as_of)
+        .await?
+        .and_then(|b| b.files.into_iter().find(|f| f.message_id == message_id))
+        .ok_or(ApiError::NotFound("bank_file"))?;
+    let ids: Vec<Uuid> = file.transfers.iter().map(|t| t.payout_id).collect();
+    let payouts = state.store.payouts_by_id(&ids, as_of).await?;
+    let xml = gpunex_app::payouts::render_file(&file, |id| payouts.get(&id))
+        .map_err(|r| refused(gpunex_app::command::Rejection::Rule(r)))?;
+    if gpunex_app::payouts::file_sha256(&xml) != file.sha256 {
+        return Err(ApiError::Refused {
+            code: ErrorCode::BankFileChanged,
+            detail: "the file no longer renders to the recorded bytes".to_owned(),
+        });
+    }
     Ok((
         [
             (

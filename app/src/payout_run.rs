@@ -20,7 +20,7 @@ use gpunex_domain::payouts::{
 };
 use gpunex_domain::time::Timestamp;
 use gpunex_domain::{DomainEvent, StreamId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use gpunex_projections::earnings::{Earnings, StoredRange};
 use gpunex_store::{AppendError, ExpectedVersion, Metadata, NewEvent, Store, StreamAppend};
@@ -121,6 +121,35 @@ pub async fn stored_ranges(
     Ok(ranges)
 }
 
+/// The payouts `date` would schedule (one per provider whose schedule pays on it, for the
+/// period it pays) that are scheduled already: open ones from memory, the ones that are over
+/// from the stored payouts projection, read as of the in-memory earnings' position.
+pub async fn scheduled_payouts(
+    store: &Store,
+    credentials: &ReadModels,
+    policy: &PayoutPolicy,
+    date: NaiveDate,
+) -> Result<HashSet<Uuid>, AppError> {
+    let (as_of, ids) = credentials.with_earnings(|e| {
+        let ids: Vec<Uuid> = e
+            .providers()
+            .into_iter()
+            .filter_map(|provider_id| {
+                let settings = e.payout_settings(provider_id)?;
+                policy.is_payout_date(settings.schedule, date).then(|| {
+                    rules::payout_id(provider_id, &rules::period_key(settings.schedule, date))
+                })
+            })
+            .collect();
+        (e.position(), ids)
+    });
+    Ok(store
+        .payouts_by_id(&ids, as_of)
+        .await?
+        .into_keys()
+        .collect())
+}
+
 /// A date's batch as planned from the projection.
 #[derive(Debug, Clone)]
 pub struct Planned {
@@ -136,9 +165,12 @@ pub struct Planned {
 
 /// Plans `date`'s batch: every provider whose schedule pays on `date` is paid what is available
 /// at the cutoff (at or above its minimum; bank transfers in whole cents) or rolls forward.
+/// `scheduled`: the payouts of the date's periods scheduled already, open or over
+/// ([`scheduled_payouts`]).
 pub fn plan(
     earnings: &Earnings,
     stored: &HashMap<Uuid, StoredRange>,
+    scheduled: &HashSet<Uuid>,
     policy: &PayoutPolicy,
     date: NaiveDate,
     now: Timestamp,
@@ -169,7 +201,7 @@ pub fn plan(
         }
         let period = rules::period_key(settings.schedule, date);
         let payout_id = rules::payout_id(provider_id, &period);
-        if earnings.payouts().payout(payout_id).is_some() {
+        if scheduled.contains(&payout_id) || earnings.payouts().open_payout(payout_id).is_some() {
             // Scheduled already: by an interrupted run of this batch (in `existing`), or for
             // the same period on another date (a monthly date moved by a new holiday).
             continue;
@@ -261,6 +293,7 @@ pub async fn run_batch(
     let (planned, runs_version, unfinished) = loop {
         attempt += 1;
         let stored = stored_ranges(store, credentials, cutoff).await?;
+        let scheduled = scheduled_payouts(store, credentials, policy, date).await?;
         let planned = credentials.with_earnings(|e| {
             // Plan only from stored figures read for the settlements in force now.
             let current = e.providers().iter().all(|p| {
@@ -269,7 +302,7 @@ pub async fn run_batch(
                     .is_some_and(|r| r.settled_through == e.settled_through(*p))
             });
             current.then(|| {
-                plan(e, &stored, policy, date, now).map(|planned| {
+                plan(e, &stored, &scheduled, policy, date, now).map(|planned| {
                     let book = e.payouts();
                     (planned, book.runs_version(), book.unfinished())
                 })
@@ -314,16 +347,12 @@ pub async fn run_batch(
     }
     let mut ids: Vec<Uuid> = planned.existing.clone();
     ids.extend(planned.payouts.iter().map(|p| p.payout_id));
-    let total = credentials.with_earnings(|e| {
-        ids.iter()
-            .filter_map(|id| e.payouts().payout(*id))
-            .map(|r| r.scheduled.amount.micros())
-            .sum::<i64>()
-    }) + planned
-        .payouts
-        .iter()
-        .map(|p| p.amount.micros())
-        .sum::<i64>();
+    let total = credentials.with_earnings(|e| e.payouts().forming_total(planned.batch_id))
+        + planned
+            .payouts
+            .iter()
+            .map(|p| p.amount.micros())
+            .sum::<i64>();
     let batch = BatchCreated {
         batch_id: planned.batch_id,
         payout_date: date,

@@ -5,6 +5,8 @@
 //! stream's version, so it settles a payout once even beside the Solana sender or a bank status
 //! report imported at the same time.
 
+use std::collections::HashMap;
+
 use chrono::NaiveDate;
 use gpunex_domain::money::MICROS_PER_CENT;
 use gpunex_domain::payouts::{
@@ -14,7 +16,7 @@ use gpunex_domain::payouts::{
 use gpunex_domain::{DomainEvent, StreamId};
 use gpunex_payouts::bank_report::StatusReport;
 use gpunex_payouts::sepa_file;
-use gpunex_projections::payouts::BatchRecord;
+use gpunex_projections::payouts::BatchHead;
 use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
 use gpunex_store::Metadata;
 use rust_decimal::Decimal;
@@ -161,7 +163,7 @@ pub async fn settle(
                 let stream = stream.clone();
                 async move {
                     models.at_stream(exec.store(), &stream).await?;
-                    Ok(models.with_earnings(|e| e.payouts().payout(payout_id).cloned()))
+                    payout_as_held(exec, payout_id).await
                 }
             },
             |record: &Option<PayoutRecord>, now| {
@@ -206,11 +208,27 @@ pub async fn settle(
             },
         )
         .await?;
-    Ok(outcome.and_then(|_| {
-        models
-            .with_earnings(|e| e.payouts().payout(payout_id).cloned())
-            .ok_or(Rejection::Rule(Refusal::UnknownPayout))
-    }))
+    match outcome {
+        Ok(_) => Ok(payout_as_held(exec, payout_id)
+            .await?
+            .ok_or(Rejection::Rule(Refusal::UnknownPayout))),
+        Err(rejection) => Ok(Err(rejection)),
+    }
+}
+
+/// A payout as the read models hold it now: from memory while it is open, from the stored
+/// payouts projection (as of the in-memory position) once it is over.
+pub async fn payout_as_held(
+    exec: &Executor<'_>,
+    payout_id: Uuid,
+) -> Result<Option<PayoutRecord>, AppError> {
+    let (open, as_of) = exec
+        .models()
+        .with_earnings(|e| (e.payouts().open_payout(payout_id).cloned(), e.position()));
+    match open {
+        Some(record) => Ok(Some(record)),
+        None => Ok(exec.store().stored_payout(payout_id, as_of).await?),
+    }
 }
 
 /// Most transfers in one file: the event that records it lists each (at most about 115 bytes of
@@ -237,7 +255,7 @@ pub struct BankFiling {
 
 /// What the next file of a batch is decided from: the batch and the payouts it would carry.
 struct Unfiled {
-    batch: Option<BatchRecord>,
+    batch: Option<BatchHead>,
     payouts: Vec<PayoutRecord>,
 }
 
@@ -361,8 +379,7 @@ pub async fn file_bank_payouts(
                             let batch = e.payouts().batch_on(filing.date).cloned();
                             let payouts = batch
                                 .iter()
-                                .flat_map(|b| b.payouts.iter())
-                                .filter_map(|id| e.payouts().payout(*id))
+                                .flat_map(|b| e.payouts().open_in_batch(b))
                                 .filter(|r| {
                                     r.scheduled.method.rail() == Rail::Bank
                                         && r.status() == PayoutStatus::Scheduled
@@ -513,7 +530,54 @@ pub struct ReportImported {
 struct ReportState {
     date: NaiveDate,
     file: BankFileCreated,
-    payouts: std::collections::HashMap<Uuid, PayoutRecord>,
+    payouts: HashMap<Uuid, PayoutRecord>,
+}
+
+/// The file `message_id` and its payouts as the read models hold them now: the batch head and
+/// open payouts from memory, the file and the payouts that are over from the stored payouts
+/// projection (as of the in-memory position).
+async fn report_state(
+    exec: &Executor<'_>,
+    message_id: &str,
+) -> Result<Option<ReportState>, AppError> {
+    let (head, as_of) = exec
+        .models()
+        .with_earnings(|e| (e.payouts().batch_of_file(message_id).cloned(), e.position()));
+    let Some(head) = head else {
+        return Ok(None);
+    };
+    let date = head.created.payout_date;
+    let Some(file) = exec
+        .store()
+        .stored_batch_on(date, as_of)
+        .await?
+        .and_then(|b| b.files.into_iter().find(|f| f.message_id == message_id))
+    else {
+        return Ok(None);
+    };
+    let ids: Vec<Uuid> = file.transfers.iter().map(|t| t.payout_id).collect();
+    let (mut payouts, closed): (HashMap<Uuid, PayoutRecord>, Vec<Uuid>) =
+        exec.models().with_earnings(|e| {
+            let mut open = HashMap::new();
+            let mut closed = Vec::new();
+            for id in &ids {
+                match e.payouts().open_payout(*id) {
+                    Some(record) => {
+                        open.insert(*id, record.clone());
+                    }
+                    None => closed.push(*id),
+                }
+            }
+            (open, closed)
+        });
+    if !closed.is_empty() {
+        payouts.extend(exec.store().payouts_by_id(&closed, as_of).await?);
+    }
+    Ok(Some(ReportState {
+        date,
+        file,
+        payouts,
+    }))
 }
 
 /// Imports the bank's status report on one of the platform's files as `actor`: settled
@@ -527,7 +591,6 @@ pub async fn import_status_report(
     report: &StatusReport,
     actor: &str,
 ) -> Result<Result<ReportImported, Rejection<Refusal>>, AppError> {
-    let models = exec.models();
     let meta = Metadata::actor(actor);
     let reference = report.message_id.clone();
     let mut imported = ReportImported::default();
@@ -537,24 +600,7 @@ pub async fn import_status_report(
         let outcome = exec
             .execute(
                 STATUS_REPORT_RETRY,
-                || async move {
-                    Ok(models.with_earnings(|e| {
-                        let (date, file) = e
-                            .payouts()
-                            .file_by_message_id(&report.original_message_id)?;
-                        let payouts = file
-                            .transfers
-                            .iter()
-                            .filter_map(|t| e.payouts().payout(t.payout_id))
-                            .map(|r| (r.scheduled.payout_id, r.clone()))
-                            .collect();
-                        Some(ReportState {
-                            date,
-                            file: file.clone(),
-                            payouts,
-                        })
-                    }))
-                },
+                || async move { report_state(exec, &report.original_message_id).await },
                 |state: &Option<ReportState>, now| {
                     written.clear();
                     let state = state.as_ref().ok_or(Refusal::UnknownBankFile)?;

@@ -385,7 +385,7 @@ impl ReadModels {
                         market.apply(event.stream_version, &decoded);
                     }
                     if let Ok(mut earnings) = self.earnings.write() {
-                        earnings.apply(event.position, &decoded);
+                        earnings.apply(event.position, event.stream_version, &decoded);
                     }
                     if let Ok(mut adjustments) = self.adjustments.write() {
                         adjustments.apply(event.position, &decoded);

@@ -22,7 +22,9 @@ pub const SNAPSHOT_NAME: &str = "read_models";
 /// format and folds the log from position 0 otherwise.
 /// 2: the market keeps only open rentals (the others are in the stored rentals projection).
 /// 3: the market keeps each provider's market stream version (for the market commands).
-pub const SNAPSHOT_FORMAT: u32 = 3;
+/// 4: the payout book keeps only open payouts and batch heads (the rest is in the stored payouts
+///    projection).
+pub const SNAPSHOT_FORMAT: u32 = 4;
 
 /// Events applied after which the follower writes a new snapshot; also the most a start folds
 /// after the newest snapshot (while this process or another keeps following the log).

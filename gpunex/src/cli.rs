@@ -619,6 +619,8 @@ fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
     println!("earnings lines checked: {}", report.earnings_lines_checked);
     println!("rentals checkpoint:    {}", report.rentals_checkpoint);
     println!("rentals checked:       {}", report.rentals_checked);
+    println!("payouts checkpoint:    {}", report.payouts_checkpoint);
+    println!("payouts checked:       {}", report.payouts_checked);
     println!("read-model snapshot:   {}", report.snapshot);
     println!(
         "total debits:          {} micro-USDC",

@@ -1067,9 +1067,13 @@ async fn one_batch_runs_at_a_time_and_an_interrupted_one_is_finished(db: &TestDb
         gpunex_app::payout_run::stored_ranges(store, &state.credentials, policy.cutoff(monday))
             .await
             .unwrap();
+    let scheduled =
+        gpunex_app::payout_run::scheduled_payouts(store, &state.credentials, &policy, monday)
+            .await
+            .unwrap();
     let planned = state
         .credentials
-        .with_earnings(|e| plan(e, &stored, &policy, monday, now))
+        .with_earnings(|e| plan(e, &stored, &scheduled, &policy, monday, now))
         .unwrap();
     assert_eq!(planned.payouts.len(), 3);
     let runs_version = state

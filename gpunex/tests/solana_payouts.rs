@@ -215,9 +215,12 @@ async fn batch(base: &str, admin: &str, date: &str) -> Value {
 async fn payout(state: &AppState, payout_id: Uuid) -> gpunex_projections::payouts::PayoutRecord {
     let head = state.store.head_position().await.unwrap();
     state.credentials.wait_for(head).await.unwrap();
+    // The stored projection holds every payout, open or over, by its own fold of the log.
     state
-        .credentials
-        .with_earnings(|e| e.payouts().payout(payout_id).cloned())
+        .store
+        .stored_payout(payout_id, head)
+        .await
+        .unwrap()
         .unwrap()
 }
 

@@ -156,8 +156,8 @@ pub fn equal_shares(amount: i64, n: usize) -> Vec<i64> {
 }
 
 impl Earnings {
-    /// Applies one event of the log at `position`, recorded at `recorded_at_us`.
-    pub fn apply(&mut self, position: u64, event: &DomainEvent) {
+    /// Applies one event of the log at `position`, the `stream_version`-th of its stream.
+    pub fn apply(&mut self, position: u64, stream_version: u64, event: &DomainEvent) {
         self.position = self.position.max(position);
         match event {
             DomainEvent::Rental(RentalEvent::UsageMetered(m)) => self.add_line(
@@ -171,8 +171,12 @@ impl Earnings {
                 self.payout_settings
                     .insert(changed.provider_id, changed.clone());
             }
-            DomainEvent::Payout(PayoutEvent::Scheduled(event)) => self.payouts.scheduled(event),
-            DomainEvent::Payout(PayoutEvent::BatchCreated(event)) => self.payouts.batch(event),
+            DomainEvent::Payout(PayoutEvent::Scheduled(event)) => {
+                self.payouts.scheduled(position, stream_version, event)
+            }
+            DomainEvent::Payout(PayoutEvent::BatchCreated(event)) => {
+                self.payouts.batch(position, event)
+            }
             DomainEvent::Payout(PayoutEvent::RolledForward(event)) => {
                 self.payouts.rolled_forward(event)
             }
@@ -503,11 +507,12 @@ mod tests {
         let rental = started(provider, &["GPU-a", "GPU-b", "GPU-c"]);
         earnings.apply(
             1,
+            1,
             &DomainEvent::Rental(RentalEvent::Started(rental.clone())),
         );
-        earnings.apply(2, &metered(&rental, 10, 1_001, 200));
-        earnings.apply(3, &metered(&rental, 20, 2_000, 400));
-        earnings.apply(4, &metered(&rental, 30, 3_000, 600));
+        earnings.apply(2, 1, &metered(&rental, 10, 1_001, 200));
+        earnings.apply(3, 1, &metered(&rental, 20, 2_000, 400));
+        earnings.apply(4, 1, &metered(&rental, 30, 3_000, 600));
         assert_eq!(earnings.lifetime(provider).lines, 3);
         assert_eq!(earnings.lifetime(provider).gross, 6_001);
         assert_eq!(earnings.totals().fee, 1_200);

@@ -318,7 +318,7 @@ mod tests {
         ];
         let mut memory = Earnings::default();
         for e in &events {
-            memory.apply(e.position, &e.event);
+            memory.apply(e.position, e.stream_version, &e.event);
         }
         for split in 0..=events.len() {
             let mut replay = Replay::default();

@@ -19,6 +19,7 @@ pub mod earnings_lines;
 pub mod fleet;
 pub mod ledger;
 pub mod market;
+pub mod payout_history;
 pub mod payouts;
 pub mod reconcile;
 pub mod rentals;
@@ -31,7 +32,12 @@ use uuid::Uuid;
 pub use runner::{ProjectionBackend, RunReport, catch_up};
 
 /// The name of every projection, in the order they are run and audited.
-pub const PROJECTIONS: &[&str] = &[ledger::LEDGER, earnings_lines::EARNINGS, rentals::RENTALS];
+pub const PROJECTIONS: &[&str] = &[
+    ledger::LEDGER,
+    earnings_lines::EARNINGS,
+    rentals::RENTALS,
+    payout_history::PAYOUTS,
+];
 
 /// An event as projections see it: decoded at its current schema version, with its place in the log.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,19 +1,21 @@
-//! Payouts as the log tells them: each payout's life (scheduled, submitted, confirmed or failed),
-//! each date's batch and its bank files, and per provider what was paid, what is in flight and
-//! which earnings lines are settled. Folded by [`crate::earnings::Earnings`], which owns the
-//! lines a payout settles.
+//! Payouts as memory keeps them: the open ones (scheduled or submitted) with their whole life so
+//! far, each date's batch head, the runs in progress, and per provider what was paid, what is in
+//! flight and which earnings lines are settled. Folded by [`crate::earnings::Earnings`], which
+//! owns the lines a payout settles. What is over (confirmed or failed payouts, each batch's
+//! payouts, rolled-forward balances and files) is the stored projection
+//! [`crate::payout_history`], folded by the same rules.
 
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::NaiveDate;
 use gpunex_domain::payouts::{
-    BankFileCreated, BatchCreated, BatchStarted, PayoutConfirmed, PayoutFailed, PayoutScheduled,
-    PayoutSubmitted, RolledForward, RolledForwardRecorded,
+    BankFileCreated, BankTransfer, BatchCreated, BatchStarted, PayoutConfirmed, PayoutFailed,
+    PayoutScheduled, PayoutSubmitted, RolledForwardRecorded,
 };
 use uuid::Uuid;
 
 /// Where a payout stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PayoutStatus {
     /// In a batch, not yet handed to its rail.
@@ -61,6 +63,43 @@ impl PayoutRecord {
         }
     }
 
+    /// A payout as its `payout.scheduled` starts it (its stream at version 1).
+    pub fn scheduled(event: &PayoutScheduled) -> PayoutRecord {
+        PayoutRecord {
+            scheduled: event.clone(),
+            submissions: Vec::new(),
+            bank_file: None,
+            confirmed: None,
+            failed: None,
+            version: 1,
+        }
+    }
+
+    pub fn submitted(&mut self, event: &PayoutSubmitted) {
+        self.submissions.push(event.clone());
+        self.version += 1;
+    }
+
+    /// Carried by a bank file (an event of the batch's stream, not the payout's).
+    pub fn filed(&mut self, file: &BankFileCreated, transfer: &BankTransfer) {
+        self.bank_file = Some(BankFileRef {
+            message_id: file.message_id.clone(),
+            amount_cents: transfer.amount_cents,
+            currency: file.currency.clone(),
+            created_at: file.created_at,
+        });
+    }
+
+    pub fn confirmed(&mut self, event: &PayoutConfirmed) {
+        self.confirmed = Some(event.clone());
+        self.version += 1;
+    }
+
+    pub fn failed(&mut self, event: &PayoutFailed) {
+        self.failed = Some(event.clone());
+        self.version += 1;
+    }
+
     pub fn is_open(&self) -> bool {
         matches!(
             self.status(),
@@ -69,17 +108,19 @@ impl PayoutRecord {
     }
 }
 
-/// A date's batch and the bank files made from it.
+/// A date's batch as memory keeps it: what a run, a filing or a status report decides from.
+/// Its payouts, rolled-forward balances and files are read from the stored projection
+/// ([`crate::payout_history`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct BatchRecord {
+pub struct BatchHead {
+    /// Its creation (without a v1 event's list of rolled-forward balances).
     pub created: BatchCreated,
-    /// Its payouts, in the order they were scheduled.
-    pub payouts: Vec<Uuid>,
-    /// The providers whose balance rolled forward.
-    pub rolled_forward: Vec<RolledForward>,
-    pub files: Vec<BankFileCreated>,
+    /// The message ids of its bank files, in the order they were made.
+    pub files: Vec<String>,
     /// The version of the batch's stream (`payout_batch-<date>`).
     pub version: u64,
+    /// The log position of its creation: its payouts are those of its id scheduled before.
+    pub created_position: u64,
 }
 
 /// Per provider: the money that left the payable account and where it is.
@@ -102,15 +143,17 @@ impl ProviderPayouts {
     }
 }
 
-/// Every payout and batch.
+/// What memory keeps of payouts: the open ones, each provider's sums, the batch heads and the
+/// runs in progress. Bounded by open payouts, providers and payout dates, not by history: a
+/// payout that is confirmed or failed leaves memory and is read from the stored projection.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct PayoutBook {
-    pub(crate) payouts: HashMap<Uuid, PayoutRecord>,
-    pub(crate) by_provider: HashMap<Uuid, Vec<Uuid>>,
+    /// Open payouts (scheduled or submitted), each with the log position of its scheduling.
+    pub(crate) open: HashMap<Uuid, (u64, PayoutRecord)>,
     pub(crate) providers: HashMap<Uuid, ProviderPayouts>,
-    pub(crate) batches: BTreeMap<NaiveDate, BatchRecord>,
-    /// Per batch id, until its `payout.batch_created`: the payouts scheduled in it, the
-    /// providers rolled forward and how many `payout.rolled_forward` events said so.
+    pub(crate) batches: BTreeMap<NaiveDate, BatchHead>,
+    /// Per batch id, until its `payout.batch_created`: the payouts scheduled in it (with their
+    /// amounts) and how many `payout.rolled_forward` events it has.
     pub(crate) forming: HashMap<Uuid, Forming>,
     /// The version of the stream `payout_runs` and the batches started there and not created
     /// yet (by id, with their dates).
@@ -121,38 +164,31 @@ pub struct PayoutBook {
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Forming {
     payouts: Vec<Uuid>,
-    rolled_forward: Vec<RolledForward>,
+    total: i64,
     rolled_events: u64,
 }
 
 impl PayoutBook {
-    pub(crate) fn scheduled(&mut self, event: &PayoutScheduled) {
-        if self.payouts.contains_key(&event.payout_id) {
+    /// A `payout.scheduled` at `position`, the `stream_version`-th event of its stream. A payout
+    /// is scheduled by the first event of its stream (`payout-<id>`, appended at no stream); a
+    /// later one is ignored, here and in the stored projection.
+    pub(crate) fn scheduled(
+        &mut self,
+        position: u64,
+        stream_version: u64,
+        event: &PayoutScheduled,
+    ) {
+        if stream_version != 1 || self.open.contains_key(&event.payout_id) {
             return;
         }
-        self.forming
-            .entry(event.batch_id)
-            .or_default()
-            .payouts
-            .push(event.payout_id);
         let provider = self.providers.entry(event.provider_id).or_default();
         provider.scheduled += event.amount.micros();
         provider.settled_through = provider.settled_through.max(event.lines.through_position);
-        self.by_provider
-            .entry(event.provider_id)
-            .or_default()
-            .push(event.payout_id);
-        self.payouts.insert(
-            event.payout_id,
-            PayoutRecord {
-                scheduled: event.clone(),
-                submissions: Vec::new(),
-                bank_file: None,
-                confirmed: None,
-                failed: None,
-                version: 1,
-            },
-        );
+        let forming = self.forming.entry(event.batch_id).or_default();
+        forming.payouts.push(event.payout_id);
+        forming.total = forming.total.saturating_add(event.amount.micros());
+        self.open
+            .insert(event.payout_id, (position, PayoutRecord::scheduled(event)));
     }
 
     pub(crate) fn batch_started(&mut self, event: &BatchStarted) {
@@ -163,37 +199,34 @@ impl PayoutBook {
     }
 
     pub(crate) fn rolled_forward(&mut self, event: &RolledForwardRecorded) {
-        let forming = self.forming.entry(event.batch_id).or_default();
-        forming
-            .rolled_forward
-            .extend(event.providers.iter().cloned());
-        forming.rolled_events += 1;
+        self.forming
+            .entry(event.batch_id)
+            .or_default()
+            .rolled_events += 1;
     }
 
-    pub(crate) fn batch(&mut self, event: &BatchCreated) {
+    pub(crate) fn batch(&mut self, position: u64, event: &BatchCreated) {
         if self.batches.contains_key(&event.payout_date) {
             return;
         }
         self.started.remove(&event.batch_id);
         let forming = self.forming.remove(&event.batch_id).unwrap_or_default();
-        let mut rolled_forward = event.rolled_forward.clone();
-        rolled_forward.extend(forming.rolled_forward);
+        let mut created = event.clone();
+        created.rolled_forward = Vec::new();
         self.batches.insert(
             event.payout_date,
-            BatchRecord {
-                created: event.clone(),
-                payouts: forming.payouts,
-                rolled_forward,
+            BatchHead {
+                created,
                 files: Vec::new(),
                 version: forming.rolled_events + 1,
+                created_position: position,
             },
         );
     }
 
     pub(crate) fn submitted(&mut self, event: &PayoutSubmitted) {
-        if let Some(record) = self.payouts.get_mut(&event.payout_id) {
-            record.submissions.push(event.clone());
-            record.version += 1;
+        if let Some((_, record)) = self.open.get_mut(&event.payout_id) {
+            record.submitted(event);
         }
     }
 
@@ -205,56 +238,34 @@ impl PayoutBook {
         else {
             return;
         };
-        batch.files.push(event.clone());
+        batch.files.push(event.message_id.clone());
         batch.version += 1;
         for transfer in &event.transfers {
-            if let Some(record) = self.payouts.get_mut(&transfer.payout_id) {
-                record.bank_file = Some(BankFileRef {
-                    message_id: event.message_id.clone(),
-                    amount_cents: transfer.amount_cents,
-                    currency: event.currency.clone(),
-                    created_at: event.created_at,
-                });
+            if let Some((_, record)) = self.open.get_mut(&transfer.payout_id) {
+                record.filed(event, transfer);
             }
         }
     }
 
     pub(crate) fn confirmed(&mut self, event: &PayoutConfirmed) {
-        if let Some(record) = self.payouts.get_mut(&event.payout_id) {
-            if record.confirmed.is_none() && record.failed.is_none() {
-                self.providers
-                    .entry(event.provider_id)
-                    .or_default()
-                    .confirmed += event.amount.micros();
-            }
-            record.confirmed = Some(event.clone());
-            record.version += 1;
+        if self.open.remove(&event.payout_id).is_some() {
+            self.providers
+                .entry(event.provider_id)
+                .or_default()
+                .confirmed += event.amount.micros();
         }
     }
 
     pub(crate) fn failed(&mut self, event: &PayoutFailed) {
-        if let Some(record) = self.payouts.get_mut(&event.payout_id) {
-            if record.confirmed.is_none() && record.failed.is_none() {
-                self.providers.entry(event.provider_id).or_default().failed +=
-                    event.amount.micros();
-            }
-            record.failed = Some(event.clone());
-            record.version += 1;
+        if self.open.remove(&event.payout_id).is_some() {
+            self.providers.entry(event.provider_id).or_default().failed += event.amount.micros();
         }
     }
 
-    pub fn payout(&self, payout_id: Uuid) -> Option<&PayoutRecord> {
-        self.payouts.get(&payout_id)
-    }
-
-    /// A provider's payouts, oldest first.
-    pub fn of_provider(&self, provider_id: Uuid) -> Vec<&PayoutRecord> {
-        self.by_provider
-            .get(&provider_id)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.payouts.get(id))
-            .collect()
+    /// A payout still open (scheduled or submitted); one that is over is in the stored
+    /// projection.
+    pub fn open_payout(&self, payout_id: Uuid) -> Option<&PayoutRecord> {
+        self.open.get(&payout_id).map(|(_, record)| record)
     }
 
     pub fn provider(&self, provider_id: Uuid) -> ProviderPayouts {
@@ -264,7 +275,8 @@ impl PayoutBook {
             .unwrap_or_default()
     }
 
-    pub fn batch_on(&self, date: NaiveDate) -> Option<&BatchRecord> {
+    /// The head of the batch created for `date`.
+    pub fn batch_on(&self, date: NaiveDate) -> Option<&BatchHead> {
         self.batches.get(&date)
     }
 
@@ -286,34 +298,48 @@ impl PayoutBook {
             .map_or(&[][..], |f| f.payouts.as_slice())
     }
 
-    /// The bank file with this `MsgId`, and its batch's date.
-    pub fn file_by_message_id(&self, message_id: &str) -> Option<(NaiveDate, &BankFileCreated)> {
-        self.batches.iter().find_map(|(date, batch)| {
-            batch
-                .files
-                .iter()
-                .find(|f| f.message_id == message_id)
-                .map(|f| (*date, f))
-        })
+    /// The sum of [`Self::forming_payouts`], micro-USDC.
+    pub fn forming_total(&self, batch_id: Uuid) -> i64 {
+        self.forming.get(&batch_id).map_or(0, |f| f.total)
     }
 
-    /// Every batch, oldest first.
-    pub fn batches(&self) -> impl DoubleEndedIterator<Item = &BatchRecord> {
+    /// The batch with the bank file `message_id`.
+    pub fn batch_of_file(&self, message_id: &str) -> Option<&BatchHead> {
+        self.batches
+            .values()
+            .find(|b| b.files.iter().any(|f| f == message_id))
+    }
+
+    /// Every batch head, oldest first.
+    pub fn batches(&self) -> impl DoubleEndedIterator<Item = &BatchHead> {
         self.batches.values()
     }
 
-    /// Every payout not yet confirmed or failed, in id order.
+    /// Every open payout, by payout date then id.
     pub fn open(&self) -> Vec<&PayoutRecord> {
-        let mut open: Vec<&PayoutRecord> = self.payouts.values().filter(|r| r.is_open()).collect();
+        let mut open: Vec<&PayoutRecord> = self.open.values().map(|(_, r)| r).collect();
         open.sort_by_key(|r| (r.scheduled.payout_date, r.scheduled.payout_id));
         open
     }
 
-    /// How many payouts, and how much, stand at each status on each rail: the payout queues
-    /// (scheduled: waiting for its rail; submitted: waiting to settle).
+    /// The open payouts of a batch, in the order they were scheduled.
+    pub fn open_in_batch(&self, batch: &BatchHead) -> Vec<&PayoutRecord> {
+        let mut open: Vec<&(u64, PayoutRecord)> = self
+            .open
+            .values()
+            .filter(|(position, r)| {
+                r.scheduled.batch_id == batch.created.batch_id && *position < batch.created_position
+            })
+            .collect();
+        open.sort_by_key(|(position, _)| *position);
+        open.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// How many open payouts, and how much, stand at each status on each rail: the payout
+    /// queues (scheduled: waiting for its rail; submitted: waiting to settle).
     pub fn queues(&self) -> Vec<PayoutQueue> {
         let mut queues: BTreeMap<(u8, u8), PayoutQueue> = BTreeMap::new();
-        for record in self.payouts.values() {
+        for (_, record) in self.open.values() {
             let rail = record.scheduled.method.rail();
             let status = record.status();
             let queue = queues

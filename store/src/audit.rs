@@ -99,6 +99,13 @@ pub enum AuditFinding {
         stored: Option<String>,
         replayed: Option<String>,
     },
+    /// A stored payout or payout batch (`row`: "payout <id>" or "batch <id>") differs from the
+    /// replay's (or exists on one side only).
+    PayoutMismatch {
+        row: String,
+        stored: Option<String>,
+        replayed: Option<String>,
+    },
 }
 
 impl AuditFinding {
@@ -117,6 +124,7 @@ impl AuditFinding {
             | AuditFinding::BalanceMismatch { .. }
             | AuditFinding::EarningsCursorMismatch { .. }
             | AuditFinding::RentalMismatch { .. }
+            | AuditFinding::PayoutMismatch { .. }
             | AuditFinding::SnapshotMismatch { .. }
             | AuditFinding::Unbalanced { .. } => None,
         }
@@ -248,6 +256,16 @@ impl fmt::Display for AuditFinding {
                 stored.as_deref().unwrap_or("(missing)"),
                 replayed.as_deref().unwrap_or("(missing)")
             ),
+            AuditFinding::PayoutMismatch {
+                row,
+                stored,
+                replayed,
+            } => write!(
+                f,
+                "{row}: stored {}, replayed {}",
+                stored.as_deref().unwrap_or("(missing)"),
+                replayed.as_deref().unwrap_or("(missing)")
+            ),
         }
     }
 }
@@ -269,6 +287,10 @@ pub struct AuditReport {
     /// How far the stored rentals projection had folded, and how many rentals were compared.
     pub rentals_checkpoint: u64,
     pub rentals_checked: u64,
+    /// How far the stored payouts projection had folded, and how many payouts and batches were
+    /// compared.
+    pub payouts_checkpoint: u64,
+    pub payouts_checked: u64,
     /// What the check of the in-memory read models' snapshot found (set by the caller that
     /// checks it; the store cannot fold those models).
     pub snapshot: String,
@@ -432,6 +454,8 @@ pub(crate) async fn run<S: AuditSource>(
         earnings_lines_checked: 0,
         rentals_checkpoint: 0,
         rentals_checked: 0,
+        payouts_checkpoint: 0,
+        payouts_checked: 0,
         snapshot: "not checked".to_owned(),
         findings: findings.kept,
         findings_omitted: findings.omitted,

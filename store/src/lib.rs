@@ -135,6 +135,7 @@ pub mod envelope;
 pub mod fleet;
 pub mod idempotency;
 mod key_scope;
+pub mod payouts;
 mod plan;
 mod postgres;
 mod postgres_snapshot;

@@ -60,6 +60,8 @@ pub(crate) struct Inner {
     pub earnings_fold: tokio::sync::Mutex<()>,
     /// Held while this process folds the rentals projection.
     pub rentals_fold: tokio::sync::Mutex<()>,
+    /// Held while this process folds the payouts projection.
+    pub payouts_fold: tokio::sync::Mutex<()>,
 }
 
 /// A cheap-to-clone handle on the event store.
@@ -131,6 +133,7 @@ impl Store {
                 clock: options.clock.clone(),
                 earnings_fold: tokio::sync::Mutex::new(()),
                 rentals_fold: tokio::sync::Mutex::new(()),
+                payouts_fold: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -357,13 +360,23 @@ impl Store {
             self.catch_up_earnings().await?
         };
         let rentals = self.run_rentals().await?;
+        let payouts = self.run_payouts().await?;
         Ok(RunReport {
-            events: ledger.events.max(earnings.events).max(rentals.events),
-            batches: ledger.batches.max(earnings.batches).max(rentals.batches),
+            events: ledger
+                .events
+                .max(earnings.events)
+                .max(rentals.events)
+                .max(payouts.events),
+            batches: ledger
+                .batches
+                .max(earnings.batches)
+                .max(rentals.batches)
+                .max(payouts.batches),
             checkpoint: ledger
                 .checkpoint
                 .min(earnings.checkpoint)
-                .min(rentals.checkpoint),
+                .min(rentals.checkpoint)
+                .min(payouts.checkpoint),
         })
     }
 
@@ -376,7 +389,8 @@ impl Store {
         let ledger = self.rebuild_ledger(progress).await?;
         let earnings = self.rebuild_earnings().await?;
         let rentals = self.rebuild_rentals().await?;
-        Ok(ledger.min(earnings).min(rentals))
+        let payouts = self.rebuild_payouts().await?;
+        Ok(ledger.min(earnings).min(rentals).min(payouts))
     }
 
     /// Rebuilds the ledger projection alone (see `rebuild_projections`); returns its checkpoint.
@@ -436,6 +450,7 @@ impl Store {
         };
         self.verify_earnings(&mut report).await?;
         self.verify_rentals(&mut report).await?;
+        self.verify_payouts(&mut report).await?;
         Ok(report)
     }
 

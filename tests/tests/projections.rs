@@ -8,6 +8,7 @@ conformance!(
     earnings_shares_equal_the_line_by_line_split,
     earnings_lines_are_stored_read_as_of_a_position_and_audited,
     rentals_are_stored_paged_and_audited,
+    payouts_are_stored_paged_and_audited,
     runner_folds_every_event_once,
     failure_mid_batch_neither_loses_nor_doubles,
     rebuild_swaps_in_fresh_tables_and_repairs_drift,
@@ -397,6 +398,228 @@ async fn rentals_are_stored_paged_and_audited(db: &TestDb) {
     let report = audit(&store).await;
     assert!(report.is_clean(), "{:?}", report.findings);
     assert_eq!(report.rentals_checked, 3);
+}
+
+/// The stored payouts projection holds every payout's whole life and every batch, answers a
+/// batch's payouts in keyset pages in the order they were scheduled, a provider's payouts and the
+/// queues, and `audit verify` catches an edited payout row and a missing batch row; a rebuild
+/// repairs them.
+async fn payouts_are_stored_paged_and_audited(db: &TestDb) {
+    use gpunex_domain::DomainEvent;
+    use gpunex_domain::money::Usdc;
+    use gpunex_domain::payouts::{
+        self as rules, BatchCreated, Confirmation, PayoutConfirmed, PayoutEvent, PayoutFailed,
+        PayoutMethod, PayoutScheduled, Schedule, SettledLines,
+    };
+    use gpunex_domain::time::Timestamp;
+    use gpunex_projections::payouts::PayoutStatus;
+    let store = db.open().await;
+    let date = chrono::NaiveDate::from_ymd_opt(2026, 11, 2).unwrap();
+    let batch_id = uuid::Uuid::now_v7();
+    let at = Timestamp::from_unix_micros(1_790_000_000_000_000);
+    let payout = |e: PayoutEvent| gpunex_tests::new_event(&DomainEvent::Payout(e));
+    // Five payouts of two providers, scheduled in this order: 1, 2, ..., 5 USDC.
+    let mut ids = Vec::new();
+    for n in 1..=5_i64 {
+        let provider_id = provider(if n % 2 == 0 { 2 } else { 1 });
+        let amount = Usdc::from_micros(n * 1_000_000);
+        let payout_id = uuid::Uuid::now_v7();
+        let scheduled = PayoutEvent::Scheduled(PayoutScheduled {
+            payout_id,
+            batch_id,
+            provider_id,
+            payout_date: date,
+            period: "weekly-2026-11-02".to_owned(),
+            schedule: Schedule::Weekly,
+            method: PayoutMethod::Solana {
+                wallet: "6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH".to_owned(),
+            },
+            cutoff: at,
+            lines: SettledLines {
+                after_position: 0,
+                through_position: 0,
+                count: 0,
+                net: amount,
+            },
+            brought_forward: Usdc::ZERO,
+            amount,
+            carried: Usdc::ZERO,
+            postings: rules::schedule_entry(provider_id, amount).unwrap(),
+            scheduled_at: at,
+        });
+        store
+            .append(
+                stream(&format!("payout-{payout_id}")),
+                ExpectedVersion::NoStream,
+                vec![payout(scheduled)],
+            )
+            .await
+            .unwrap();
+        ids.push((payout_id, provider_id, amount));
+    }
+    let created = PayoutEvent::BatchCreated(BatchCreated {
+        batch_id,
+        payout_date: date,
+        cutoff: at,
+        payout_count: 5,
+        total: Usdc::from_micros(15_000_000),
+        rolled_forward_count: 0,
+        rolled_forward: Vec::new(),
+        created_at: at,
+    });
+    store
+        .append(
+            stream("payout_batch-2026-11-02"),
+            ExpectedVersion::NoStream,
+            vec![payout(created)],
+        )
+        .await
+        .unwrap();
+    // The first is paid, the second fails.
+    let (first, first_provider, first_amount) = ids[0];
+    let confirmed = PayoutEvent::Confirmed(PayoutConfirmed {
+        payout_id: first,
+        provider_id: first_provider,
+        amount: first_amount,
+        confirmation: Confirmation::Solana {
+            signature: "sig".to_owned(),
+            slot: 7,
+        },
+        postings: rules::confirm_entry(first_provider, first_amount).unwrap(),
+        confirmed_at: at,
+    });
+    store
+        .append(
+            stream(&format!("payout-{first}")),
+            ExpectedVersion::Exact(1),
+            vec![payout(confirmed)],
+        )
+        .await
+        .unwrap();
+    let (second, second_provider, second_amount) = ids[1];
+    let failed = PayoutEvent::Failed(PayoutFailed {
+        payout_id: second,
+        provider_id: second_provider,
+        amount: second_amount,
+        reason_code: "transaction_failed".to_owned(),
+        reason: "the transaction failed".to_owned(),
+        postings: rules::fail_entry(second_provider, second_amount).unwrap(),
+        failed_at: at,
+        failed_by: "test".to_owned(),
+    });
+    let head = store
+        .append(
+            stream(&format!("payout-{second}")),
+            ExpectedVersion::Exact(1),
+            vec![payout(failed)],
+        )
+        .await
+        .unwrap()
+        .last_position();
+
+    // Nothing folded yet: a read as of the head folds what it needs first.
+    assert_eq!(store.payouts_checkpoint().await.unwrap(), 0);
+    let paid = store.stored_payout(first, head).await.unwrap().unwrap();
+    assert_eq!(store.payouts_checkpoint().await.unwrap(), head);
+    assert_eq!((paid.status(), paid.version), (PayoutStatus::Confirmed, 2));
+    let returned = store.stored_payout(second, head).await.unwrap().unwrap();
+    assert_eq!(returned.status(), PayoutStatus::Failed);
+    assert!(
+        store
+            .stored_payout(uuid::Uuid::now_v7(), head)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let id_of = |r: &gpunex_projections::payouts::PayoutRecord| r.scheduled.payout_id;
+    let mine = store.provider_payouts(provider(1), head).await.unwrap();
+    assert_eq!(
+        mine.iter().map(id_of).collect::<Vec<_>>(),
+        vec![ids[0].0, ids[2].0, ids[4].0]
+    );
+
+    // The batch, and its payouts in pages of two in the order they were scheduled.
+    let batch = store.stored_batch_on(date, head).await.unwrap().unwrap();
+    assert_eq!(batch.batch_id, batch_id);
+    assert_eq!(batch.version, 1);
+    let mut listed = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .batch_payouts(&batch, after, 2)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = Some(id_of(last));
+        listed.extend(page.iter().map(id_of));
+    }
+    let all: Vec<uuid::Uuid> = ids.iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(listed, all);
+    assert!(
+        store
+            .batch_payouts(&batch, Some(uuid::Uuid::now_v7()), 2)
+            .await
+            .unwrap()
+            .is_none(),
+        "a cursor that is not one of the batch's payouts"
+    );
+    let statuses = store.batch_statuses(&batch).await.unwrap();
+    assert_eq!(
+        statuses.into_iter().collect::<Vec<_>>(),
+        vec![
+            (PayoutStatus::Scheduled, 3),
+            (PayoutStatus::Confirmed, 1),
+            (PayoutStatus::Failed, 1)
+        ]
+    );
+    let totals: Vec<(PayoutStatus, u64, i64)> = store
+        .payout_totals()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| (t.status, t.payouts, t.micro_usdc))
+        .collect();
+    assert_eq!(
+        totals,
+        vec![
+            (PayoutStatus::Confirmed, 1, 1_000_000),
+            (PayoutStatus::Failed, 1, 2_000_000),
+            (PayoutStatus::Scheduled, 3, 12_000_000)
+        ]
+    );
+
+    let report = audit(&store).await;
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(
+        (report.payouts_checkpoint, report.payouts_checked),
+        (head, 6)
+    );
+
+    // A payout's status changed by hand and the batch's row deleted: each reported; a rebuild
+    // repairs them.
+    let third = ids[2].0;
+    let edit = format!("UPDATE payouts SET status = 'confirmed' WHERE payout_id = '{third}'");
+    let delete = format!("DELETE FROM payout_batches WHERE batch_id = '{batch_id}'");
+    db.execute_raw(&[&edit, &delete], &[&edit, &delete]).await;
+    let report = audit(&store).await;
+    let mut bad: Vec<String> = report
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            AuditFinding::PayoutMismatch { row, .. } => Some(row.clone()),
+            _ => None,
+        })
+        .collect();
+    bad.sort();
+    let mut expected = vec![format!("batch {batch_id}"), format!("payout {third}")];
+    expected.sort();
+    assert_eq!(bad, expected, "{:?}", report.findings);
+    store.rebuild_projections(&|_| {}).await.unwrap();
+    let report = audit(&store).await;
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(report.payouts_checked, 6);
 }
 
 async fn runner_folds_every_event_once(db: &TestDb) {
