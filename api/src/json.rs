@@ -422,7 +422,10 @@ fn type_error(mut segments: Vec<String>, message: &str) -> ApiError {
         }
         (ErrorCode::MissingField, "is required".to_owned())
     } else if let Some(rest) = message.strip_prefix("unknown field ") {
-        if let Some(field) = quoted(rest) {
+        // serde_path_to_error has already entered the key when the type refuses it.
+        if let Some(field) = quoted(rest)
+            && segments.last() != Some(&field)
+        {
             segments.push(field);
         }
         let expected = rest
@@ -716,6 +719,47 @@ mod tests {
             for rust in ["u32", "u8", "struct", "enum", "Kind", "Inner", "Option"] {
                 assert!(!message.contains(rust), "{body}: {message}");
             }
+        }
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Strict {
+        name: String,
+        #[serde(default)]
+        inner: Option<StrictInner>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct StrictInner {
+        count: u32,
+    }
+
+    /// A type that refuses unknown fields itself names each one once, at its own place.
+    #[test]
+    fn unknown_fields_of_strict_types_are_named_once() {
+        for (body, field) in [
+            (r#"{"name": "a", "colour": 1}"#, "/colour"),
+            (
+                r#"{"name": "a", "inner": {"count": 1, "colour": 1}}"#,
+                "/inner/colour",
+            ),
+            (
+                r#"{"name": "a", "inner": {"count": 1, "inner": 1}}"#,
+                "/inner/inner",
+            ),
+        ] {
+            let Err(ApiError::InvalidRequest(errors)) = decode::<Strict>(body.as_bytes()) else {
+                panic!("{body} accepted");
+            };
+            assert_eq!(
+                (errors[0].field.as_str(), errors[0].code.as_str()),
+                (field, "unknown_field"),
+                "{body}"
+            );
         }
     }
 

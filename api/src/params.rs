@@ -52,6 +52,16 @@ fn path_error(kind: ErrorKind) -> ApiError {
             value,
             expected_type,
         } => (index.to_string(), value, expected_type),
+        // A type's own parser refused the value: every typed path parameter of this API is a
+        // UUID (the others are strings, which cannot fail).
+        ErrorKind::DeserializeError { key, value, .. } => {
+            return ApiError::invalid_in(
+                Location::Path,
+                &key,
+                ErrorCode::InvalidPathParameter,
+                format!("`{}` is not a UUID", echo(&value)),
+            );
+        }
         ErrorKind::InvalidUtf8InPathParam { key } => {
             return ApiError::invalid_in(
                 Location::Path,

@@ -69,6 +69,8 @@ pub struct ScaleReport {
     pub earnings_catch_up_events_per_second: u64,
     /// The stored rentals projection (every rental's state) rebuilt from position 0.
     pub rentals_catch_up_events_per_second: u64,
+    /// The same for the stored payouts projection.
+    pub payouts_catch_up_events_per_second: u64,
     pub reference_healthz: Latency,
     pub endpoints: Vec<Endpoint>,
     /// `POST /v1/agent/events` with one usage report, while another writer appends.
@@ -393,6 +395,10 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     let started = Instant::now();
     let rentals_rebuilt = store.rebuild_rentals().await?;
     let rentals_catch_up = started.elapsed();
+    eprintln!("... and of the stored payouts projection ...");
+    let started = Instant::now();
+    let payouts_rebuilt = store.rebuild_payouts().await?;
+    let payouts_catch_up = started.elapsed();
 
     // A first start with no snapshot folds the whole log (and writes one); a restart begins
     // from that snapshot, as every start after a server has run does.
@@ -504,6 +510,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         catch_up_events_per_second: rate(rebuilt, catch_up),
         earnings_catch_up_events_per_second: rate(earnings_rebuilt, earnings_catch_up),
         rentals_catch_up_events_per_second: rate(rentals_rebuilt, rentals_catch_up),
+        payouts_catch_up_events_per_second: rate(payouts_rebuilt, payouts_catch_up),
         reference_healthz,
         endpoints,
         usage_report,
@@ -547,6 +554,15 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         report.bare_read_events_per_second,
         ratio(
             report.rentals_catch_up_events_per_second,
+            report.bare_read_events_per_second
+        )
+    );
+    println!(
+        "payouts catch-up    {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
+        report.payouts_catch_up_events_per_second,
+        report.bare_read_events_per_second,
+        ratio(
+            report.payouts_catch_up_events_per_second,
             report.bare_read_events_per_second
         )
     );
