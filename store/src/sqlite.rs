@@ -33,6 +33,8 @@ pub(crate) struct SqliteBackend {
     pub write: SqlitePool,
     /// The database file, for the bulk scans of `sqlite_scan`.
     pub path: std::path::PathBuf,
+    /// Pages of events for projections, read through rusqlite (see `sqlite_scan`).
+    events: std::sync::Arc<crate::sqlite_scan::EventReader>,
     clock: gpunex_domain::clock::SharedClock,
 }
 
@@ -67,6 +69,7 @@ impl SqliteBackend {
         Ok(SqliteBackend {
             read,
             write,
+            events: std::sync::Arc::new(crate::sqlite_scan::EventReader::new(path.clone())),
             path,
             clock,
         })
@@ -108,7 +111,7 @@ impl SqliteBackend {
         after: u64,
         limit: usize,
     ) -> Result<Vec<RecordedEvent>, StoreError> {
-        read_all(&self.read, after, limit).await
+        self.events.read_all(after, limit).await
     }
 
     /// The position of a stream's last event, if it has any.
@@ -266,7 +269,9 @@ impl RebuildBackend for SqliteBackend {
     }
 
     async fn read_events(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
-        read_all(&self.read, after, crate::READ_BATCH_EVENTS_MAX).await
+        self.events
+            .read_all(after, crate::READ_BATCH_EVENTS_MAX)
+            .await
     }
 
     async fn write(

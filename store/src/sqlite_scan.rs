@@ -1,10 +1,14 @@
-//! Whole-log scans of the SQLite file through `rusqlite`, for `audit verify`.
+//! Reads of the event log through `rusqlite`: whole-log scans for `audit verify`, and the pages
+//! of events every projection's catch-up and rebuild folds ([`EventReader`]).
 //!
-//! sqlx's SQLite driver hands every row across a channel from its worker thread, which caps an
-//! ordered scan near 300,000 rows/s on the reference machine; a plain read loop on a blocking
-//! thread is several times faster, and an audit reads every event and every journal line. Both
-//! drivers link the same bundled SQLite. Writes never go through here: the connection is opened
-//! read-only, and one deferred read transaction gives the audit a single WAL snapshot.
+//! sqlx's SQLite driver hands every row across a channel from its worker thread, copying each
+//! value (`sqlite3_value_dup`) and allocating per row, which caps an ordered scan near 200,000 to
+//! 300,000 rows/s on the reference machine; a plain read loop on a blocking thread is several
+//! times faster, and an audit reads every event and every journal line. Both drivers link the
+//! same bundled SQLite. Writes never go through here: connections are opened read-only. The
+//! audit's one deferred read transaction gives it a single WAL snapshot; a page read is one
+//! statement, so it sees one committed state of the log (SQLite has one writer, so committed
+//! positions have no gaps).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,6 +23,61 @@ use crate::plan::Head;
 use crate::rows::{EVENT_COLUMNS, LINE_COLUMNS, hash32, parse_side, schema_version};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
+/// Read-only connections kept between page reads (each page is read on a blocking thread).
+pub(crate) struct EventReader {
+    path: PathBuf,
+    idle: std::sync::Mutex<Vec<Connection>>,
+}
+
+/// Connections an [`EventReader`] keeps idle; more may be open while reads run at once.
+const IDLE_READERS_MAX: usize = 4;
+
+fn open_read_only(path: &std::path::Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(scan_error)?;
+    conn.busy_timeout(std::time::Duration::from_secs(30))
+        .map_err(scan_error)?;
+    Ok(conn)
+}
+
+impl EventReader {
+    pub fn new(path: PathBuf) -> EventReader {
+        EventReader {
+            path,
+            idle: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Events with position > `after`, in position order, at most `limit`.
+    pub async fn read_all(
+        self: &std::sync::Arc<Self>,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let reader = std::sync::Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let idle = reader.idle.lock().map(|mut idle| idle.pop()).ok().flatten();
+            let conn = match idle {
+                Some(conn) => conn,
+                None => open_read_only(&reader.path)?,
+            };
+            let events = scan_events(&conn, after, limit)?;
+            // A connection that failed is dropped; one that read is kept for the next page.
+            if let Ok(mut idle) = reader.idle.lock()
+                && idle.len() < IDLE_READERS_MAX
+            {
+                idle.push(conn);
+            }
+            Ok(events)
+        })
+        .await
+        .map_err(|e| StoreError::Scan(e.to_string()))?
+    }
+}
+
 /// A read-only connection holding one read transaction (one snapshot) for its whole life.
 pub(crate) struct SqliteSnapshot {
     conn: Option<Connection>,
@@ -31,13 +90,7 @@ fn scan_error(error: rusqlite::Error) -> StoreError {
 impl SqliteSnapshot {
     pub async fn begin(path: PathBuf) -> Result<SqliteSnapshot, StoreError> {
         let conn = tokio::task::spawn_blocking(move || -> Result<Connection, StoreError> {
-            let conn = Connection::open_with_flags(
-                &path,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(scan_error)?;
-            conn.busy_timeout(std::time::Duration::from_secs(30))
-                .map_err(scan_error)?;
+            let conn = open_read_only(&path)?;
             // The snapshot is taken by the first read inside the transaction.
             conn.execute_batch("BEGIN; SELECT count(*) FROM event_log_head;")
                 .map_err(scan_error)?;
