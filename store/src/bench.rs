@@ -372,28 +372,28 @@ impl Ceiling {
                 &path,
                 rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
             )
-            .map_err(|e| StoreError::Scan(e.to_string()))?;
+            .map_err(|e| StoreError::Direct(e.to_string()))?;
             let sql = format!(
                 "SELECT {} FROM events ORDER BY position",
                 crate::rows::EVENT_COLUMNS
             );
             let mut statement = conn
                 .prepare(&sql)
-                .map_err(|e| StoreError::Scan(e.to_string()))?;
+                .map_err(|e| StoreError::Direct(e.to_string()))?;
             let mut rows = statement
                 .query([])
-                .map_err(|e| StoreError::Scan(e.to_string()))?;
+                .map_err(|e| StoreError::Direct(e.to_string()))?;
             let mut n = 0u64;
-            while let Some(row) = rows.next().map_err(|e| StoreError::Scan(e.to_string()))? {
+            while let Some(row) = rows.next().map_err(|e| StoreError::Direct(e.to_string()))? {
                 // Materialize the columns, as a real reader must.
-                let payload: String = row.get(7).map_err(|e| StoreError::Scan(e.to_string()))?;
+                let payload: String = row.get(7).map_err(|e| StoreError::Direct(e.to_string()))?;
                 std::hint::black_box(payload);
                 n += 1;
             }
             Ok(Some((n, started.elapsed())))
         })
         .await
-        .map_err(|e| StoreError::Scan(e.to_string()))?
+        .map_err(|e| StoreError::Direct(e.to_string()))?
     }
 
     pub async fn close(self) {

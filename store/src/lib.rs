@@ -145,6 +145,7 @@ mod rows;
 pub mod snapshots;
 mod sql;
 mod sqlite;
+mod sqlite_bulk;
 mod sqlite_scan;
 pub mod stats;
 mod store;
@@ -299,8 +300,10 @@ pub enum StoreError {
     CorruptRow { position: u64, reason: String },
     #[error("database unavailable: {0}")]
     Unavailable(String),
-    #[error("scanning the SQLite file failed: {0}")]
-    Scan(String),
+    /// A failure on one of the SQLite connections opened directly (rusqlite), not through the
+    /// sqlx pools: the projections' event reader and the ledger rebuild's page writer.
+    #[error("SQLite (direct connection) failed: {0}")]
+    Direct(String),
     #[error(
         "another rebuild of `{projection}` started and took over; this one stopped without swapping"
     )]

@@ -286,11 +286,11 @@ impl RebuildBackend for PgBackend {
         &self,
         run_id: Uuid,
         through: u64,
-        batch: &LedgerBatch,
+        batch: LedgerBatch,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
         claim_rebuild(&mut tx, run_id, through).await?;
-        write_ledger_batch(&mut tx, LedgerTables::REBUILD, batch).await?;
+        write_ledger_batch(&mut tx, LedgerTables::REBUILD, &batch).await?;
         tx.commit().await?;
         Ok(())
     }

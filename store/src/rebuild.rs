@@ -54,6 +54,14 @@ pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, Store
     Ok(gpunex_projections::ledger::fold_batch(&projected)?)
 }
 
+/// A page of events folded, with the position of its last event (`None`: no events).
+fn fold_page(events: &[RecordedEvent]) -> Result<Option<(u64, LedgerBatch)>, StoreError> {
+    match events.last() {
+        Some(last) => Ok(Some((last.position, fold_ledger(events)?))),
+        None => Ok(None),
+    }
+}
+
 /// What one database does for a rebuild. Every step but `read_events` first checks that `run_id`
 /// still owns the rebuild tables (and records how far it got).
 pub(crate) trait RebuildBackend: Sync {
@@ -74,7 +82,7 @@ pub(crate) trait RebuildBackend: Sync {
         &self,
         run_id: Uuid,
         through: u64,
-        batch: &LedgerBatch,
+        batch: LedgerBatch,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Builds the rebuild tables' indexes over the loaded rows, so the swap stays short.
@@ -124,17 +132,15 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, StoreError> {
     backend.start(run_id).await?;
-    // Read the next page while the current one is written.
+    // While one page is written, the next is read and folded.
     let mut position = 0;
-    let mut events = backend.read_events(0).await?;
-    while let Some(last) = events.last().map(|e| e.position) {
-        let batch = fold_ledger(&events)?;
-        let (written, next) = tokio::join!(
-            backend.write(run_id, last, &batch),
-            backend.read_events(last)
-        );
+    let mut page = fold_page(&backend.read_events(0).await?)?;
+    while let Some((last, batch)) = page {
+        let (written, next) = tokio::join!(backend.write(run_id, last, batch), async {
+            fold_page(&backend.read_events(last).await?)
+        });
         written?;
-        events = next?;
+        page = next?;
         position = last;
         progress(position);
     }

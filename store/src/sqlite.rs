@@ -35,6 +35,8 @@ pub(crate) struct SqliteBackend {
     pub path: std::path::PathBuf,
     /// Pages of events for projections, read through rusqlite (see `sqlite_scan`).
     events: std::sync::Arc<crate::sqlite_scan::EventReader>,
+    /// The ledger rebuild's page writes, through rusqlite (see `sqlite_bulk`).
+    rebuild_writer: std::sync::Arc<crate::sqlite_bulk::RebuildWriter>,
     clock: gpunex_domain::clock::SharedClock,
 }
 
@@ -70,6 +72,10 @@ impl SqliteBackend {
             read,
             write,
             events: std::sync::Arc::new(crate::sqlite_scan::EventReader::new(path.clone())),
+            rebuild_writer: std::sync::Arc::new(crate::sqlite_bulk::RebuildWriter::new(
+                path.clone(),
+                BUSY_TIMEOUT,
+            )),
             path,
             clock,
         })
@@ -278,13 +284,11 @@ impl RebuildBackend for SqliteBackend {
         &self,
         run_id: Uuid,
         through: u64,
-        batch: &LedgerBatch,
+        batch: LedgerBatch,
     ) -> Result<(), StoreError> {
-        let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
-        claim_rebuild(&mut tx, run_id, through).await?;
-        write_ledger_batch(&mut tx, LedgerTables::REBUILD, batch).await?;
-        tx.commit().await?;
-        Ok(())
+        self.rebuild_writer
+            .write_page(gpunex_projections::ledger::LEDGER, run_id, through, batch)
+            .await
     }
 
     /// SQLite cannot rename an index, so this generation's index names carry the run id.

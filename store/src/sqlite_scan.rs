@@ -74,7 +74,7 @@ impl EventReader {
             Ok(events)
         })
         .await
-        .map_err(|e| StoreError::Scan(e.to_string()))?
+        .map_err(|e| StoreError::Direct(e.to_string()))?
     }
 }
 
@@ -84,7 +84,7 @@ pub(crate) struct SqliteSnapshot {
 }
 
 fn scan_error(error: rusqlite::Error) -> StoreError {
-    StoreError::Scan(error.to_string())
+    StoreError::Direct(error.to_string())
 }
 
 impl SqliteSnapshot {
@@ -97,7 +97,7 @@ impl SqliteSnapshot {
             Ok(conn)
         })
         .await
-        .map_err(|e| StoreError::Scan(e.to_string()))??;
+        .map_err(|e| StoreError::Direct(e.to_string()))??;
         Ok(SqliteSnapshot { conn: Some(conn) })
     }
 
@@ -107,14 +107,14 @@ impl SqliteSnapshot {
         read: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let conn = self.conn.take().ok_or_else(|| {
-            StoreError::Scan("snapshot connection lost by an earlier failure".to_owned())
+            StoreError::Direct("snapshot connection lost by an earlier failure".to_owned())
         })?;
         let (conn, result) = tokio::task::spawn_blocking(move || {
             let result = read(&conn);
             (conn, result)
         })
         .await
-        .map_err(|e| StoreError::Scan(e.to_string()))?;
+        .map_err(|e| StoreError::Direct(e.to_string()))?;
         self.conn = Some(conn);
         result
     }
