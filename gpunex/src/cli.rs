@@ -372,6 +372,23 @@ pub enum EventsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Copy the log, byte for byte and hash-checked, into another database (the embedded
+    /// SQLite file to PostgreSQL, say), with the idempotency records and SMTP deliveries; the
+    /// target's read models are built when a server first starts on it. The target must be
+    /// empty or hold a prefix of this log (an interrupted copy resumes). Stop the servers on
+    /// this database for the last pass: events appended after the copy starts are not copied.
+    Copy {
+        /// The database to copy into (`postgres://...` or `sqlite://PATH`); migrations are
+        /// applied to it first.
+        #[arg(long)]
+        to: String,
+        /// Copy only the events through this position (the side tables are then not copied).
+        #[arg(long)]
+        through: Option<u64>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,5 +13,6 @@ pub mod bench_payouts;
 pub mod bench_scale;
 pub mod bench_search;
 pub mod cli;
+pub mod copy;
 pub mod database;
 pub mod simulate;

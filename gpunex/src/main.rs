@@ -107,6 +107,35 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let store = cli::open_store(&cli.database_url).await?;
             cli::events_tail(&store, after, lines, follow, json).await?;
         }
+        Command::Events {
+            command: EventsCommand::Copy { to, through, json },
+        } => {
+            let source = cli::open_store(&cli.database_url).await?;
+            let target = cli::open_store(&to).await?;
+            let bar = cli::progress_bar(0, "copying");
+            let report = gpunex::copy::events_copy(&source, &target, &to, through, &|at, end| {
+                bar.set_length(end);
+                bar.set_position(at);
+            })
+            .await?;
+            bar.finish_and_clear();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "copied {} events into {} (from position {}) in {:.1} s; head at position {} \
+                     (hash {}); {} idempotency records, {} SMTP deliveries",
+                    report.events_copied,
+                    gpunex::database::redact(&to),
+                    report.resumed_from,
+                    report.seconds,
+                    report.head_position,
+                    report.head_hash,
+                    report.idempotency_records_copied,
+                    report.deliveries_copied
+                );
+            }
+        }
         Command::Audit {
             command:
                 AuditCommand::Verify {

@@ -130,6 +130,7 @@ macro_rules! reservation_writes {
 pub mod audit;
 pub mod bench;
 mod clock;
+pub mod copy;
 pub mod earnings;
 pub mod envelope;
 pub mod fleet;
@@ -304,6 +305,8 @@ pub enum StoreError {
     /// sqlx pools: the projections' event reader and the ledger rebuild's page writer.
     #[error("SQLite (direct connection) failed: {0}")]
     Direct(String),
+    #[error("copy refused: {0}")]
+    ImportRefused(String),
     #[error(
         "another rebuild of `{projection}` started and took over; this one stopped without swapping"
     )]

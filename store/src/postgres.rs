@@ -105,6 +105,21 @@ impl PgBackend {
         read_all(&self.pool, after, limit).await
     }
 
+    /// Appends rows recorded by another log, after checking they continue this one's chain
+    /// (see `copy`), and moves the head, in one transaction holding the head's row lock.
+    pub async fn import_events(&self, rows: &[RecordedEvent]) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
+        let row = sqlx::query(
+            "SELECT last_position, last_hash FROM event_log_head WHERE id = 1 FOR UPDATE",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let head = crate::copy::continue_chain(rows::pg::head(&row)?, rows)?;
+        insert_rows_and_move_head(&mut tx, rows, head).await?;
+        tx.commit().await?;
+        Ok(head.position)
+    }
+
     /// The position of a stream's last event, if it has any.
     /// The last event of a stream: its log position and stream version (`None`: no events).
     pub async fn stream_tip(&self, stream_id: &str) -> Result<Option<(u64, u64)>, StoreError> {

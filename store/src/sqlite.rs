@@ -120,6 +120,24 @@ impl SqliteBackend {
         self.events.read_all(after, limit).await
     }
 
+    /// Appends rows recorded by another log, after checking they continue this one's chain
+    /// (see `copy`), and moves the head, in one transaction.
+    pub async fn import_events(&self, rows: &[RecordedEvent]) -> Result<u64, StoreError> {
+        let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
+        let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?;
+        let head = crate::copy::continue_chain(rows::sqlite::head(&row)?, rows)?;
+        insert_rows(&mut tx, rows).await?;
+        sqlx::query("UPDATE event_log_head SET last_position = ?, last_hash = ? WHERE id = 1")
+            .bind(to_i64(head.position))
+            .bind(head.hash.as_slice())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(head.position)
+    }
+
     /// The position of a stream's last event, if it has any.
     /// The last event of a stream: its log position and stream version (`None`: no events).
     pub async fn stream_tip(&self, stream_id: &str) -> Result<Option<(u64, u64)>, StoreError> {

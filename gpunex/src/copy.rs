@@ -1,0 +1,130 @@
+//! `gpunex events copy`: moves a platform's log to another database (the embedded SQLite file to
+//! PostgreSQL as a marketplace grows, or a copy for investigation), byte for byte.
+
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use gpunex_store::{Store, StoreError};
+
+use crate::database::redact;
+
+/// Events per imported transaction.
+const PAGE_EVENTS: usize = 5_000;
+/// Rows per page of the side tables.
+const PAGE_ROWS: usize = 1_000;
+
+/// What a copy did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CopyReport {
+    /// The target's head position before the copy (0: it was empty).
+    pub resumed_from: u64,
+    pub events_copied: u64,
+    pub head_position: u64,
+    pub head_hash: String,
+    pub idempotency_records_copied: u64,
+    pub deliveries_copied: u64,
+    pub seconds: f64,
+}
+
+/// Copies `source`'s events after the target's head through `through` (default: the source's
+/// head when the copy starts), then, for a whole copy, its idempotency records and SMTP
+/// deliveries. The target must be empty or hold a prefix of the source's log (a copy that
+/// stopped resumes); anything else is refused before a row is written.
+pub async fn events_copy(
+    source: &Store,
+    target: &Store,
+    target_url: &str,
+    through: Option<u64>,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> anyhow::Result<CopyReport> {
+    let started = Instant::now();
+    let (source_head, _) = source.head().await?;
+    let end = match through {
+        Some(through) if through > source_head => {
+            bail!("--through {through} is past the source's head at position {source_head}")
+        }
+        Some(through) => through,
+        None => source_head,
+    };
+    let (resumed_from, target_hash) = target.head().await?;
+    if resumed_from > 0 {
+        let at = source.event_at(resumed_from).await?;
+        match at {
+            Some(event) if hex::encode(event.hash) == target_hash => {}
+            _ => bail!(
+                "the target {} holds a different log: its head (position {resumed_from}, hash \
+                 {target_hash}) is not an event of the source",
+                redact(target_url)
+            ),
+        }
+    }
+    if resumed_from > end {
+        bail!(
+            "the target {} is already at position {resumed_from}, past {end}",
+            redact(target_url)
+        );
+    }
+    let mut position = resumed_from;
+    while position < end {
+        let limit = PAGE_EVENTS.min(usize::try_from(end - position).unwrap_or(PAGE_EVENTS));
+        let page = source.read_all(position, limit).await?;
+        let Some(last) = page.last().map(|event| event.position) else {
+            bail!("the source's log ends at position {position}, before its head at {end}");
+        };
+        position = target
+            .import_events(&page)
+            .await
+            .with_context(|| format!("copying events {}..={last}", position + 1))?;
+        progress(position, end);
+    }
+    let (head_position, head_hash) = target.head().await?;
+    let whole = end == source_head;
+    let (idempotency_records_copied, deliveries_copied) = if whole {
+        (
+            copy_idempotency_records(source, target).await?,
+            copy_deliveries(source, target).await?,
+        )
+    } else {
+        (0, 0)
+    };
+    Ok(CopyReport {
+        resumed_from,
+        events_copied: head_position - resumed_from,
+        head_position,
+        head_hash,
+        idempotency_records_copied,
+        deliveries_copied,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+async fn copy_idempotency_records(source: &Store, target: &Store) -> Result<u64, StoreError> {
+    let mut copied = 0;
+    let mut after: Option<(String, String)> = None;
+    loop {
+        let page = source
+            .idempotency_records(
+                after.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
+                PAGE_ROWS,
+            )
+            .await?;
+        let Some(last) = page.last() else {
+            return Ok(copied);
+        };
+        after = Some((last.caller.clone(), last.key.clone()));
+        copied += target.import_idempotency_records(&page).await?;
+    }
+}
+
+async fn copy_deliveries(source: &Store, target: &Store) -> Result<u64, StoreError> {
+    let mut copied = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let page = source.deliveries(after.as_deref(), PAGE_ROWS).await?;
+        let Some(last) = page.last() else {
+            return Ok(copied);
+        };
+        after = Some(last.message_id.clone());
+        copied += target.import_deliveries(&page).await?;
+    }
+}
