@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::envelope::{
     CanonicalEvent, ChainedFields, ExpectedVersion, ValidatedStream, chain_hash,
 };
-use crate::{AppendError, Committed, CommittedEvent, ConflictReason, RecordedEvent};
+use crate::{AppendError, Committed, CommittedEvent, ConflictReason, RecordedEvent, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Head {
@@ -235,6 +235,48 @@ pub(crate) fn group_keys(requests: &[Vec<ValidatedStream>]) -> (Vec<Uuid>, Vec<S
     (ids, streams)
 }
 
+/// Checks that `rows` continue the chain ending at `head`; returns the head after them.
+/// (`gpunex events copy`: the rows come from another log.)
+pub(crate) fn continue_chain(head: Head, rows: &[RecordedEvent]) -> Result<Head, StoreError> {
+    let mut head = head;
+    for row in rows {
+        if row.position != head.position + 1 {
+            return Err(StoreError::ImportRefused(format!(
+                "event at position {} does not follow the target's head at {}",
+                row.position, head.position
+            )));
+        }
+        let computed = chain_hash(
+            &head.hash,
+            &ChainedFields {
+                position: row.position,
+                event_id: row.event_id,
+                stream_id: &row.stream_id,
+                stream_version: row.stream_version,
+                event_type: &row.event_type,
+                schema_version: row.schema_version,
+                recorded_at_us: row.recorded_at_us,
+                payload: &row.payload,
+                metadata: &row.metadata,
+            },
+        );
+        if computed != row.hash {
+            return Err(StoreError::ImportRefused(format!(
+                "event at position {} does not chain from the one before it (stored hash {}, \
+                 computed {})",
+                row.position,
+                hex::encode(row.hash),
+                hex::encode(computed)
+            )));
+        }
+        head = Head {
+            position: row.position,
+            hash: row.hash,
+        };
+    }
+    Ok(head)
+}
+
 #[cfg(test)]
 mod tests {
     //! Group commit must be invisible: deciding requests together in one group gives exactly the
@@ -346,5 +388,100 @@ mod tests {
             let ids: std::collections::HashSet<_> = grouped.rows.iter().map(|r| r.event_id).collect();
             prop_assert_eq!(ids.len(), grouped.rows.len());
         }
+    }
+}
+
+#[cfg(test)]
+mod continue_chain_tests {
+    use super::*;
+    use crate::envelope::GENESIS_HASH;
+    use uuid::Uuid;
+
+    fn chained(previous: &Head, stream_version: u64) -> RecordedEvent {
+        let row = RecordedEvent {
+            position: previous.position + 1,
+            event_id: Uuid::from_u128(u128::from(previous.position) + 1),
+            stream_id: "test-1".to_owned(),
+            stream_version,
+            event_type: "TestEvent".to_owned(),
+            schema_version: 1,
+            recorded_at_us: 1_700_000_000_000_000,
+            payload: "{}".to_owned(),
+            metadata: "{}".to_owned(),
+            hash: [0; 32],
+        };
+        rechain(previous, row)
+    }
+
+    fn rechain(previous: &Head, mut row: RecordedEvent) -> RecordedEvent {
+        row.hash = chain_hash(
+            &previous.hash,
+            &ChainedFields {
+                position: row.position,
+                event_id: row.event_id,
+                stream_id: &row.stream_id,
+                stream_version: row.stream_version,
+                event_type: &row.event_type,
+                schema_version: row.schema_version,
+                recorded_at_us: row.recorded_at_us,
+                payload: &row.payload,
+                metadata: &row.metadata,
+            },
+        );
+        row
+    }
+
+    fn log(n: u64, at_us: i64) -> Vec<RecordedEvent> {
+        let mut head = Head {
+            position: 0,
+            hash: GENESIS_HASH,
+        };
+        let mut rows = Vec::new();
+        for version in 1..=n {
+            let mut row = chained(&head, version);
+            if at_us != row.recorded_at_us {
+                row.recorded_at_us = at_us;
+                row = rechain(&head, row);
+            }
+            head = Head {
+                position: row.position,
+                hash: row.hash,
+            };
+            rows.push(row);
+        }
+        rows
+    }
+
+    #[test]
+    fn a_chain_continues_from_genesis_and_from_its_own_prefix() {
+        let rows = log(5, 1_700_000_000_000_000);
+        let genesis = Head {
+            position: 0,
+            hash: GENESIS_HASH,
+        };
+        let end = continue_chain(genesis, &rows).unwrap();
+        assert_eq!((end.position, end.hash), (5, rows[4].hash));
+        let middle = continue_chain(genesis, &rows[..2]).unwrap();
+        assert_eq!(continue_chain(middle, &rows[2..]).unwrap(), end);
+    }
+
+    #[test]
+    fn a_gap_an_overlap_or_changed_bytes_are_refused() {
+        let rows = log(4, 1_700_000_000_000_000);
+        let genesis = Head {
+            position: 0,
+            hash: GENESIS_HASH,
+        };
+        let refused =
+            |rows: &[RecordedEvent], head| continue_chain(head, rows).unwrap_err().to_string();
+        assert!(refused(&rows[1..], genesis).contains("does not follow"));
+        let after_two = continue_chain(genesis, &rows[..2]).unwrap();
+        assert!(refused(&rows[1..], after_two).contains("does not follow"));
+        let mut edited = rows.clone();
+        edited[2].payload = r#"{"x":1}"#.to_owned();
+        assert!(refused(&edited, genesis).contains("position 3 does not chain"));
+        // Another log's events, each chained to its own predecessor, do not continue this one.
+        let other = log(4, 1_700_000_000_000_001);
+        assert!(refused(&other[2..], after_two).contains("position 3 does not chain"));
     }
 }

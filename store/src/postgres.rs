@@ -114,7 +114,7 @@ impl PgBackend {
         )
         .fetch_one(&mut *tx)
         .await?;
-        let head = crate::copy::continue_chain(rows::pg::head(&row)?, rows)?;
+        let head = crate::plan::continue_chain(rows::pg::head(&row)?, rows)?;
         insert_rows_and_move_head(&mut tx, rows, head).await?;
         tx.commit().await?;
         Ok(head.position)

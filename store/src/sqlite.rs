@@ -127,7 +127,7 @@ impl SqliteBackend {
         let row = sqlx::query("SELECT last_position, last_hash FROM event_log_head WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?;
-        let head = crate::copy::continue_chain(rows::sqlite::head(&row)?, rows)?;
+        let head = crate::plan::continue_chain(rows::sqlite::head(&row)?, rows)?;
         insert_rows(&mut tx, rows).await?;
         sqlx::query("UPDATE event_log_head SET last_position = ?, last_hash = ? WHERE id = 1")
             .bind(to_i64(head.position))
