@@ -39,6 +39,9 @@ pub async fn events_copy(
 ) -> anyhow::Result<CopyReport> {
     let started = Instant::now();
     let (source_head, _) = source.head().await?;
+    if source_head == 0 {
+        bail!("the source database holds no events: nothing to copy (is --database-url right?)");
+    }
     let end = match through {
         Some(through) if through > source_head => {
             bail!("--through {through} is past the source's head at position {source_head}")

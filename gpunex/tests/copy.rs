@@ -177,6 +177,18 @@ async fn a_target_with_another_log_or_a_page_that_does_not_chain_is_refused(db: 
         String::from_utf8_lossy(&output.stderr).contains("past the source's head"),
         "{output:?}"
     );
+    // An empty source (a mistyped path opens a new, empty file) is refused.
+    let empty = TestDb::sqlite();
+    let output = Command::new(GPUNEX)
+        .args(["events", "copy", "--to", &target_db.url])
+        .env("DATABASE_URL", &empty.url)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("holds no events"),
+        "{output:?}"
+    );
     drop(target);
     target_db.cleanup().await;
 
