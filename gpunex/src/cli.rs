@@ -373,8 +373,9 @@ pub enum EventsCommand {
         json: bool,
     },
     /// Copy the log, byte for byte and hash-checked, into another database (the embedded
-    /// SQLite file to PostgreSQL, say), with the idempotency records and SMTP deliveries; the
-    /// target's read models are built when a server first starts on it. The target must be
+    /// SQLite file to PostgreSQL, say), with the idempotency records, SMTP deliveries, machines'
+    /// last heartbeats, the liveness tick and GPU telemetry; the target's read models are built
+    /// when a server first starts on it. The target must be
     /// empty or hold a prefix of this log (an interrupted copy resumes). Stop the servers on
     /// this database for the last pass: events appended after the copy starts are not copied.
     Copy {
@@ -382,7 +383,8 @@ pub enum EventsCommand {
         /// applied to it first.
         #[arg(long)]
         to: String,
-        /// Copy only the events through this position (the side tables are then not copied).
+        /// Copy only the events through this position (the tables outside the log are then not
+        /// copied: they describe the source's present, not the prefix's).
         #[arg(long)]
         through: Option<u64>,
         /// Print the report as JSON.

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use gpunex_store::copy::TelemetryTable;
 use gpunex_store::{Store, StoreError};
 
 use crate::database::redact;
@@ -23,12 +24,17 @@ pub struct CopyReport {
     pub head_hash: String,
     pub idempotency_records_copied: u64,
     pub deliveries_copied: u64,
+    /// Machines' last heartbeats written.
+    pub presence_rows_copied: u64,
+    /// GPU telemetry rows written (series and latest samples).
+    pub telemetry_rows_copied: u64,
     pub seconds: f64,
 }
 
 /// Copies `source`'s events after the target's head through `through` (default: the source's
-/// head when the copy starts), then, for a whole copy, its idempotency records and SMTP
-/// deliveries. The target must be empty or hold a prefix of the source's log (a copy that
+/// head when the copy starts), then, for a whole copy, the tables outside the log that decide
+/// what the platform does next (see `gpunex_store::copy`). With `--through` they are not
+/// copied: they describe the source's present, not the prefix's. The target must be empty or hold a prefix of the source's log (a copy that
 /// stopped resumes); anything else is refused before a row is written.
 pub async fn events_copy(
     source: &Store,
@@ -82,14 +88,23 @@ pub async fn events_copy(
     }
     let (head_position, head_hash) = target.head().await?;
     let whole = end == source_head;
-    let (idempotency_records_copied, deliveries_copied) = if whole {
-        (
-            copy_idempotency_records(source, target).await?,
-            copy_deliveries(source, target).await?,
-        )
-    } else {
-        (0, 0)
-    };
+    let mut side = (0, 0, 0, 0);
+    if whole {
+        side.0 = copy_idempotency_records(source, target).await?;
+        side.1 = copy_deliveries(source, target).await?;
+        side.2 = copy_presence(source, target).await?;
+        side.3 = copy_telemetry(source, target, TelemetryTable::Latest).await?
+            + copy_telemetry(source, target, TelemetryTable::Series).await?;
+        if let Some(tick) = source.liveness_tick().await? {
+            target.import_liveness_tick(tick).await?;
+        }
+    }
+    let (
+        idempotency_records_copied,
+        deliveries_copied,
+        presence_rows_copied,
+        telemetry_rows_copied,
+    ) = side;
     Ok(CopyReport {
         resumed_from,
         events_copied: head_position - resumed_from,
@@ -97,6 +112,8 @@ pub async fn events_copy(
         head_hash,
         idempotency_records_copied,
         deliveries_copied,
+        presence_rows_copied,
+        telemetry_rows_copied,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -129,5 +146,41 @@ async fn copy_deliveries(source: &Store, target: &Store) -> Result<u64, StoreErr
         };
         after = Some(last.message_id.clone());
         copied += target.import_deliveries(&page).await?;
+    }
+}
+
+async fn copy_presence(source: &Store, target: &Store) -> Result<u64, StoreError> {
+    let mut copied = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let page = source.presence_rows(after.as_deref(), PAGE_ROWS).await?;
+        let Some(last) = page.last() else {
+            return Ok(copied);
+        };
+        after = Some(last.machine_id.clone());
+        copied += target.import_presence(&page).await?;
+    }
+}
+
+async fn copy_telemetry(
+    source: &Store,
+    target: &Store,
+    table: TelemetryTable,
+) -> Result<u64, StoreError> {
+    let mut copied = 0;
+    let mut after: Option<(String, i64)> = None;
+    loop {
+        let page = source
+            .telemetry_rows(
+                table,
+                after.as_ref().map(|(gpu, at)| (gpu.as_str(), *at)),
+                PAGE_ROWS,
+            )
+            .await?;
+        let Some(last) = page.last() else {
+            return Ok(copied);
+        };
+        after = Some((last.gpu_uuid.clone(), last.at_us));
+        copied += target.import_telemetry(table, &page).await?;
     }
 }

@@ -124,7 +124,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 println!(
                     "copied {} events into {} (from position {}) in {:.1} s; head at position {} \
-                     (hash {}); {} idempotency records, {} SMTP deliveries",
+                     (hash {}); {} idempotency records, {} SMTP deliveries, {} machines' last \
+                     heartbeats, {} telemetry rows",
                     report.events_copied,
                     gpunex::database::redact(&to),
                     report.resumed_from,
@@ -132,7 +133,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     report.head_position,
                     report.head_hash,
                     report.idempotency_records_copied,
-                    report.deliveries_copied
+                    report.deliveries_copied,
+                    report.presence_rows_copied,
+                    report.telemetry_rows_copied
                 );
             }
         }

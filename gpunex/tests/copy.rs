@@ -6,6 +6,7 @@
 use std::process::Command;
 
 use gpunex::copy::events_copy;
+use gpunex_store::copy::TelemetryTable;
 use gpunex_store::{Store, StoreError};
 use gpunex_tests::{TestDb, conformance, provider, seed_credits};
 
@@ -37,6 +38,16 @@ async fn side_rows(db: &TestDb) {
              ('token-2', 'key-b', 'bb', 409, '{}', 1790000000000001, '', 0, 0)",
             "INSERT INTO notification_deliveries (message_id, delivered_at_us) VALUES \
              ('m-1', 1790000000000000)",
+            "INSERT INTO machine_presence (machine_id, provider_id, last_heartbeat_us, \
+             heartbeats) VALUES ('m-a', 'p-a', 1790000000000000, 12), \
+             ('m-b', 'p-a', 1790000000500000, 3)",
+            "INSERT INTO gpu_telemetry (gpu_uuid, at_us, machine_id, utilization_pct, \
+             temperature_c) VALUES ('GPU-1', 1790000000000000, 'm-a', 90, 70), \
+             ('GPU-1', 1790000015000000, 'm-a', 95, NULL), ('GPU-2', 1790000000000000, 'm-a', 1, 40)",
+            "INSERT INTO gpu_telemetry_latest (gpu_uuid, at_us, machine_id, utilization_pct) \
+             VALUES ('GPU-1', 1790000015000000, 'm-a', 95), ('GPU-2', 1790000000000000, 'm-a', 1)",
+            "INSERT INTO platform_liveness (id, last_tick_us) VALUES (1, 1790000020000000) \
+             ON CONFLICT (id) DO UPDATE SET last_tick_us = excluded.last_tick_us",
         ],
         &[
             "INSERT INTO idempotency_keys (caller, key, request_sha256, status, body, \
@@ -45,6 +56,16 @@ async fn side_rows(db: &TestDb) {
              ('token-2', 'key-b', 'bb', 409, '{}', 1790000000000001, '', 0, 0)",
             "INSERT INTO notification_deliveries (message_id, delivered_at_us) VALUES \
              ('m-1', 1790000000000000)",
+            "INSERT INTO machine_presence (machine_id, provider_id, last_heartbeat_us, \
+             heartbeats) VALUES ('m-a', 'p-a', 1790000000000000, 12), \
+             ('m-b', 'p-a', 1790000000500000, 3)",
+            "INSERT INTO gpu_telemetry (gpu_uuid, at_us, machine_id, utilization_pct, \
+             temperature_c) VALUES ('GPU-1', 1790000000000000, 'm-a', 90, 70), \
+             ('GPU-1', 1790000015000000, 'm-a', 95, NULL), ('GPU-2', 1790000000000000, 'm-a', 1, 40)",
+            "INSERT INTO gpu_telemetry_latest (gpu_uuid, at_us, machine_id, utilization_pct) \
+             VALUES ('GPU-1', 1790000015000000, 'm-a', 95), ('GPU-2', 1790000000000000, 'm-a', 1)",
+            "INSERT INTO platform_liveness (id, last_tick_us) VALUES (1, 1790000020000000) \
+             ON CONFLICT (id) DO UPDATE SET last_tick_us = excluded.last_tick_us",
         ],
     )
     .await;
@@ -105,6 +126,36 @@ async fn a_copy_is_the_same_log_resumes_and_brings_the_side_tables(db: &TestDb) 
         target.deliveries(None, 10).await.unwrap(),
         source.deliveries(None, 10).await.unwrap()
     );
+    assert_eq!(
+        (report.presence_rows_copied, report.telemetry_rows_copied),
+        (2, 5)
+    );
+    assert_eq!(
+        target.presence_rows(None, 10).await.unwrap(),
+        source.presence_rows(None, 10).await.unwrap()
+    );
+    for table in [TelemetryTable::Series, TelemetryTable::Latest] {
+        let copied = target.telemetry_rows(table, None, 10).await.unwrap();
+        assert_eq!(
+            copied,
+            source.telemetry_rows(table, None, 10).await.unwrap()
+        );
+        assert!(!copied.is_empty());
+    }
+    let series = target
+        .telemetry_rows(
+            TelemetryTable::Series,
+            Some(("GPU-1", 1790000000000000)),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(series.len(), 2);
+    assert_eq!(series[0].temperature_c, None);
+    assert_eq!(
+        target.liveness_tick().await.unwrap(),
+        Some(1790000020000000)
+    );
 
     // Again: nothing new.
     let again = events_copy(&source, &target, &target_db.url, None, &|_, _| {})
@@ -114,9 +165,11 @@ async fn a_copy_is_the_same_log_resumes_and_brings_the_side_tables(db: &TestDb) 
         (
             again.events_copied,
             again.idempotency_records_copied,
-            again.deliveries_copied
+            again.deliveries_copied,
+            again.presence_rows_copied,
+            again.telemetry_rows_copied
         ),
-        (0, 0, 0)
+        (0, 0, 0, 0, 0)
     );
 
     // The target's read models, built from the copied log, are the fold of it.
