@@ -87,6 +87,7 @@ pub async fn events_copy(
         progress(position, end);
     }
     let (head_position, head_hash) = target.head().await?;
+    target.settle_tables(&["events"]).await?;
     let whole = end == source_head;
     let mut side = (0, 0, 0, 0);
     if whole {

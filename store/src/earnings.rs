@@ -319,7 +319,12 @@ impl Store {
                 .await?;
             }
         });
-        Ok(folded?.checkpoint)
+        let checkpoint = folded?.checkpoint;
+        // The live runner may fold again while the tables are vacuumed.
+        drop(_folding);
+        self.settle_tables(&["earnings_lines", "earnings_rentals", "earnings_providers"])
+            .await?;
+        Ok(checkpoint)
     }
 
     /// The rentals with these ids that the projection holds.

@@ -251,7 +251,11 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         });
-        Ok(self.catch_up_payouts().await?.checkpoint)
+        let checkpoint = self.catch_up_payouts().await?.checkpoint;
+        // The live runner may fold again while the tables are vacuumed.
+        drop(_folding);
+        self.settle_tables(&["payouts", "payout_batches"]).await?;
+        Ok(checkpoint)
     }
 
     /// The stored payouts with these ids, with their scheduling positions.

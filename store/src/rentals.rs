@@ -180,7 +180,11 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         });
-        Ok(self.catch_up_rentals().await?.checkpoint)
+        let checkpoint = self.catch_up_rentals().await?.checkpoint;
+        // The live runner may fold again while the tables are vacuumed.
+        drop(_folding);
+        self.settle_tables(&["rentals"]).await?;
+        Ok(checkpoint)
     }
 
     /// The stored rentals with these ids (absent ids are not in the map).

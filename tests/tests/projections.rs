@@ -21,6 +21,7 @@ conformance!(
     audit_reports_reordered_rows,
     audit_reports_a_truncated_tail,
     events_are_immutable_to_ordinary_sql,
+    a_rebuild_leaves_its_tables_vacuumed_and_analyzed,
 );
 
 async fn audit(store: &Store) -> AuditReport {
@@ -1039,4 +1040,43 @@ async fn earnings_shares_equal_the_line_by_line_split(db: &TestDb) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// On PostgreSQL a rebuild ends with `VACUUM (ANALYZE)` of the tables it rewrote, so that the
+/// dashboard's index-only reads do not fetch every row from the heap until autovacuum runs
+/// (`Store::settle_tables`). SQLite has nothing to check: the rebuild still has to pass.
+async fn a_rebuild_leaves_its_tables_vacuumed_and_analyzed(db: &TestDb) {
+    use sqlx::Connection;
+    let store = db.open().await;
+    seed_credits(&store, 2_000, 3).await;
+    store.rebuild_projections(&|_| {}).await.unwrap();
+    assert!(audit(&store).await.is_clean());
+    if !db.is_postgres() {
+        return;
+    }
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let settled: Vec<(String, bool, bool)> = sqlx::query_as(
+        "SELECT relname::text, last_vacuum IS NOT NULL, last_analyze IS NOT NULL \
+         FROM pg_stat_user_tables WHERE relname = ANY($1) ORDER BY relname",
+    )
+    .bind(vec![
+        "earnings_lines",
+        "earnings_providers",
+        "earnings_rentals",
+        "ledger_balances",
+        "ledger_entries",
+        "payout_batches",
+        "payouts",
+        "rentals",
+    ])
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(settled.len(), 8, "{settled:?}");
+    for (table, vacuumed, analyzed) in settled {
+        assert!(
+            vacuumed && analyzed,
+            "{table} was not vacuumed and analyzed"
+        );
+    }
 }
