@@ -3,9 +3,11 @@
 # the contract checks need (scripts/tools.sh, from PyPI), runs `cargo test` against SQLite and the
 # PostgreSQL on 127.0.0.1:5432 (GPUNEX_TEST_POSTGRES_URL to use another), then the contract checks
 # (scripts/contract.sh: the OpenAPI document, SEPA schemas, fuzzing, the guide's story through a
-# generated client).
+# generated client), then the console's browser suite (scripts/console.sh: Debian's Chromium,
+# installed if missing, driven by Playwright from the npm registry, on both databases).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/tools.sh >/dev/null
 cargo test --workspace --locked
 bash scripts/contract.sh
+bash scripts/console.sh

@@ -146,6 +146,74 @@ pub async fn sign_in(
     ),
     ApiError,
 > {
+    let session = open_session(&state, request).await?;
+    Ok((
+        StatusCode::CREATED,
+        [(axum::http::header::CACHE_CONTROL, "no-store")],
+        Json(wire::Session {
+            token: session.token,
+            user_id: session.user_id,
+            expires_at: timestamp(session.expires_at.unix_micros()),
+        }),
+    ))
+}
+
+/// `POST /v1/browser-sessions`: sign in from the console. Public; rate-limited per address
+/// like `POST /v1/sessions`, whose session it is, but the token goes only into an `HttpOnly`,
+/// `SameSite=Strict` cookie (`Secure` when the platform's public URL is https).
+#[utoipa::path(
+    post,
+    path = "/v1/browser-sessions",
+    operation_id = "accounts_sign_in_browser",
+    tag = "accounts",
+    summary = "sign in from a browser: the session in an HttpOnly cookie, and its CSRF token",
+    responses(
+        (status = 201, description = "signed in: `Set-Cookie: gpunex_session=...; HttpOnly; SameSite=Strict; Path=/`; send `csrf_token` as `X-CSRF-Token` with every change", body = wire::BrowserSession),
+        (status = 401, description = "unauthorized: a wrong email or password (which is not said)", body = wire::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "too_many_attempts: 5 failures within 15 minutes; retry after `Retry-After`", body = wire::Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn sign_in_browser(
+    State(state): State<AppState>,
+    Json(request): Json<wire::Credentials>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let session = open_session(&state, request).await?;
+    let cookie = session_cookie(&session.token, SESSION_HOURS * 3_600, state.secure_cookies);
+    let body = wire::BrowserSession {
+        user_id: session.user_id,
+        expires_at: timestamp(session.expires_at.unix_micros()),
+        csrf_token: crate::auth::csrf_token(&session.token),
+    };
+    Ok((
+        StatusCode::CREATED,
+        [
+            (axum::http::header::CACHE_CONTROL, "no-store".to_owned()),
+            (axum::http::header::SET_COOKIE, cookie),
+        ],
+        Json(body),
+    )
+        .into_response())
+}
+
+/// The `Set-Cookie` value of the browser session (`max_age_seconds` 0 removes it).
+fn session_cookie(token: &str, max_age_seconds: i64, secure: bool) -> String {
+    format!(
+        "{}={token}; Path=/; Max-Age={max_age_seconds}; HttpOnly; SameSite=Strict{}",
+        crate::auth::SESSION_COOKIE,
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// A session opened by a right email and password.
+struct Opened {
+    token: String,
+    user_id: Uuid,
+    expires_at: Timestamp,
+}
+
+/// Checks the email and password (rate-limited per address) and issues a session token.
+async fn open_session(state: &AppState, request: wire::Credentials) -> Result<Opened, ApiError> {
     // Normalized first: the limiter and the lookup key on the same address, and junk never
     // reaches the limiter.
     let address = accounts::normalize_email(&request.email)
@@ -189,13 +257,55 @@ pub async fn sign_in(
         },
     )
     .await?;
+    Ok(Opened {
+        token: new.token,
+        user_id: user.user_id,
+        expires_at,
+    })
+}
+
+/// `GET /v1/sessions/current`: the session the request is made with, and a browser session's
+/// CSRF token (how the console, which cannot read its cookie, learns it after a reload).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/current",
+    operation_id = "accounts_current_session",
+    tag = "accounts",
+    summary = "the current session, and a browser session's CSRF token",
+    responses((status = 200, description = "the current session", body = wire::CurrentSession)),
+)]
+pub async fn current_session(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    caller: Caller,
+) -> Result<
+    (
+        [(axum::http::HeaderName, &'static str); 1],
+        Json<wire::CurrentSession>,
+    ),
+    ApiError,
+> {
+    let Role::User { user_id } = caller.role else {
+        return Err(ApiError::Forbidden);
+    };
+    let record = state
+        .credentials
+        .get(&caller.token_id)
+        .ok_or(ApiError::Unauthorized)?;
+    let (presented_as, csrf_token) = match crate::auth::presented(&headers) {
+        Some(crate::auth::Presented::Cookie(token)) => {
+            ("cookie", Some(crate::auth::csrf_token(token)))
+        }
+        _ => ("bearer", None),
+    };
     Ok((
-        StatusCode::CREATED,
         [(axum::http::header::CACHE_CONTROL, "no-store")],
-        Json(wire::Session {
-            token: new.token,
-            user_id: user.user_id,
-            expires_at: timestamp(expires_at.unix_micros()),
+        Json(wire::CurrentSession {
+            user_id,
+            token_id: caller.token_id,
+            expires_at: record.expires_at.map(|at| timestamp(at.unix_micros())),
+            presented_as: presented_as.to_owned(),
+            csrf_token,
         }),
     ))
 }
@@ -207,12 +317,12 @@ pub async fn sign_in(
     operation_id = "accounts_sign_out",
     tag = "accounts",
     summary = "sign out",
-    responses((status = 204, description = "signed out: the session token is revoked")),
+    responses((status = 204, description = "signed out: the session token is revoked (and a browser's session cookie removed)")),
 )]
 pub async fn sign_out(
     State(state): State<AppState>,
     caller: Caller,
-) -> Result<StatusCode, ApiError> {
+) -> Result<(StatusCode, [(axum::http::HeaderName, String); 1]), ApiError> {
     gpunex_app::credentials::revoke(
         &state.executor(),
         caller.token_id,
@@ -231,7 +341,13 @@ pub async fn sign_out(
             "the session changed while signing out; sign in again",
         )
     })?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok((
+        StatusCode::NO_CONTENT,
+        [(
+            axum::http::header::SET_COOKIE,
+            session_cookie("", 0, state.secure_cookies),
+        )],
+    ))
 }
 
 /// `GET /v1/me`: the Roles page.

@@ -1,4 +1,10 @@
-//! Bearer-token authentication and role checks.
+//! Bearer-token authentication, the browser session cookie, and role checks.
+//!
+//! A request presents its token in `Authorization: Bearer` or, from the console, in the
+//! `HttpOnly` session cookie `POST /v1/browser-sessions` sets (ADR 0008). A cookie is ambient
+//! (the browser attaches it by itself), so a state change made with it must also carry the
+//! session's CSRF token in `X-CSRF-Token`: a hash of the session token that only a page able to
+//! read `GET /v1/sessions/current` (same origin) learns. `Authorization` wins when both are sent.
 //!
 //! A token reads `gpnx_<token id, 32 hex>_<secret, 64 hex>`. The server keeps the credential
 //! registry in memory (folded from the log, kept current by a subscription, and updated at once
@@ -79,7 +85,7 @@ pub async fn guard(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     if !guard.roles.is_empty() && !loopback_admitted(&guard, &request) {
-        let caller = match authenticate(request.headers(), &guard.state) {
+        let caller = match authenticate(request.method(), request.headers(), &guard.state) {
             Ok(caller) => caller,
             Err(error) => return error.into_response(),
         };
@@ -120,9 +126,7 @@ pub async fn guard(
 fn loopback_admitted(guard: &Guard, request: &axum::extract::Request) -> bool {
     guard.loopback
         && guard.state.metrics_loopback
-        && !request
-            .headers()
-            .contains_key(axum::http::header::AUTHORIZATION)
+        && presented(request.headers()).is_none()
         && request
             .extensions()
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
@@ -156,24 +160,51 @@ fn form_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
     serde_urlencoded::from_str::<Vec<(String, String)>>(query).unwrap_or_default()
 }
 
-/// The caller a request's `Authorization` header names.
-fn authenticate(headers: &axum::http::HeaderMap, state: &AppState) -> Result<Caller, ApiError> {
-    let header = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .ok_or(ApiError::Unauthorized)?;
-    // The scheme is case-insensitive (RFC 9110, section 11.1).
-    let (scheme, token) = header.split_once(' ').ok_or(ApiError::Unauthorized)?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return Err(ApiError::Unauthorized);
+pub use crate::presented::{
+    CSRF_HEADER, Presented, SESSION_COOKIE, csrf_token, presented, session_cookie,
+};
+
+/// Whether a cookie-authenticated request to `method` carries its session's CSRF token (safe
+/// methods need none).
+fn csrf_checked(method: &axum::http::Method, headers: &axum::http::HeaderMap, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    if method.is_safe() {
+        return true;
     }
+    let expected = csrf_token(token);
+    headers
+        .get(CSRF_HEADER)
+        .map(|sent| bool::from(sent.as_bytes().ct_eq(expected.as_bytes())))
+        .unwrap_or(false)
+}
+
+/// The caller a request's `Authorization` header or session cookie names. A cookie admits only
+/// a person's session, and a state change through it only with the session's CSRF token.
+fn authenticate(
+    method: &axum::http::Method,
+    headers: &axum::http::HeaderMap,
+    state: &AppState,
+) -> Result<Caller, ApiError> {
+    let presented = presented(headers).ok_or(ApiError::Unauthorized)?;
+    let token = presented.token().ok_or(ApiError::Unauthorized)?;
     if !state.credentials.is_healthy() {
         return Err(ApiError::CredentialsUnavailable);
     }
     let record = state
         .credentials
-        .authenticate(token.trim(), state.clock.now())
+        .authenticate(token, state.clock.now())
         .ok_or(ApiError::Unauthorized)?;
+    if let Presented::Cookie(token) = presented {
+        if !matches!(record.role, Role::User { .. }) {
+            return Err(ApiError::Unauthorized);
+        }
+        if !csrf_checked(method, headers, token) {
+            return Err(ApiError::refused(
+                crate::error::ErrorCode::CsrfTokenInvalid,
+                "a change made with the browser session needs its X-CSRF-Token header (from GET /v1/sessions/current)",
+            ));
+        }
+    }
     Ok(Caller {
         token_id: record.token_id,
         role: record.role,
@@ -221,7 +252,7 @@ impl FromRequestParts<AppState> for Caller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
         match parts.extensions.get::<Caller>() {
             Some(caller) => Ok(caller.clone()),
-            None => authenticate(&parts.headers, state),
+            None => authenticate(&parts.method, &parts.headers, state),
         }
     }
 }

@@ -160,6 +160,7 @@ pub const fn status_of(code: ErrorCode) -> StatusCode {
     match code {
         C::Unauthorized => StatusCode::UNAUTHORIZED,
         C::Forbidden
+        | C::CsrfTokenInvalid
         | C::OtherProvider
         | C::MachineNotOwned
         | C::RoleNotIssuable

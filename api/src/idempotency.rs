@@ -2,8 +2,9 @@
 //! response; the same key with a different request is `422 idempotency_key_reused`; a retry
 //! while the first is still running is `409 request_in_progress`.
 //!
-//! Keys are scoped to the caller: the SHA-256 of the whole `Authorization` header (so no one can
-//! reach another caller's keys without their token), or anonymous for public endpoints. Only
+//! Keys are scoped to the caller: the SHA-256 of the whole `Authorization` header or of the
+//! browser session cookie (so no one can reach another caller's keys without their token), or
+//! anonymous for requests with neither. Only
 //! settled answers are kept: server errors and authentication refusals release the key so a
 //! retry runs again. Responses that carry a secret (`token`) are stored without it: a replay
 //! says what happened but cannot show the secret a second time.
@@ -51,10 +52,7 @@ pub async fn idempotency(state: AppState, request: Request, next: Next) -> Respo
             .into_response();
         }
     };
-    let caller = match request.headers().get(header::AUTHORIZATION) {
-        Some(value) => hex::encode(Sha256::digest(value.as_bytes())),
-        None => "anonymous".to_owned(),
-    };
+    let caller = key_scope(request.headers());
     let (parts, body) = request.into_parts();
     let bytes = match crate::json::read(Request::from_parts(parts.clone(), body)).await {
         Ok(bytes) => bytes,
@@ -92,7 +90,7 @@ pub async fn idempotency(state: AppState, request: Request, next: Next) -> Respo
         .into_response(),
         Ok(KeyState::Done { status, body, .. }) => {
             // A stored answer is replayed only to a caller who could still make the request.
-            if let Some(token) = bearer(&parts.headers)
+            if let Some(token) = crate::presented::presented(&parts.headers).and_then(|p| p.token())
                 && state
                     .credentials
                     .authenticate(token, state.clock.now())
@@ -159,12 +157,21 @@ pub fn prepare_response<T: serde::Serialize>(status: StatusCode, body: &T) {
     }
 }
 
-fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
+/// Whose keys a request reaches: the SHA-256 of its whole `Authorization` header, or of its
+/// session cookie (under a label, so the two never meet), or the anonymous scope.
+fn key_scope(headers: &axum::http::HeaderMap) -> String {
+    match headers.get(header::AUTHORIZATION) {
+        Some(value) => hex::encode(Sha256::digest(value.as_bytes())),
+        None => match crate::presented::session_cookie(headers) {
+            Some(token) => {
+                let mut hash = Sha256::new();
+                hash.update(b"cookie\0");
+                hash.update(token.as_bytes());
+                hex::encode(hash.finalize())
+            }
+            None => "anonymous".to_owned(),
+        },
+    }
 }
 
 fn replay(status: u16, body: String) -> Response {
@@ -228,9 +235,16 @@ async fn settle(
 
 /// The response body as stored: a top-level `token` (a secret shown once) becomes `null`.
 fn without_secret(bytes: &[u8]) -> String {
+    const SECRETS: [&str; 2] = ["token", "csrf_token"];
     match serde_json::from_slice::<serde_json::Value>(bytes) {
-        Ok(serde_json::Value::Object(mut object)) if object.contains_key("token") => {
-            object.insert("token".to_owned(), serde_json::Value::Null);
+        Ok(serde_json::Value::Object(mut object))
+            if SECRETS.iter().any(|key| object.contains_key(*key)) =>
+        {
+            for key in SECRETS {
+                if object.contains_key(key) {
+                    object.insert(key.to_owned(), serde_json::Value::Null);
+                }
+            }
             serde_json::Value::Object(object).to_string()
         }
         _ => String::from_utf8_lossy(bytes).into_owned(),

@@ -54,6 +54,8 @@ pub fn endpoints() -> crate::routes::Routes {
         .add(ADMIN, routes!(crate::catalog::add))
         .add(PUBLIC, routes!(acc::sign_up))
         .add(PUBLIC, routes!(acc::sign_in))
+        .add(PUBLIC, routes!(acc::sign_in_browser))
+        .add(USER, routes!(acc::current_session))
         .add(USER, routes!(acc::sign_out))
         .add(USER, routes!(acc::me))
         .add(USER, routes!(app::submit))
@@ -122,6 +124,7 @@ pub fn router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
     endpoints()
         .into_router(&state)
+        .merge(crate::console::router())
         .fallback(|| async { ApiError::NoRoute })
         .with_state(state)
         .layer(axum::middleware::from_fn(crate::error::problem_bodies))
@@ -473,7 +476,8 @@ pub async fn serve(
         .with_fleet_config(fleet)
         .with_payout_config(payouts.config.clone())
         .with_limits(limits)
-        .with_metrics_loopback(metrics_loopback);
+        .with_metrics_loopback(metrics_loopback)
+        .with_secure_cookies(public_url.starts_with("https://"));
     let scheduler = payouts.scheduler.then(|| {
         tokio::spawn(gpunex_app::payout_run::run_scheduler(
             state.store.clone(),

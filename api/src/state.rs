@@ -23,6 +23,8 @@ pub struct AppState {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// Whether `GET /metrics` answers requests from the loopback interface without credentials.
     pub metrics_loopback: bool,
+    /// Whether the browser session cookie is `Secure` (the platform is reached over https).
+    pub secure_cookies: bool,
 }
 
 impl AppState {
@@ -50,12 +52,19 @@ impl AppState {
             token_load: crate::http_server::TokenLoad::default(),
             metrics,
             metrics_loopback: true,
+            secure_cookies: false,
         })
     }
 
     /// The command executor over this process's store and read models, deciding at its clock.
     pub fn executor(&self) -> gpunex_app::command::Executor<'_> {
         gpunex_app::command::Executor::new(&self.store, &self.credentials)
+    }
+
+    /// Sets whether the browser session cookie is `Secure` (the public URL is https).
+    pub fn with_secure_cookies(mut self, secure: bool) -> AppState {
+        self.secure_cookies = secure;
+        self
     }
 
     /// Sets whether `GET /metrics` admits loopback requests without credentials.

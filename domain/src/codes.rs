@@ -49,6 +49,7 @@ error_codes! {
     ClockSkew = "clock_skew",
     ConcurrentChange = "concurrent_change",
     CredentialsUnavailable = "credentials_unavailable",
+    CsrfTokenInvalid = "csrf_token_invalid",
     DatabaseUnavailable = "database_unavailable",
     DateInFuture = "date_in_future",
     DatedBeforeSubmission = "dated_before_submission",

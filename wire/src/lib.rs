@@ -235,6 +235,27 @@ pub struct Session {
     pub expires_at: String,
 }
 
+/// A browser session (`POST /v1/browser-sessions`): the token itself is only in the
+/// `HttpOnly` cookie the answer sets; a state change sends `csrf_token` as `X-CSRF-Token`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct BrowserSession {
+    pub user_id: Uuid,
+    pub expires_at: String,
+    pub csrf_token: String,
+}
+
+/// `GET /v1/sessions/current`: the session this request is made with. `csrf_token` is the
+/// browser session's (`null` for a bearer token, which needs none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CurrentSession {
+    pub user_id: Uuid,
+    pub token_id: Uuid,
+    pub expires_at: Option<String>,
+    /// `cookie` (the console's session) or `bearer`.
+    pub presented_as: String,
+    pub csrf_token: Option<String>,
+}
+
 /// `GET /v1/me`: the Roles page. `roles` lists what the person may do; `apply_as_provider` is
 /// the entry point to the provider application.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
