@@ -385,6 +385,15 @@ pub async fn me(State(state): State<AppState>, caller: Caller) -> Result<Json<wi
             .filter_map(|a| a.provider_id)
             .map(|id| format!("provider:{id}")),
     );
+    // Staff roles granted to the account (`gpunex admin grant`), which the session acts in by
+    // naming them in `X-GPUnex-Act-As`.
+    roles.extend(
+        state
+            .credentials
+            .staff_roles(&user_id)
+            .into_iter()
+            .map(|role| role.name().to_owned()),
+    );
     Ok(Json(wire::Me {
         user_id,
         email: user.email,

@@ -6,6 +6,12 @@
 //! session's CSRF token in `X-CSRF-Token`: a hash of the session token that only a page able to
 //! read `GET /v1/sessions/current` (same origin) learns. `Authorization` wins when both are sent.
 //!
+//! A person's session acts as the person (role `user`) unless the request names, in
+//! `X-GPUnex-Act-As`, another role the person holds: a staff role granted to their account
+//! (`admin`, `finance`, `treasury`) or a provider whose application they made and had approved
+//! (`provider:<id>`). The request then runs in that role, with its session's expiry and
+//! revocation, so a reviewer or a provider uses the console with their own account (ADR 0009).
+//!
 //! A token reads `gpnx_<token id, 32 hex>_<secret, 64 hex>`. The server keeps the credential
 //! registry in memory (folded from the log, kept current by a subscription, and updated at once
 //! by this process's own issues and revocations), hashes the presented secret with SHA-256 and
@@ -161,8 +167,58 @@ fn form_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
 }
 
 pub use crate::presented::{
-    CSRF_HEADER, Presented, SESSION_COOKIE, csrf_token, presented, session_cookie,
+    ACT_AS_HEADER, CSRF_HEADER, Presented, SESSION_COOKIE, csrf_token, presented, session_cookie,
 };
+
+/// The role a request acts in: its token's own, or the one `X-GPUnex-Act-As` names, which only
+/// a person's session may name and only for a role the person holds now.
+fn act_as(headers: &axum::http::HeaderMap, own: Role, state: &AppState) -> Result<Role, ApiError> {
+    use crate::error::ErrorCode;
+    use gpunex_domain::accounts::StaffRole;
+    let Some(value) = headers.get(ACT_AS_HEADER) else {
+        return Ok(own);
+    };
+    let invalid = || {
+        ApiError::refused(
+            ErrorCode::InvalidActAs,
+            "X-GPUnex-Act-As is `admin`, `finance`, `treasury` or `provider:<provider id>`",
+        )
+    };
+    let wanted = value.to_str().map_err(|_| invalid())?.trim();
+    let Role::User { user_id } = own else {
+        return Err(ApiError::refused(
+            ErrorCode::RoleNotHeld,
+            "only a person's session may act in another role",
+        ));
+    };
+    let not_held = || {
+        ApiError::refused(
+            ErrorCode::RoleNotHeld,
+            format!("this account does not hold the role `{wanted}`"),
+        )
+    };
+    if let Some(id) = wanted.strip_prefix("provider:") {
+        let provider_id = Uuid::parse_str(id).map_err(|_| invalid())?;
+        let owns = state
+            .credentials
+            .provider_application(&provider_id)
+            .is_some_and(|application| application.applicant_user_id == user_id);
+        return if owns {
+            Ok(Role::Provider { provider_id })
+        } else {
+            Err(not_held())
+        };
+    }
+    let staff = StaffRole::parse(wanted).ok_or_else(invalid)?;
+    if !state.credentials.staff_roles(&user_id).contains(&staff) {
+        return Err(not_held());
+    }
+    Ok(match staff {
+        StaffRole::Admin => Role::Admin,
+        StaffRole::Finance => Role::Finance,
+        StaffRole::Treasury => Role::Treasury,
+    })
+}
 
 /// Whether a cookie-authenticated request to `method` carries its session's CSRF token (safe
 /// methods need none).
@@ -207,7 +263,7 @@ fn authenticate(
     }
     Ok(Caller {
         token_id: record.token_id,
-        role: record.role,
+        role: act_as(headers, record.role, state)?,
     })
 }
 

@@ -164,6 +164,7 @@ pub const fn status_of(code: ErrorCode) -> StatusCode {
         | C::OtherProvider
         | C::MachineNotOwned
         | C::RoleNotIssuable
+        | C::RoleNotHeld
         | C::NotTheApplicant
         | C::SamePerson => StatusCode::FORBIDDEN,
         C::NotFound => StatusCode::NOT_FOUND,

@@ -7,6 +7,10 @@ pub const SESSION_COOKIE: &str = "gpunex_session";
 /// The header a cookie-authenticated state change carries its CSRF token in.
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
+/// The header a person's session names the role it acts in (`admin`, `finance`, `treasury`,
+/// `provider:<provider id>`): see `auth::act_as`.
+pub const ACT_AS_HEADER: &str = "x-gpunex-act-as";
+
 /// How a request presents its token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Presented<'a> {

@@ -199,7 +199,7 @@ impl Routes {
                 "securitySchemes": {"bearer": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "`Authorization: Bearer gpnx_<token id>_<secret>`: an API token (`POST /v1/tokens`) or a session (`POST /v1/sessions`). The scopes of an operation are the roles it admits.",
+                    "description": "`Authorization: Bearer gpnx_<token id>_<secret>`: an API token (`POST /v1/tokens`) or a session (`POST /v1/sessions`); the console's session is the `gpunex_session` cookie (`POST /v1/browser-sessions`), whose changes carry `X-CSRF-Token`. A person's session acts in another role the person holds by naming it in `X-GPUnex-Act-As` (`admin`, `finance`, `treasury`, `provider:<id>`; see `GET /v1/me`). The scopes of an operation are the roles it admits.",
                 }},
             },
             "tags": TAGS.iter().map(|(name, description)| json!({"name": name, "description": description})).collect::<Vec<_>>(),

@@ -544,6 +544,17 @@ impl ReadModels {
         self.users.read().ok()?.get(user_id).cloned()
     }
 
+    /// The staff roles a person holds now.
+    pub fn staff_roles(
+        &self,
+        user_id: &Uuid,
+    ) -> std::collections::BTreeSet<gpunex_domain::accounts::StaffRole> {
+        self.users
+            .read()
+            .map(|users| users.staff_roles(user_id))
+            .unwrap_or_default()
+    }
+
     pub fn user_by_email(&self, email: &str) -> Option<UserRecord> {
         self.users.read().ok()?.by_email(email).cloned()
     }

@@ -1,4 +1,5 @@
-//! People's accounts: registration with an email and a password, as events.
+//! People's accounts: registration with an email and a password, and the staff roles a person
+//! is granted (reviewer and operator, finance, treasury), as events.
 //!
 //! The domain checks the email and the password policy and builds the events; hashing the
 //! password (Argon2id) happens at the edge, and only the hash is recorded. An email is claimed
@@ -34,10 +35,99 @@ pub struct EmailClaimed {
     pub user_id: Uuid,
 }
 
+/// A duty the platform's staff hold as people: signed in with their own account and session,
+/// they act in it by naming it (`X-GPUnex-Act-As`), so every action is one person's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StaffRole {
+    /// Operators and reviewers: everything (the `admin` role).
+    Admin,
+    /// Audits: reads every provider's earnings, payouts and the ledger; writes nothing.
+    Finance,
+    /// Operates payouts.
+    Treasury,
+}
+
+impl StaffRole {
+    pub const ALL: [StaffRole; 3] = [StaffRole::Admin, StaffRole::Finance, StaffRole::Treasury];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StaffRole::Admin => "admin",
+            StaffRole::Finance => "finance",
+            StaffRole::Treasury => "treasury",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<StaffRole> {
+        StaffRole::ALL.into_iter().find(|role| role.name() == name)
+    }
+}
+
+/// `account.role_granted`: a person now holds a staff role. On the person's stream
+/// (`user-<user_id>`), appended at its version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleGranted {
+    pub user_id: Uuid,
+    pub role: StaffRole,
+    pub granted_at: Timestamp,
+    /// Who granted it: `token:<id>` or `operator` (the command line).
+    pub granted_by: String,
+}
+
+/// `account.role_revoked`: a person no longer holds a staff role.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleRevoked {
+    pub user_id: Uuid,
+    pub role: StaffRole,
+    pub revoked_at: Timestamp,
+    pub revoked_by: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccountEvent {
     UserRegistered(UserRegistered),
     EmailClaimed(EmailClaimed),
+    RoleGranted(RoleGranted),
+    RoleRevoked(RoleRevoked),
+}
+
+/// A change of a person's staff roles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrantCommand {
+    Grant { role: StaffRole, by: String },
+    Revoke { role: StaffRole, by: String },
+}
+
+/// Decides a change of the staff roles of `user_id`, who holds `held`: granting a role held, or
+/// revoking one not held, changes nothing (no event), so a repeated command is harmless.
+pub fn decide_grant(
+    user_id: Uuid,
+    held: &std::collections::BTreeSet<StaffRole>,
+    command: GrantCommand,
+    at: Timestamp,
+) -> Vec<AccountEvent> {
+    match command {
+        GrantCommand::Grant { role, by } if !held.contains(&role) => {
+            vec![AccountEvent::RoleGranted(RoleGranted {
+                user_id,
+                role,
+                granted_at: at,
+                granted_by: by,
+            })]
+        }
+        GrantCommand::Revoke { role, by } if held.contains(&role) => {
+            vec![AccountEvent::RoleRevoked(RoleRevoked {
+                user_id,
+                role,
+                revoked_at: at,
+                revoked_by: by,
+            })]
+        }
+        GrantCommand::Grant { .. } | GrantCommand::Revoke { .. } => Vec::new(),
+    }
 }
 
 /// Why a sign-up is refused. Nothing is recorded.
@@ -101,6 +191,42 @@ pub fn check_password(password: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grant_is_recorded_once_and_a_revocation_only_of_what_is_held() {
+        let user = Uuid::from_u128(7);
+        let at = Timestamp::from_unix_micros(1);
+        let grant = |role| GrantCommand::Grant {
+            role,
+            by: "operator".to_owned(),
+        };
+        let revoke = |role| GrantCommand::Revoke {
+            role,
+            by: "operator".to_owned(),
+        };
+        let none = std::collections::BTreeSet::new();
+        let admin = std::collections::BTreeSet::from([StaffRole::Admin]);
+        assert!(matches!(
+            decide_grant(user, &none, grant(StaffRole::Admin), at).as_slice(),
+            [AccountEvent::RoleGranted(RoleGranted {
+                role: StaffRole::Admin,
+                ..
+            })]
+        ));
+        assert!(decide_grant(user, &admin, grant(StaffRole::Admin), at).is_empty());
+        assert!(decide_grant(user, &none, revoke(StaffRole::Finance), at).is_empty());
+        assert!(matches!(
+            decide_grant(user, &admin, revoke(StaffRole::Admin), at).as_slice(),
+            [AccountEvent::RoleRevoked(RoleRevoked {
+                role: StaffRole::Admin,
+                ..
+            })]
+        ));
+        for role in StaffRole::ALL {
+            assert_eq!(StaffRole::parse(role.name()), Some(role));
+        }
+        assert_eq!(StaffRole::parse("provider"), None);
+    }
 
     #[test]
     fn password_policy() {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::accounts::{AccountEvent, EmailClaimed, UserRegistered};
+use crate::accounts::{AccountEvent, EmailClaimed, RoleGranted, RoleRevoked, UserRegistered};
 pub use crate::adjustments::AdjustmentPosted;
 use crate::credentials::{CredentialEvent, ProviderTokenClaimed, TokenIssued, TokenRevoked};
 use crate::fleet::{
@@ -64,6 +64,8 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(TOKEN_REVOKED),
     v1(USER_REGISTERED),
     v1(EMAIL_CLAIMED),
+    v1(ROLE_GRANTED),
+    v1(ROLE_REVOKED),
     v1(PROVIDER_TOKEN_CLAIMED),
     v1(MODEL_ADDED),
     v1(MACHINE_REGISTERED),
@@ -141,6 +143,8 @@ pub const PROVIDER_TOKEN_CLAIMED: &str = "credential.provider_token_claimed";
 
 pub const USER_REGISTERED: &str = "account.user_registered";
 pub const EMAIL_CLAIMED: &str = "account.email_claimed";
+pub const ROLE_GRANTED: &str = "account.role_granted";
+pub const ROLE_REVOKED: &str = "account.role_revoked";
 
 pub const TOKEN_ISSUED: &str = "credential.token_issued";
 pub const TOKEN_REVOKED: &str = "credential.token_revoked";
@@ -242,6 +246,8 @@ impl DomainEvent {
             }
             DomainEvent::Account(AccountEvent::UserRegistered(_)) => USER_REGISTERED,
             DomainEvent::Account(AccountEvent::EmailClaimed(_)) => EMAIL_CLAIMED,
+            DomainEvent::Account(AccountEvent::RoleGranted(_)) => ROLE_GRANTED,
+            DomainEvent::Account(AccountEvent::RoleRevoked(_)) => ROLE_REVOKED,
             DomainEvent::ModelAdded(_) => MODEL_ADDED,
             DomainEvent::Fleet(event) => match event {
                 FleetEvent::MachineRegistered(_) => MACHINE_REGISTERED,
@@ -312,6 +318,8 @@ impl DomainEvent {
             }
             DomainEvent::Account(AccountEvent::UserRegistered(e)) => serde_json::to_value(e),
             DomainEvent::Account(AccountEvent::EmailClaimed(e)) => serde_json::to_value(e),
+            DomainEvent::Account(AccountEvent::RoleGranted(e)) => serde_json::to_value(e),
+            DomainEvent::Account(AccountEvent::RoleRevoked(e)) => serde_json::to_value(e),
             DomainEvent::ModelAdded(e) => serde_json::to_value(e),
             DomainEvent::Fleet(event) => match event {
                 FleetEvent::MachineRegistered(e) => serde_json::to_value(e),
@@ -502,6 +510,12 @@ fn decode_with(
         )),
         (EMAIL_CLAIMED, _) => DomainEvent::Account(AccountEvent::EmailClaimed(
             source.parse::<EmailClaimed>().map_err(json)?,
+        )),
+        (ROLE_GRANTED, _) => DomainEvent::Account(AccountEvent::RoleGranted(
+            source.parse::<RoleGranted>().map_err(json)?,
+        )),
+        (ROLE_REVOKED, _) => DomainEvent::Account(AccountEvent::RoleRevoked(
+            source.parse::<RoleRevoked>().map_err(json)?,
         )),
         (MODEL_ADDED, _) => DomainEvent::ModelAdded(source.parse::<ModelAdded>().map_err(json)?),
         (PROVIDER_TOKEN_CLAIMED, _) => {

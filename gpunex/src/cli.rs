@@ -447,6 +447,42 @@ pub enum AdminCommand {
         #[arg(long)]
         machine_id: Option<uuid::Uuid>,
     },
+    /// Grant a staff role to a person's account (they sign up first): they then act in it from
+    /// the console or a session with `X-GPUnex-Act-As`, as themselves. Granting a role held
+    /// changes nothing.
+    Grant {
+        /// The account's email.
+        #[arg(long)]
+        email: String,
+        #[arg(long, value_enum)]
+        role: StaffRoleArg,
+    },
+    /// Revoke a staff role from a person's account; their sessions lose it at once.
+    Revoke {
+        #[arg(long)]
+        email: String,
+        #[arg(long, value_enum)]
+        role: StaffRoleArg,
+    },
+}
+
+/// A staff role a person's account can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StaffRoleArg {
+    Admin,
+    Finance,
+    Treasury,
+}
+
+impl StaffRoleArg {
+    pub fn role(self) -> gpunex_domain::accounts::StaffRole {
+        use gpunex_domain::accounts::StaffRole;
+        match self {
+            StaffRoleArg::Admin => StaffRole::Admin,
+            StaffRoleArg::Finance => StaffRole::Finance,
+            StaffRoleArg::Treasury => StaffRole::Treasury,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

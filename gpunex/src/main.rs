@@ -248,6 +248,26 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             println!("{}", new.token);
         }
+        Command::Admin {
+            command: AdminCommand::Grant { email, role },
+        } => {
+            let store = cli::open_store(&cli.database_url).await?;
+            let command = gpunex_domain::accounts::GrantCommand::Grant {
+                role: role.role(),
+                by: "operator".to_owned(),
+            };
+            staff_role(&store, &email, command).await?;
+        }
+        Command::Admin {
+            command: AdminCommand::Revoke { email, role },
+        } => {
+            let store = cli::open_store(&cli.database_url).await?;
+            let command = gpunex_domain::accounts::GrantCommand::Revoke {
+                role: role.role(),
+                by: "operator".to_owned(),
+            };
+            staff_role(&store, &email, command).await?;
+        }
         Command::Payouts {
             command:
                 PayoutsCommand::Run {
@@ -319,4 +339,33 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => gpunex::bench_scale::run(&cli.database_url, args).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `gpunex admin grant|revoke`: changes a person's staff roles and prints what they hold.
+async fn staff_role(
+    store: &gpunex_store::Store,
+    email: &str,
+    command: gpunex_domain::accounts::GrantCommand,
+) -> anyhow::Result<()> {
+    let email = gpunex_domain::accounts::normalize_email(email)
+        .map_err(|reason| anyhow::anyhow!("--email: {reason}"))?;
+    let change = gpunex_app::accounts::change_staff_role(store, &email, command)
+        .await?
+        .map_err(|refusal| anyhow::anyhow!("{email}: {refusal}"))?;
+    let roles: Vec<&str> = change.roles.iter().map(|role| role.name()).collect();
+    println!(
+        "{email} ({}) {}; staff roles now: {}",
+        change.user_id,
+        if change.changed {
+            "changed"
+        } else {
+            "unchanged"
+        },
+        if roles.is_empty() {
+            "none".to_owned()
+        } else {
+            roles.join(", ")
+        }
+    );
+    Ok(())
 }

@@ -1,11 +1,13 @@
-//! The user registry: who can sign in with which email, folded from `account.*` events.
+//! The user registry: who can sign in with which email, and the staff roles each person holds,
+//! folded from `account.*` events.
 //! Kept in memory by the API next to the credential registry; `apply` is idempotent.
 
 use std::collections::HashMap;
 
 use gpunex_domain::DomainEvent;
-use gpunex_domain::accounts::AccountEvent;
+use gpunex_domain::accounts::{AccountEvent, StaffRole};
 use gpunex_domain::time::Timestamp;
+use std::collections::BTreeSet;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -21,12 +23,33 @@ pub struct Users {
     by_id: HashMap<Uuid, UserRecord>,
     /// Keyed by the lowercased address: sign-in ignores case.
     by_email: HashMap<String, Uuid>,
+    /// The staff roles each person holds now (absent: none). Snapshots before grants existed
+    /// have none, which is what their log held.
+    #[serde(default)]
+    staff: HashMap<Uuid, BTreeSet<StaffRole>>,
 }
 
 impl Users {
     pub fn apply(&mut self, event: &DomainEvent) {
-        let DomainEvent::Account(AccountEvent::UserRegistered(registered)) = event else {
-            return;
+        let registered = match event {
+            DomainEvent::Account(AccountEvent::UserRegistered(registered)) => registered,
+            DomainEvent::Account(AccountEvent::RoleGranted(granted)) => {
+                self.staff
+                    .entry(granted.user_id)
+                    .or_default()
+                    .insert(granted.role);
+                return;
+            }
+            DomainEvent::Account(AccountEvent::RoleRevoked(revoked)) => {
+                if let Some(held) = self.staff.get_mut(&revoked.user_id) {
+                    held.remove(&revoked.role);
+                    if held.is_empty() {
+                        self.staff.remove(&revoked.user_id);
+                    }
+                }
+                return;
+            }
+            _ => return,
         };
         self.by_email
             .entry(registered.email.to_lowercase())
@@ -39,6 +62,11 @@ impl Users {
                 password_hash: registered.password_hash.clone(),
                 registered_at: registered.registered_at,
             });
+    }
+
+    /// The staff roles `user_id` holds now.
+    pub fn staff_roles(&self, user_id: &Uuid) -> BTreeSet<StaffRole> {
+        self.staff.get(user_id).cloned().unwrap_or_default()
     }
 
     pub fn get(&self, user_id: &Uuid) -> Option<&UserRecord> {

@@ -256,7 +256,10 @@ pub struct CurrentSession {
     pub csrf_token: Option<String>,
 }
 
-/// `GET /v1/me`: the Roles page. `roles` lists what the person may do; `apply_as_provider` is
+/// `GET /v1/me`: the Roles page. `roles` lists what the person may do: `renter` always,
+/// `applicant` while an application is open, `provider:<id>` per approved application, and the
+/// staff roles granted to the account (`admin`, `finance`, `treasury`). A session acts in any of
+/// them but `renter` and `applicant` by naming it in `X-GPUnex-Act-As`. `apply_as_provider` is
 /// the entry point to the provider application.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Me {
