@@ -65,12 +65,12 @@ struct Range {
 fn parse_range(query: &HashMap<String, String>, default_zone: String) -> Result<Range, ApiError> {
     if let Some(key) = query
         .keys()
-        .find(|k| !["tz", "from", "to"].contains(&k.as_str()))
+        .find(|k| !["tz", "from", "to", "by"].contains(&k.as_str()))
     {
         return Err(ApiError::query(
             key,
             ErrorCode::UnknownParameter,
-            "known: tz, from, to",
+            "known: tz, from, to (and by on /daily)",
         ));
     }
     let zone_name = query.get("tz").cloned().unwrap_or(default_zone);
@@ -259,14 +259,7 @@ pub async fn summary(
         pending_balance_micro_usdc: pending,
         pending_balance_usdc: usdc(pending),
         period: chosen,
-        per_gpu: Earnings::per_gpu(&shares)
-            .into_iter()
-            .map(|((gpu_uuid, model_id), sums)| we::GpuEarnings {
-                gpu_uuid,
-                model_id,
-                totals: totals(sums),
-            })
-            .collect(),
+        per_gpu: gpu_earnings(&shares),
         per_model: Earnings::per_model(&shares)
             .into_iter()
             .map(|(model_id, sums)| we::ModelEarnings {
@@ -278,8 +271,22 @@ pub async fn summary(
     Ok(Json(summary))
 }
 
-/// `GET /v1/providers/{provider_id}/earnings/daily?from=&to=&tz=`: one entry per local day
-/// (at most 366), empty days included.
+/// The most days `by=gpu` splits per GPU (a quarter): one grouped read per day with lines.
+const DAILY_BY_GPU_DAYS_MAX: usize = 92;
+
+fn gpu_earnings(shares: &[gpunex_projections::earnings::RentalShares]) -> Vec<we::GpuEarnings> {
+    Earnings::per_gpu(shares)
+        .into_iter()
+        .map(|((gpu_uuid, model_id), sums)| we::GpuEarnings {
+            gpu_uuid,
+            model_id,
+            totals: totals(sums),
+        })
+        .collect()
+}
+
+/// `GET /v1/providers/{provider_id}/earnings/daily?from=&to=&tz=&by=`: one entry per local day
+/// (at most 366), empty days included; with `by=gpu`, each day split per GPU.
 #[utoipa::path(
     get,
     path = "/v1/providers/{provider_id}/earnings/daily",
@@ -290,6 +297,7 @@ pub async fn summary(
         ("tz" = Option<String>, Query, description = "an IANA time zone for days, weeks and months (default the provider's)"),
         ("from" = String, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "first day, YYYY-MM-DD"),
         ("to" = String, Query, pattern = "^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description = "last day, YYYY-MM-DD (at most 366 days after from)"),
+        ("by" = Option<String>, Query, pattern = "^gpu$", description = "`gpu`: each day also split per GPU (`per_gpu`), at most 92 days"),
     ),
     responses((status = 200, description = "earnings per local day over from..to (at most 366 days)", body = we::DailyEarnings)),
 )]
@@ -308,6 +316,24 @@ pub async fn daily(
         )
     })?;
     let days = calendar::days(first, last).map_err(|e| calendar_error("to", e))?;
+    let by_gpu = match query.get("by").map(String::as_str) {
+        None => false,
+        Some("gpu") if days.len() <= DAILY_BY_GPU_DAYS_MAX => true,
+        Some("gpu") => {
+            return Err(ApiError::query(
+                "by",
+                ErrorCode::InvalidRange,
+                format!("by=gpu covers at most {DAILY_BY_GPU_DAYS_MAX} days"),
+            ));
+        }
+        Some(_) => {
+            return Err(ApiError::query(
+                "by",
+                ErrorCode::InvalidValue,
+                "by is `gpu` or absent",
+            ));
+        }
+    };
     let zone = range.zone;
     let as_of = earnings_as_of(&state).await?;
     // The sums through each day's start (and the last day's end): one lookup per boundary.
@@ -323,16 +349,29 @@ pub async fn daily(
             .await?;
         through.push((start, sums));
     }
-    let days: Vec<we::Day> = days
-        .iter()
-        .zip(through.windows(2))
-        .map(|(day, pair)| we::Day {
+    let mut answered = Vec::with_capacity(days.len());
+    for (day, pair) in days.iter().zip(through.windows(2)) {
+        let (from, until) = (pair[0].0, pair[1].0);
+        let day_totals = pair[1].1.minus(pair[0].1);
+        // A day without lines has no shares: no query for it.
+        let per_gpu = if by_gpu && day_totals.lines > 0 {
+            let shares = state
+                .store
+                .earnings_shares(provider_id, from, until, as_of)
+                .await?;
+            Some(gpu_earnings(&shares))
+        } else {
+            by_gpu.then(Vec::new)
+        };
+        answered.push(we::Day {
             date: day.to_string(),
-            from: timestamp(pair[0].0.unix_micros()),
-            until: timestamp(pair[1].0.unix_micros()),
-            totals: totals(pair[1].1.minus(pair[0].1)),
-        })
-        .collect();
+            from: timestamp(from.unix_micros()),
+            until: timestamp(until.unix_micros()),
+            totals: totals(day_totals),
+            per_gpu,
+        });
+    }
+    let days = answered;
     let (from, until) = span(zone, first, last);
     let answer = we::DailyEarnings {
         provider_id,

@@ -213,16 +213,32 @@ pub async fn prices(
     )))
 }
 
+/// How far ahead an availability view lists when GPUs are listed, in days.
+const UPCOMING_DAYS: i64 = 7;
+/// The most intervals it lists (a week of many short windows is cut there).
+const UPCOMING_INTERVALS_MAX: usize = 200;
+const MICROS_PER_DAY: i64 = 86_400_000_000;
+
 fn availability_view(
     registry: &ReadModels,
     provider_id: Uuid,
     now: Timestamp,
 ) -> wm::AvailabilityView {
     let availability = registry.with_market(|m| m.availability(provider_id));
+    let week_after =
+        Timestamp::from_unix_micros(now.unix_micros() + UPCOMING_DAYS * MICROS_PER_DAY);
+    let upcoming = market::open_intervals(&availability, now, week_after, UPCOMING_INTERVALS_MAX)
+        .into_iter()
+        .map(|(from, until)| wm::OpenInterval {
+            from: timestamp(from.unix_micros()),
+            until: timestamp(until.unix_micros()),
+        })
+        .collect();
     wm::AvailabilityView {
         provider_id,
         open_now: market::available_at(&availability, now),
         availability,
+        upcoming,
     }
 }
 

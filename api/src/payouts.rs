@@ -455,11 +455,32 @@ pub async fn history(
             history.push(view);
         }
     }
+    let next_payout = gpunex_app::payout_run::next_payout(
+        &state.store,
+        &state.credentials,
+        &state.payouts.policy,
+        provider_id,
+        state.clock.now(),
+    )
+    .await?
+    .map(|next| wp::NextPayoutView {
+        date: next.date.to_string(),
+        cutoff: timestamp(next.cutoff.unix_micros()),
+        schedule: next.schedule,
+        rail: next.rail,
+        minimum_micro_usdc: next.minimum.micros(),
+        minimum_usdc: next.minimum.to_string(),
+        available_micro_usdc: next.available.micros(),
+        available_usdc: next.available.to_string(),
+        amount_micro_usdc: next.amount.map(|a| a.paid.micros()),
+        amount_usdc: next.amount.map(|a| a.paid.to_string()),
+    });
     Ok(Json(wp::PayoutHistory {
         provider_id,
         balance_micro_usdc: balance,
         in_flight_micro_usdc: sums.in_flight(),
         paid_micro_usdc: sums.confirmed,
+        next_payout,
         pending,
         history,
     }))

@@ -535,3 +535,78 @@ pub async fn run_scheduler(
         }
     }
 }
+
+/// How far ahead [`next_payout`] looks for a payout date, in days (a month's first business day
+/// is always within this).
+const NEXT_PAYOUT_DAYS_MAX: u64 = 40;
+
+/// A provider's next payout as it stands now: the date its schedule pays next (today, while the
+/// date's batch has not run), the cutoff, and what the provider could be paid at that cutoff
+/// from the lines stored so far. Earnings dated before a cutoff still in the future can add to
+/// it; a batch pays what is available when it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextPayout {
+    pub date: NaiveDate,
+    pub cutoff: Timestamp,
+    pub schedule: gpunex_domain::payouts::Schedule,
+    pub rail: gpunex_domain::payouts::Rail,
+    pub minimum: Usdc,
+    /// Earned before the cutoff and not yet paid, plus what is brought forward.
+    pub available: Usdc,
+    /// What would be sent if the batch ran now (`None`: below the minimum, it rolls forward).
+    pub amount: Option<gpunex_domain::payouts::PayoutAmount>,
+}
+
+/// The provider's [`NextPayout`] (`None` without payout settings).
+pub async fn next_payout(
+    store: &Store,
+    credentials: &ReadModels,
+    policy: &PayoutPolicy,
+    provider_id: Uuid,
+    now: Timestamp,
+) -> Result<Option<NextPayout>, AppError> {
+    let today = chrono::DateTime::from_timestamp_micros(now.unix_micros())
+        .map(|t| t.date_naive())
+        .unwrap_or_default();
+    let found = credentials.with_earnings(|e| {
+        let settings = e.payout_settings(provider_id)?.clone();
+        let date = (0..NEXT_PAYOUT_DAYS_MAX)
+            .map(|offset| today + chrono::Days::new(offset))
+            .find(|date| {
+                policy.is_payout_date(settings.schedule, *date)
+                    && (*date > today || e.payouts().batch_on(*date).is_none())
+            })?;
+        Some((settings, date, e.position(), e.settled_through(provider_id)))
+    });
+    let Some((settings, date, as_of, settled_through)) = found else {
+        return Ok(None);
+    };
+    store.earnings_reached(as_of).await?;
+    let cutoff = policy.cutoff(date);
+    let settled = store.earnings_through(provider_id, settled_through).await?;
+    let (before_cutoff, position) = store.earnings_before(provider_id, cutoff, as_of).await?;
+    let range = StoredRange {
+        settled_through,
+        settled,
+        before_cutoff,
+        before_cutoff_position: position,
+    };
+    let payable = credentials.with_earnings(|e| e.payable(provider_id, &range));
+    let minimum = policy.minimum(settings.schedule);
+    let rail = settings.method.rail();
+    let amount = rules::plan(payable.available, minimum, rail).map_err(|error| {
+        AppError::Store(gpunex_store::StoreError::CorruptRow {
+            position: as_of,
+            reason: format!("a provider's payable balance is out of range: {error}"),
+        })
+    })?;
+    Ok(Some(NextPayout {
+        date,
+        cutoff,
+        schedule: settings.schedule,
+        rail,
+        minimum,
+        available: payable.available,
+        amount,
+    }))
+}

@@ -252,6 +252,30 @@ pub fn next_availability_change(availability: &Availability, now: Timestamp) -> 
     })
 }
 
+/// The intervals `[from, until)` within `[start, end)` in which the schedule lists GPUs, as
+/// instants: each real boundary found by [`next_availability_change`], so a window across a
+/// daylight-saving change is as long in real time as the wall clock makes it. Always on (or a
+/// schedule open every minute) is one interval; at most `intervals_max` are answered.
+pub fn open_intervals(
+    availability: &Availability,
+    start: Timestamp,
+    end: Timestamp,
+    intervals_max: usize,
+) -> Vec<(Timestamp, Timestamp)> {
+    let mut intervals = Vec::new();
+    let mut at = start;
+    let mut open = available_at(availability, start);
+    while at < end && intervals.len() < intervals_max {
+        let change = next_availability_change(availability, at).map_or(end, |t| t.min(end));
+        if open {
+            intervals.push((at, change));
+        }
+        at = change;
+        open = !open;
+    }
+    intervals
+}
+
 fn local_weekday_minute(zone: chrono_tz::Tz, t: Timestamp) -> (Weekday, u16) {
     use chrono::{Datelike, Timelike};
     let utc = chrono::DateTime::from_timestamp_micros(t.unix_micros()).unwrap_or_default();
@@ -818,6 +842,49 @@ mod tests {
             assert_eq!(next, scan, "from {t:?}");
             t = next;
         }
+    }
+
+    #[test]
+    fn open_intervals_follow_the_wall_clock_across_daylight_saving() {
+        use Weekday::*;
+        let s = weekly(
+            "Europe/Madrid",
+            &[(Saturday, 480, 1440), (Sunday, 0, 360), (Monday, 480, 1200)],
+        );
+        // Saturday 08:00 CET to Sunday 06:00 CEST is 21 real hours (the night loses one);
+        // Monday 08:00-20:00 CEST.
+        assert_eq!(
+            open_intervals(
+                &s,
+                utc("2026-03-27T00:00:00Z"),
+                utc("2026-04-01T00:00:00Z"),
+                10
+            ),
+            vec![
+                (utc("2026-03-28T07:00:00Z"), utc("2026-03-29T04:00:00Z")),
+                (utc("2026-03-30T06:00:00Z"), utc("2026-03-30T18:00:00Z")),
+            ]
+        );
+        // Starting inside a window, the first interval starts at the start asked for; the
+        // bound cuts the answer.
+        assert_eq!(
+            open_intervals(
+                &s,
+                utc("2026-03-28T10:00:00Z"),
+                utc("2026-04-01T00:00:00Z"),
+                1
+            ),
+            vec![(utc("2026-03-28T10:00:00Z"), utc("2026-03-29T04:00:00Z"))]
+        );
+        assert_eq!(
+            open_intervals(
+                &Availability::AlwaysOn,
+                utc("2026-03-27T00:00:00Z"),
+                utc("2026-04-01T00:00:00Z"),
+                10
+            ),
+            vec![(utc("2026-03-27T00:00:00Z"), utc("2026-04-01T00:00:00Z"))]
+        );
     }
 
     #[test]

@@ -367,6 +367,20 @@ async fn prices_schedules_and_maintenance_decide_what_is_listed(db: &TestDb) {
     .await;
     assert_eq!(status, StatusCode::OK, "{view}");
     assert_eq!(view["open_now"], false);
+    // Over the next 7 days it lists from tomorrow's midnight until today's next week (UTC).
+    let midnight = chrono::Utc::now()
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .unwrap()
+        .and_utc();
+    let instant = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    assert_eq!(
+        view["upcoming"],
+        json!([{
+            "from": instant(midnight + chrono::Days::new(1)),
+            "until": instant(midnight + chrono::Days::new(7)),
+        }])
+    );
     assert!(!uuids(&search(&base, "").await).contains(&h.gpus[0]));
     assert_eq!(
         provider_listings(&base, &h).await["gpus"][0]["hidden"],
@@ -375,6 +389,15 @@ async fn prices_schedules_and_maintenance_decide_what_is_listed(db: &TestDb) {
     let (_, view) = call(&base, "POST", &path, Some(&h.token),
         Some(json!({"availability": {"kind": "weekly", "time_zone": "UTC", "windows": [{"day": today, "start_minute": 0, "end_minute": 1440}]}}))).await;
     assert_eq!(view["open_now"], true);
+    assert_eq!(view["upcoming"].as_array().unwrap().len(), 2, "{view}");
+    assert_eq!(
+        view["upcoming"][0]["until"],
+        json!(instant(midnight + chrono::Days::new(1)))
+    );
+    assert_eq!(
+        view["upcoming"][1]["from"],
+        json!(instant(midnight + chrono::Days::new(7)))
+    );
     assert!(uuids(&search(&base, "").await).contains(&h.gpus[0]));
 
     // Maintenance now, on this machine: hidden; cancelled: back.
@@ -1315,6 +1338,78 @@ async fn agents_run_jobs_and_report_how_they_end(db: &TestDb) {
         .collect();
     assert_eq!(shares.iter().sum::<i64>(), 945);
     assert!(shares.contains(&473) && shares.contains(&472), "{shares:?}");
+    // Per day and per GPU (the console's chart): the same split, day by day. Yesterday and today
+    // in the provider's zone (UTC here), so a run across midnight still sees every line.
+    let today = chrono::Utc::now().date_naive();
+    let yesterday = today.pred_opt().unwrap();
+    let (status, daily) = call(
+        &base,
+        "GET",
+        &format!("{earnings_path}/daily?from={yesterday}&to={today}&by=gpu"),
+        Some(&h.token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{daily}");
+    let mut by_gpu: std::collections::BTreeMap<String, i64> = Default::default();
+    for day in daily["days"].as_array().unwrap() {
+        let split: i64 = day["per_gpu"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                *by_gpu
+                    .entry(g["gpu_uuid"].as_str().unwrap().to_owned())
+                    .or_default() += g["totals"]["net_micro_usdc"].as_i64().unwrap();
+                g["totals"]["net_micro_usdc"].as_i64().unwrap()
+            })
+            .sum();
+        assert_eq!(
+            Some(split),
+            day["totals"]["net_micro_usdc"].as_i64(),
+            "{day}"
+        );
+    }
+    let mut daily_shares: Vec<i64> = by_gpu.into_values().collect();
+    let mut month_shares = shares.clone();
+    daily_shares.sort_unstable();
+    month_shares.sort_unstable();
+    assert_eq!(daily_shares, month_shares);
+    let (status, plain) = call(
+        &base,
+        "GET",
+        &format!("{earnings_path}/daily?from={yesterday}&to={today}"),
+        Some(&h.token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(plain["days"][0].get("per_gpu").is_none(), "{plain}");
+    for (query, code) in [
+        (
+            format!("from={yesterday}&to={today}&by=model"),
+            "invalid_value",
+        ),
+        (
+            "from=2026-01-01&to=2026-06-30&by=gpu".to_owned(),
+            "invalid_range",
+        ),
+    ] {
+        let (status, problem) = call(
+            &base,
+            "GET",
+            &format!("{earnings_path}/daily?{query}"),
+            Some(&h.token),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {problem}");
+        assert_eq!(
+            problem["errors"][0]["code"].as_str(),
+            Some(code),
+            "{problem}"
+        );
+    }
     for (query, token, status, code) in [
         (
             "?tz=Mars/Olympus",

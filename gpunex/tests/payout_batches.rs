@@ -320,6 +320,34 @@ async fn batches_pay_what_is_due_once_and_prove_it(db: &TestDb) {
     assert_eq!(history["balance_micro_usdc"], 24_000_000);
     assert_eq!(history["in_flight_micro_usdc"], 25_123_200);
     assert_eq!(history["pending"][0]["payout_id"], paid_sol["payout_id"]);
+    // The next payout as it stands: the next Monday (the server's clock is the wall clock),
+    // what the lines after this batch's make available, at or above the weekly minimum.
+    let today = chrono::Utc::now().date_naive();
+    let monday = (0..7)
+        .map(|d| today + chrono::Days::new(d))
+        .find(|d| chrono::Datelike::weekday(d) == chrono::Weekday::Mon)
+        .unwrap();
+    let next = &history["next_payout"];
+    assert_eq!(next["date"], json!(monday.to_string()), "{next}");
+    assert_eq!(next["schedule"], "weekly");
+    assert_eq!(next["rail"], "solana");
+    assert_eq!(next["minimum_micro_usdc"], 20_000_000);
+    assert_eq!(next["available_micro_usdc"], 24_000_000);
+    assert_eq!(next["amount_usdc"], "24.000000");
+    // Below the minimum, it would roll forward: no amount.
+    let (_, _, low_history) = common::request(
+        &base,
+        "GET",
+        &format!("/v1/providers/{low}/payouts"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(
+        low_history["next_payout"]["available_micro_usdc"],
+        19_999_200
+    );
+    assert_eq!(low_history["next_payout"]["amount_micro_usdc"], json!(null));
     let (status, _, _) = common::request(
         &base,
         "GET",

@@ -65,6 +65,9 @@ pub struct Day {
     pub from: String,
     pub until: String,
     pub totals: Totals,
+    /// With `by=gpu`: the day per GPU (GPUs with no line that day are absent); else absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_gpu: Option<Vec<GpuEarnings>>,
 }
 
 /// `GET /v1/providers/{id}/earnings/daily?from=&to=&tz=`

@@ -61,6 +61,17 @@ pub struct AvailabilityView {
     pub availability: Availability,
     /// Whether the schedule lists GPUs right now.
     pub open_now: bool,
+    /// When the schedule lists GPUs over the next 7 days, as instants (RFC 3339, UTC), each
+    /// boundary where the provider's wall clock puts it: across a daylight-saving change a
+    /// window is as long in real time as the local clock makes it. Always on is one interval.
+    pub upcoming: Vec<OpenInterval>,
+}
+
+/// `[from, until)`: the schedule lists GPUs in between.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OpenInterval {
+    pub from: String,
+    pub until: String,
 }
 
 /// `POST /v1/providers/{id}/maintenance`

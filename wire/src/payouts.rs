@@ -145,8 +145,32 @@ pub struct PayoutHistory {
     /// Scheduled or submitted.
     pub in_flight_micro_usdc: i64,
     pub paid_micro_usdc: i64,
+    /// The next payout as it stands now (`null` without payout settings).
+    pub next_payout: Option<NextPayoutView>,
     pub pending: Vec<PayoutView>,
     pub history: Vec<PayoutView>,
+}
+
+/// The date the provider's schedule pays next (today while today's batch has not run) and what
+/// the lines stored so far make available at its cutoff. Earnings dated before a cutoff still in
+/// the future can add to it; the batch pays what is available when it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NextPayoutView {
+    /// `YYYY-MM-DD`.
+    pub date: String,
+    /// Earnings dated before this instant are paid on `date`.
+    pub cutoff: String,
+    pub schedule: Schedule,
+    pub rail: Rail,
+    pub minimum_micro_usdc: i64,
+    pub minimum_usdc: String,
+    /// Earned before the cutoff and not yet paid, plus what is brought forward.
+    pub available_micro_usdc: i64,
+    pub available_usdc: String,
+    /// What would be sent if the batch ran now (bank transfers in whole cents); `null` below the
+    /// minimum, when the balance rolls forward.
+    pub amount_micro_usdc: Option<i64>,
+    pub amount_usdc: Option<String>,
 }
 
 /// One earnings line a payout settled.
