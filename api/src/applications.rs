@@ -64,6 +64,36 @@ pub fn view(application: &Application, now: Timestamp) -> wire::ApplicationView 
                 onboarding::GpuModelChoice::Catalog(_) => None,
             })
             .collect(),
+        steps: None,
+    }
+}
+
+/// An application event as a step its applicant and reviewers read (reviewers' ids left out).
+fn step_view(event: &onboarding::ApplicationEvent) -> wire::ApplicationStep {
+    use onboarding::ApplicationEvent as E;
+    let (at, kind, text, tier) = match event {
+        E::Submitted(e) => (e.submitted_at, "submitted", None, None),
+        E::InformationRequested(e) => (
+            e.requested_at,
+            "information_requested",
+            Some(e.message.clone()),
+            None,
+        ),
+        E::InformationProvided(e) => (
+            e.provided_at,
+            "information_provided",
+            Some(e.answer.clone()),
+            None,
+        ),
+        E::Approved(e) => (e.decided_at, "approved", None, Some(snake(e.tier))),
+        E::Rejected(e) => (e.decided_at, "rejected", Some(e.reason.clone()), None),
+        E::Withdrawn(e) => (e.withdrawn_at, "withdrawn", None, None),
+    };
+    wire::ApplicationStep {
+        at: timestamp(at.unix_micros()),
+        kind: kind.to_owned(),
+        text,
+        tier,
     }
 }
 
@@ -177,8 +207,8 @@ pub async fn submit(
     path = "/v1/applications/{id}",
     operation_id = "applications_read",
     tag = "applications",
-    summary = "one application",
-    responses((status = 200, description = "one application", body = wire::ApplicationView)),
+    summary = "one application, with its steps (the reviewers' questions, the answers, the decision)",
+    responses((status = 200, description = "one application, with its steps", body = wire::ApplicationView)),
 )]
 pub async fn read(
     State(state): State<AppState>,
@@ -190,7 +220,11 @@ pub async fn read(
         .application(&id)
         .ok_or(ApiError::NotFound("application"))?;
     visible(&caller, &application)?;
-    Ok(Json(view(&application, state.clock.now())))
+    let steps = gpunex_app::applications::events(&state.store, id).await?;
+    Ok(Json(wire::ApplicationView {
+        steps: Some(steps.iter().map(step_view).collect()),
+        ..view(&application, state.clock.now())
+    }))
 }
 
 /// `GET /v1/applications?status=&overdue=true&after=&limit=`: reviewers, oldest first. A

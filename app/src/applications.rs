@@ -51,6 +51,35 @@ pub async fn load(store: &Store, id: Uuid) -> Result<(Option<Application>, u64),
     Ok((application, version))
 }
 
+/// Every event of the application `id`, oldest first: its conversation (the reviewers'
+/// questions, the answers, the decision) as the applicant and reviewers read it.
+pub async fn events(
+    store: &Store,
+    id: Uuid,
+) -> Result<Vec<onboarding::ApplicationEvent>, AppError> {
+    let stream = stream_of(id);
+    let mut events = Vec::new();
+    let mut version = 0;
+    loop {
+        let page = store
+            .read_stream(&stream, version, READ_BATCH_EVENTS_MAX)
+            .await?;
+        let Some(last) = page.last().map(|e| e.stream_version) else {
+            return Ok(events);
+        };
+        for recorded in &page {
+            let event = recorded.decode().map_err(|e| StoreError::CorruptRow {
+                position: recorded.position,
+                reason: e.to_string(),
+            })?;
+            if let DomainEvent::Application(event) = event {
+                events.push(event);
+            }
+        }
+        version = last;
+    }
+}
+
 /// Decides `command` for the application `id` and appends what it decides; answers the
 /// application after its new events (folded from the decision itself, not read back).
 pub async fn execute(

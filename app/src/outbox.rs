@@ -99,6 +99,12 @@ pub fn notification(
             ),
             format!(
                 "Welcome to GPUnex. Your provider id is {provider}.\n\n\
+                 In the console, sign in and open your application to take your provider token;\n\
+                 the Panel de proveedor then shows your machines, with the install steps and an\n\
+                 agent token for each:\n\n\
+                 \x20  {url}/console/applications/{application}\n\
+                 \x20  {url}/console/provider/{provider}/machines\n\n\
+                 Or, with the API:\n\n\
                  1. Claim your provider token. It is shown once: keep it safe. Sign in, then claim it\n\
                  with your session token:\n\n\
                  \x20  curl -X POST {url}/v1/sessions -H 'Content-Type: application/json' -d '{{\"email\": \"{email}\", \"password\": \"...\"}}'\n\

@@ -165,6 +165,37 @@ async fn apply_review_and_approve(db: &TestDb) {
         StatusCode::CONFLICT
     );
 
+    // The applicant reads the conversation: the question, the answer, the decision.
+    let (status, read) = call(&app, "GET", &format!("/v1/applications/{id}"), &ada, None).await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    let steps: Vec<(&str, Option<&str>)> = read["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["kind"].as_str().unwrap(),
+                s["text"].as_str().or(s["tier"].as_str()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("submitted", None),
+            ("information_requested", Some("Is a UPS planned?")),
+            ("information_provided", Some("Not yet: Community is fine.")),
+            ("approved", Some("community")),
+        ]
+    );
+    assert!(
+        !read.to_string().contains("reviewer"),
+        "no reviewer's id reaches the applicant: {read}"
+    );
+    // A list answers no steps (each application's read does).
+    let (_, list) = call(&app, "GET", "/v1/applications", &ada, None).await;
+    assert!(list["applications"][0].get("steps").is_none());
+
     // The Roles page now lists the provider the person holds.
     let (_, me) = call(&app, "GET", "/v1/me", &ada, None).await;
     let provider_role = format!("provider:{}", approved["provider_id"].as_str().unwrap());

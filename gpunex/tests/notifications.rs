@@ -124,6 +124,8 @@ async fn each_notification_is_delivered_exactly_once_across_restarts(db: &TestDb
         "install.sh --server https://gpunex.example",
         "docker ps | grep gpunex-agent",
         "/machines",
+        "https://gpunex.example/console/applications/",
+        "https://gpunex.example/console/provider/",
     ] {
         assert!(
             approval.contains(step),

@@ -269,6 +269,19 @@ pub struct Me {
     pub apply_as_provider: String,
 }
 
+/// One step of an application's life, as its applicant and reviewers read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApplicationStep {
+    pub at: String,
+    /// `submitted`, `information_requested`, `information_provided`, `approved`, `rejected` or
+    /// `withdrawn`.
+    pub kind: String,
+    /// The reviewer's question, the applicant's answer, or the reason of a rejection.
+    pub text: Option<String>,
+    /// The tier an approval granted.
+    pub tier: Option<String>,
+}
+
 /// A provider application as its applicant and reviewers see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApplicationView {
@@ -290,6 +303,9 @@ pub struct ApplicationView {
     /// GPU entries whose model is not in the catalog (nor one of its aliases): flagged to the
     /// applicant and the reviewer.
     pub unlisted_models: Vec<UnlistedModel>,
+    /// The application's life, oldest first: only `GET /v1/applications/{id}` answers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<ApplicationStep>>,
 }
 
 /// A GPU entry naming a model the catalog does not know.
