@@ -414,7 +414,7 @@ async fn change_listing(
     let snapshot = state.listings.current();
     snapshot
         .status(&gpu_uuid)
-        .map(|s| Json(provider_listing(s)))
+        .map(|s| Json(provider_listing(&snapshot, s)))
         .ok_or(ApiError::NotFound("gpu"))
 }
 
@@ -509,13 +509,20 @@ fn listing_view(listing: &Listing) -> wm::ListingView {
     }
 }
 
-fn provider_listing(status: &gpunex_projections::market::GpuStatus) -> wm::ProviderListing {
+fn provider_listing(
+    snapshot: &gpunex_projections::market::ListingSnapshot,
+    status: &gpunex_projections::market::GpuStatus,
+) -> wm::ProviderListing {
+    let place = snapshot.place_in_model(&status.gpu_uuid);
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     wm::ProviderListing {
         gpu_uuid: status.gpu_uuid.to_string(),
         machine_id: status.machine_id,
         listed: status.hidden.is_empty(),
         hidden: status.hidden.clone(),
         rank: status.rank.as_ref().map(rank_view),
+        search_place: place.map(|(at, _)| count(at)),
+        model_listed: place.map(|(_, of)| count(of)),
     }
 }
 
@@ -803,7 +810,7 @@ pub async fn provider_listings(
         gpus: gpus
             .iter()
             .filter_map(|uuid| snapshot.status(uuid))
-            .map(provider_listing)
+            .map(|status| provider_listing(&snapshot, status))
             .collect(),
     }))
 }

@@ -604,6 +604,20 @@ async fn search_filters_sorts_pages_and_ranks(db: &TestDb) {
     assert_eq!(ppd["listings"][0]["tflops_per_usdc_hour"], "494.500");
     assert_eq!(ppd["listings"][6]["provider_id"], json!(b.provider));
 
+    // Each provider sees where its GPUs stand in a search for their model (rank order).
+    let h100 = uuids(&search(&base, "?model=h100-80gb").await);
+    for host in [&a, &b] {
+        for gpu in provider_listings(&base, host).await["gpus"]
+            .as_array()
+            .unwrap()
+        {
+            let uuid = gpu["gpu_uuid"].as_str().unwrap();
+            let place = h100.iter().position(|u| u == uuid).unwrap() + 1;
+            assert_eq!(gpu["search_place"], json!(place), "{gpu}");
+            assert_eq!(gpu["model_listed"], json!(h100.len()));
+        }
+    }
+
     // Filters.
     assert_eq!(uuids(&search(&base, "?model=l40s").await).len(), 2);
     assert_eq!(

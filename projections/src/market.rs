@@ -781,6 +781,23 @@ impl ListingSnapshot {
             .map(|i| &self.listings[i])
     }
 
+    /// Where a listed GPU stands in a search for its model in the default order (rank): its
+    /// 1-based place and how many GPUs of the model are listed. `None` when it is not listed.
+    pub fn place_in_model(&self, gpu_uuid: &str) -> Option<(usize, usize)> {
+        let index = self
+            .listings
+            .binary_search_by(|l| (*l.gpu_uuid).cmp(gpu_uuid))
+            .ok()?;
+        let listing = &self.listings[index];
+        let order = self
+            .orders
+            .get(&(Some(listing.model_id.to_string()), SortBy::Rank.into()))?;
+        let sort_key = |i: u32| (SortBy::Rank.key(&self.listings[i as usize]), i);
+        let own = sort_key(u32::try_from(index).ok()?);
+        let before = order.partition_point(|&i| sort_key(i) < own);
+        Some((before + 1, order.len()))
+    }
+
     /// One page of listings matching `filter`, in `sort` order, after the cursor `after`
     /// (the sort key and GPU UUID of the last listing of the previous page). Returns the page and
     /// whether more may follow.

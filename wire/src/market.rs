@@ -171,6 +171,11 @@ pub struct ProviderListing {
     pub listed: bool,
     pub hidden: Vec<Hidden>,
     pub rank: Option<RankView>,
+    /// Where a listed GPU appears in a search for its model in the default order (1 is first);
+    /// `null` when not listed.
+    pub search_place: Option<u32>,
+    /// How many GPUs of its model are listed (with `search_place`).
+    pub model_listed: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
