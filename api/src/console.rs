@@ -14,8 +14,104 @@ use axum::routing::get;
 use crate::error::ApiError;
 
 const SHELL: &str = include_str!("../../console/index.html");
-const SCRIPT: &str = include_str!("../../console/assets/console.js");
-const STYLE: &str = include_str!("../../console/assets/console.css");
+
+/// Every file under `/assets/`: its path there, its content type and its text. The modules
+/// import each other by these paths.
+pub const ASSETS: &[(&str, &str, &str)] = &[
+    (
+        "console.js",
+        JS,
+        include_str!("../../console/assets/console.js"),
+    ),
+    (
+        "console.css",
+        CSS,
+        include_str!("../../console/assets/console.css"),
+    ),
+    (
+        "lib/api.js",
+        JS,
+        include_str!("../../console/assets/lib/api.js"),
+    ),
+    (
+        "lib/dom.js",
+        JS,
+        include_str!("../../console/assets/lib/dom.js"),
+    ),
+    (
+        "lib/format.js",
+        JS,
+        include_str!("../../console/assets/lib/format.js"),
+    ),
+    (
+        "lib/chart.js",
+        JS,
+        include_str!("../../console/assets/lib/chart.js"),
+    ),
+    (
+        "lib/i18n.js",
+        JS,
+        include_str!("../../console/assets/lib/i18n.js"),
+    ),
+    (
+        "lib/schedule.js",
+        JS,
+        include_str!("../../console/assets/lib/schedule.js"),
+    ),
+    (
+        "pages/account.js",
+        JS,
+        include_str!("../../console/assets/pages/account.js"),
+    ),
+    (
+        "pages/apply.js",
+        JS,
+        include_str!("../../console/assets/pages/apply.js"),
+    ),
+    (
+        "pages/review.js",
+        JS,
+        include_str!("../../console/assets/pages/review.js"),
+    ),
+    (
+        "pages/provider.js",
+        JS,
+        include_str!("../../console/assets/pages/provider.js"),
+    ),
+    (
+        "pages/machines.js",
+        JS,
+        include_str!("../../console/assets/pages/machines.js"),
+    ),
+    (
+        "pages/prices.js",
+        JS,
+        include_str!("../../console/assets/pages/prices.js"),
+    ),
+    (
+        "pages/earnings.js",
+        JS,
+        include_str!("../../console/assets/pages/earnings.js"),
+    ),
+    (
+        "pages/payouts.js",
+        JS,
+        include_str!("../../console/assets/pages/payouts.js"),
+    ),
+    (
+        "pages/finance.js",
+        JS,
+        include_str!("../../console/assets/pages/finance.js"),
+    ),
+    (
+        "pages/market.js",
+        JS,
+        include_str!("../../console/assets/pages/market.js"),
+    ),
+];
+
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
 
 /// The languages the console speaks, with their catalogs; the first is the default.
 pub const CATALOGS: [(&str, &str); 2] = [
@@ -35,15 +131,18 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/", get(shell))
         .route("/console", get(shell))
         .route("/console/{*page}", get(shell))
-        .route(
-            "/assets/console.js",
-            get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
-        )
-        .route(
-            "/assets/console.css",
-            get(|| async { asset("text/css; charset=utf-8", STYLE) }),
-        )
         .route("/assets/i18n/{file}", get(catalog))
+        .route("/assets/{*file}", get(file))
+}
+
+async fn file(
+    crate::params::Path(path): crate::params::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match ASSETS.iter().find(|(name, _, _)| *name == path) {
+        Some((name, content_type, body)) => asset(name, content_type, body, &headers),
+        None => ApiError::NoRoute.into_response(),
+    }
 }
 
 fn secured(mut response: Response) -> Response {
@@ -65,8 +164,46 @@ fn secured(mut response: Response) -> Response {
     response
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    secured(([(header::CONTENT_TYPE, content_type)], body).into_response())
+/// A file with its validator: the browser revalidates (`no-cache`) and, while the binary is the
+/// same, is answered `304 Not Modified` without the body.
+fn asset(
+    name: &str,
+    content_type: &'static str,
+    body: &'static str,
+    headers: &HeaderMap,
+) -> Response {
+    let tag = etag(name, body);
+    let unchanged = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.split(',').any(|t| t.trim() == tag));
+    let mut response = if unchanged {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, content_type)], body).into_response()
+    };
+    if let Ok(value) = HeaderValue::from_str(&tag) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    secured(response)
+}
+
+/// A strong validator of an embedded file: its SHA-256, computed once per file.
+fn etag(name: &str, body: &str) -> String {
+    use sha2::{Digest, Sha256};
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static TAGS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+    let tags = TAGS.get_or_init(Default::default);
+    let mut tags = tags.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    tags.entry(name.to_owned())
+        .or_insert_with(|| {
+            format!(
+                "\"{}\"",
+                &hex::encode(Sha256::digest(body.as_bytes()))[..32]
+            )
+        })
+        .clone()
 }
 
 async fn shell(headers: HeaderMap) -> Response {
@@ -87,12 +224,15 @@ async fn shell(headers: HeaderMap) -> Response {
     response
 }
 
-async fn catalog(crate::params::Path(file): crate::params::Path<String>) -> Response {
+async fn catalog(
+    crate::params::Path(file): crate::params::Path<String>,
+    headers: HeaderMap,
+) -> Response {
     match CATALOGS
         .iter()
         .find(|(lang, _)| file.strip_suffix(".json") == Some(lang))
     {
-        Some((_, body)) => asset("application/json", body),
+        Some((lang, body)) => asset(lang, "application/json", body, &headers),
         None => ApiError::NoRoute.into_response(),
     }
 }
@@ -231,17 +371,19 @@ mod tests {
             assert_eq!(keys(catalog), spanish, "{lang} has other keys than es");
         }
         let mut used = BTreeSet::new();
-        for (at, call) in SCRIPT.match_indices("t(\"") {
-            // `t(` itself, not the end of another name (`split(":")`).
-            if SCRIPT[..at]
-                .chars()
-                .next_back()
-                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
-            {
-                continue;
-            }
-            if let Some(key) = SCRIPT[at + call.len()..].split('"').next() {
-                used.insert(key.to_owned());
+        for (_, _, script) in ASSETS.iter().filter(|(_, kind, _)| *kind == JS) {
+            for (at, call) in script.match_indices("t(\"") {
+                // `t(` itself, not the end of another name (`split(":")`).
+                if script[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+                {
+                    continue;
+                }
+                if let Some(key) = script[at + call.len()..].split('"').next() {
+                    used.insert(key.to_owned());
+                }
             }
         }
         assert!(used.len() > 10, "{used:?}");

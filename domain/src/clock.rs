@@ -59,9 +59,59 @@ impl Clock for ManualClock {
     }
 }
 
+/// Another clock moved ahead by an offset that only grows: time flows as the inner clock's,
+/// and `advance_seconds` jumps it forward. Debug builds of `gpunex serve` use it for the browser
+/// suite (`GPUNEX_TEST_CLOCK_STEP_DAYS`), which must reach a payout date after usage it made.
+#[derive(Debug)]
+pub struct OffsetClock {
+    inner: SharedClock,
+    offset_micros: AtomicI64,
+}
+
+impl OffsetClock {
+    pub fn over(inner: SharedClock) -> Arc<OffsetClock> {
+        Arc::new(OffsetClock {
+            inner,
+            offset_micros: AtomicI64::new(0),
+        })
+    }
+
+    /// Moves the clock forward by whole seconds (never back); answers the new instant.
+    pub fn advance_seconds(&self, seconds: i64) -> Timestamp {
+        let step = seconds
+            .max(0)
+            .saturating_mul(crate::time::MICROS_PER_SECOND);
+        self.offset_micros.fetch_add(step, Ordering::SeqCst);
+        self.now()
+    }
+}
+
+impl Clock for OffsetClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_unix_micros(
+            self.inner
+                .now()
+                .unix_micros()
+                .saturating_add(self.offset_micros.load(Ordering::SeqCst)),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_offset_clock_flows_with_its_inner_clock_and_jumps_ahead() {
+        let inner = ManualClock::starting_at(Timestamp::from_unix_micros(1_000));
+        let clock = OffsetClock::over(inner.clone());
+        assert_eq!(clock.now().unix_micros(), 1_000);
+        inner.advance_micros(5);
+        assert_eq!(clock.now().unix_micros(), 1_005);
+        assert_eq!(clock.advance_seconds(2).unix_micros(), 2_001_005);
+        clock.advance_seconds(-9);
+        assert_eq!(clock.now().unix_micros(), 2_001_005, "never back");
+    }
 
     #[test]
     fn a_manual_clock_moves_only_when_told() {

@@ -90,10 +90,40 @@ pub struct GpuEntryInput {
     pub model: String,
     pub quantity: u32,
     pub system_ram_gb: u32,
-    pub upload_gbps: Decimal,
-    pub download_gbps: Decimal,
+    #[cfg_attr(feature = "schema", schema(value_type = String))]
+    pub upload_gbps: GbpsInput,
+    #[cfg_attr(feature = "schema", schema(value_type = String))]
+    pub download_gbps: GbpsInput,
     pub availability: Availability,
     pub location: LocationInput,
+}
+
+/// A speed in Gbps as a form sends it: a decimal string (`"2.5"`) or a JSON number (`2.5`),
+/// kept as written so that text which is no number (an empty field) is reported with the
+/// form's other field errors rather than stopping the whole body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct GbpsInput(pub String);
+
+impl<'de> Deserialize<'de> for GbpsInput {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Text(String),
+            Number(serde_json::Number),
+        }
+        Ok(GbpsInput(match Written::deserialize(deserializer)? {
+            Written::Text(text) => text,
+            Written::Number(number) => number.to_string(),
+        }))
+    }
+}
+
+impl From<Decimal> for GbpsInput {
+    fn from(gbps: Decimal) -> Self {
+        GbpsInput(gbps.to_string())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -359,8 +389,8 @@ fn validate_entry(
             format!("from 1 to {SYSTEM_RAM_GB_MAX} GB"),
         ));
     }
-    let upload_mbps = speed(errors, &format!("{at}/upload_gbps"), entry.upload_gbps);
-    let download_mbps = speed(errors, &format!("{at}/download_gbps"), entry.download_gbps);
+    let upload_mbps = speed(errors, &format!("{at}/upload_gbps"), &entry.upload_gbps);
+    let download_mbps = speed(errors, &format!("{at}/download_gbps"), &entry.download_gbps);
     validate_availability(errors, &format!("{at}/availability"), &entry.availability);
     let location = Location {
         city: bounded(
@@ -403,7 +433,15 @@ fn validate_entry(
 }
 
 /// Gbps to whole Mbps: positive, at most three decimals (no rounding), at most 400 Gbps.
-fn speed(errors: &mut Vec<FieldError>, field: &str, gbps: Decimal) -> u32 {
+fn speed(errors: &mut Vec<FieldError>, field: &str, gbps: &GbpsInput) -> u32 {
+    let Ok(gbps) = gbps.0.trim().parse::<Decimal>() else {
+        errors.push(error(
+            field,
+            ErrorCode::InvalidValue,
+            "a speed in Gbps, such as 1 or 2.5".to_owned(),
+        ));
+        return 0;
+    };
     let mbps = gbps.checked_mul(Decimal::from(1_000));
     match mbps {
         Some(mbps) if mbps.fract().is_zero() && mbps > Decimal::ZERO => match u32::try_from(mbps) {
@@ -1163,6 +1201,37 @@ mod tests {
     }
 
     #[test]
+    fn a_speed_that_is_no_number_is_reported_with_the_other_fields() {
+        let mut bad: ApplicationInput = serde_json::from_value(json!({
+            "full_legal_name": "", "email": "ada@example.com", "ups_protected": false,
+            "commitment_months": 12,
+            "gpus": [{"model": "h100-80gb", "quantity": 1, "system_ram_gb": 64, "upload_gbps": "",
+                      "download_gbps": 2.5, "availability": {"kind": "always_on"},
+                      "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}}]
+        }))
+        .expect("a speed may be text or a number");
+        let errors = validate_application(&bad, &Catalog::BUILT_IN).unwrap_err();
+        let fields: Vec<(&str, &str)> = errors
+            .iter()
+            .map(|e| (e.field.as_str(), e.code.as_str()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("/full_legal_name", "required"),
+                ("/gpus/0/upload_gbps", "invalid_value")
+            ]
+        );
+        bad.full_legal_name = "Ada".to_owned();
+        bad.gpus[0].upload_gbps = GbpsInput(" 10 ".to_owned());
+        let form = validate_application(&bad, &Catalog::BUILT_IN).expect("valid");
+        assert_eq!(
+            (form.gpus[0].upload_mbps, form.gpus[0].download_mbps),
+            (10_000, 2_500)
+        );
+    }
+
+    #[test]
     fn every_invalid_field_is_reported_with_its_pointer() {
         let mut bad = input();
         bad.full_legal_name = "  ".to_owned();
@@ -1170,8 +1239,8 @@ mod tests {
         bad.commitment_months = 0;
         bad.gpus[0].quantity = 0;
         bad.gpus[0].system_ram_gb = SYSTEM_RAM_GB_MAX + 1;
-        bad.gpus[0].upload_gbps = Decimal::new(-1, 0);
-        bad.gpus[0].download_gbps = Decimal::new(12_345, 4); // 1.2345 Gbps: more than Mbps precision
+        bad.gpus[0].upload_gbps = Decimal::new(-1, 0).into();
+        bad.gpus[0].download_gbps = Decimal::new(12_345, 4).into(); // more than Mbps precision
         bad.gpus[0].location.country = "XX".to_owned();
         bad.gpus[0].availability = Availability::Weekly {
             time_zone: "Mars".to_owned(),

@@ -7,6 +7,11 @@ use gpunex_store::{Store, StoreOptions};
 
 /// Opens the configured store and applies migrations. Creates the SQLite file's directory.
 pub async fn open_store(database_url: &str) -> anyhow::Result<Store> {
+    open_store_with(database_url, StoreOptions::default()).await
+}
+
+/// [`open_store`] with other options (the server's clock, say).
+pub async fn open_store_with(database_url: &str, options: StoreOptions) -> anyhow::Result<Store> {
     if let Some(path) = database_url.strip_prefix("sqlite://") {
         let path = path.split('?').next().unwrap_or(path);
         if let Some(parent) = Path::new(path)
@@ -18,7 +23,7 @@ pub async fn open_store(database_url: &str) -> anyhow::Result<Store> {
             })?;
         }
     }
-    Store::open(database_url, &StoreOptions::default())
+    Store::open(database_url, &options)
         .await
         .with_context(|| format!("cannot open the database at {}", redact(database_url)))
 }

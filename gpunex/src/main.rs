@@ -69,7 +69,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 scheduler: !no_payout_scheduler,
                 solana: solana.rail()?,
             };
-            let store = cli::open_store(&cli.database_url).await?;
+            let store = gpunex::database::open_store_with(
+                &cli.database_url,
+                gpunex_store::StoreOptions {
+                    clock: server_clock()?,
+                    ..Default::default()
+                },
+            )
+            .await?;
             let notifications = match smtp_url {
                 _ if no_outbox => None,
                 Some(url) => Some(gpunex_app::outbox::Transport::Smtp(
@@ -368,4 +375,31 @@ async fn staff_role(
         }
     );
     Ok(())
+}
+
+/// The server's clock: the wall clock; in a debug build with `GPUNEX_TEST_CLOCK_STEP_DAYS=N`,
+/// the wall clock moved N days ahead at each `SIGUSR1`, so the browser suite reaches a payout
+/// date after the usage it metered instead of waiting for it. Release builds have no such
+/// switch: the variable is not even read.
+fn server_clock() -> anyhow::Result<gpunex_domain::clock::SharedClock> {
+    let wall: gpunex_domain::clock::SharedClock = std::sync::Arc::new(gpunex_store::SystemClock);
+    #[cfg(all(debug_assertions, unix))]
+    if let Ok(days) = std::env::var("GPUNEX_TEST_CLOCK_STEP_DAYS") {
+        let days: i64 = days
+            .parse()
+            .map_err(|_| anyhow::anyhow!("GPUNEX_TEST_CLOCK_STEP_DAYS is a number of days"))?;
+        let clock = gpunex_domain::clock::OffsetClock::over(wall);
+        let mut signals =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
+        let moved = clock.clone();
+        tokio::spawn(async move {
+            while signals.recv().await.is_some() {
+                let now = moved.advance_seconds(days * 86_400);
+                tracing::warn!(now = now.unix_micros(), days, "test clock moved ahead");
+            }
+        });
+        tracing::warn!(days, "test clock: SIGUSR1 moves it ahead (debug build)");
+        return Ok(clock);
+    }
+    Ok(wall)
 }

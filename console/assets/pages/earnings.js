@@ -1,0 +1,125 @@
+// Ganancias: this week and this month, per GPU and per model, a chart per GPU over time, the
+// history of a date range, and the CSV statement; the figures are read again every few seconds,
+// so usage metered while the page is open shows without a reload.
+
+import { download, get, query } from "../lib/api.js";
+import { action, control, facts, fill, h, part, router, table } from "../lib/dom.js";
+import { addDays, dateOnly, gpuHours, integer, today, usdc } from "../lib/format.js";
+import { lineChart } from "../lib/chart.js";
+import { t } from "../lib/i18n.js";
+
+/** How often the figures are read again while the tab is open, in milliseconds. */
+const REFRESH_MS = 5_000;
+/** The longest range drawn per GPU (the API splits at most 92 days per GPU). */
+const CHART_DAYS_MAX = 92;
+
+function totalsFacts(totals) {
+  return facts([
+    [t("earnings.net"), h("strong", {}, usdc(totals.net_micro_usdc))],
+    [t("earnings.gross"), usdc(totals.gross_micro_usdc)],
+    [t("earnings.fee"), usdc(totals.fee_micro_usdc)],
+    [t("earnings.gpu_hours"), gpuHours(totals.gpu_seconds)],
+    [t("earnings.lines"), integer(totals.lines)],
+  ]);
+}
+
+function figures(summary) {
+  return h("div", { class: "cards" },
+    h("div", { class: "card", "data-figure": "week" }, h("h3", {}, t("earnings.this_week")), h("p", { class: "big" }, usdc(summary.this_week.totals.net_micro_usdc)),
+      h("p", { class: "hint" }, `${dateOnly(summary.this_week.first_day)} – ${dateOnly(summary.this_week.last_day)}`)),
+    h("div", { class: "card", "data-figure": "month" }, h("h3", {}, t("earnings.this_month")), h("p", { class: "big" }, usdc(summary.this_month.totals.net_micro_usdc)),
+      h("p", { class: "hint" }, `${dateOnly(summary.this_month.first_day)} – ${dateOnly(summary.this_month.last_day)}`)),
+    h("div", { class: "card", "data-figure": "pending" }, h("h3", {}, t("earnings.pending_balance")), h("p", { class: "big" }, usdc(summary.pending_balance_micro_usdc)),
+      h("p", { class: "hint" }, t("earnings.pending_about"))),
+    h("div", { class: "card", "data-figure": "all_time" }, h("h3", {}, t("earnings.all_time")), h("p", { class: "big" }, usdc(summary.all_time.net_micro_usdc)),
+      h("p", { class: "hint" }, t("earnings.gpu_hours_value", { hours: gpuHours(summary.all_time.gpu_seconds) }))));
+}
+
+function chart(daily, zone) {
+  const gpus = new Map();
+  for (const day of daily.days) {
+    for (const gpu of day.per_gpu ?? []) {
+      if (!gpus.has(gpu.gpu_uuid)) gpus.set(gpu.gpu_uuid, { model: gpu.model_id, values: new Map() });
+      gpus.get(gpu.gpu_uuid).values.set(day.date, gpu.totals.net_micro_usdc);
+    }
+  }
+  // Every day of the range on every line (a day without usage earned 0).
+  const series = [...gpus.entries()].map(([uuid, gpu]) => ({
+    name: `${gpu.model} ${uuid.slice(0, 12)}…`,
+    points: daily.days.map((day) => [Date.parse(day.from), gpu.values.get(day.date) ?? 0]),
+  }));
+  return lineChart({ title: t("earnings.chart_title"), series, timeZone: zone, yMin: 0, y: (v) => usdc(Math.round(v)) });
+}
+
+export async function tab(ctx, context) {
+  const params = new URLSearchParams(location.search);
+  const base = `/v1/providers/${ctx.providerId}/earnings`;
+  const first = await get(base, ctx.as);
+  const zone = first.time_zone;
+  const to = params.get("to") ?? today(zone);
+  const from = params.get("from") ?? addDays(to, -29);
+  const range = { from, to };
+  const region = h("div", { "aria-live": "off" });
+  let shownFor = "";
+  const draw = async () => {
+    const [summary, daily] = await Promise.all([
+      get(`${base}${query(range)}`, ctx.as),
+      get(`${base}/daily${query({ ...range, by: spanDays(range) <= CHART_DAYS_MAX ? "gpu" : undefined })}`, ctx.as),
+    ]);
+    // Redraw only what changed (a new usage line changes the summary's position).
+    const key = JSON.stringify([summary.all_time, summary.pending_balance_micro_usdc, daily.totals]);
+    if (key === shownFor) return;
+    shownFor = key;
+    fill(region,
+      figures(summary),
+      part(t("earnings.period", { from: dateOnly(summary.period.first_day), to: dateOnly(summary.period.last_day) }),
+        totalsFacts(summary.period.totals),
+        spanDays(range) <= CHART_DAYS_MAX ? chart(daily, zone) : h("p", { class: "hint" }, t("earnings.chart_too_long", { days: CHART_DAYS_MAX })),
+        table(t("earnings.per_gpu"), [
+          [t("gpu.uuid"), (g) => g.gpu_uuid],
+          [t("gpu.model"), (g) => g.model_id],
+          [t("earnings.gpu_hours"), (g) => gpuHours(g.totals.gpu_seconds), { numeric: true }],
+          [t("earnings.net"), (g) => usdc(g.totals.net_micro_usdc), { numeric: true }],
+        ], summary.per_gpu, t("earnings.nothing")),
+        table(t("earnings.per_model"), [
+          [t("gpu.model"), (m) => m.model_id],
+          [t("earnings.gpu_hours"), (m) => gpuHours(m.totals.gpu_seconds), { numeric: true }],
+          [t("earnings.gross"), (m) => usdc(m.totals.gross_micro_usdc), { numeric: true }],
+          [t("earnings.fee"), (m) => usdc(m.totals.fee_micro_usdc), { numeric: true }],
+          [t("earnings.net"), (m) => usdc(m.totals.net_micro_usdc), { numeric: true }],
+        ], summary.per_model, t("earnings.nothing"))),
+      part(t("earnings.history"),
+        table(t("earnings.history"), [
+          [t("earnings.day"), (d) => dateOnly(d.date)],
+          [t("earnings.gpu_hours"), (d) => gpuHours(d.totals.gpu_seconds), { numeric: true }],
+          [t("earnings.gross"), (d) => usdc(d.totals.gross_micro_usdc), { numeric: true }],
+          [t("earnings.fee"), (d) => usdc(d.totals.fee_micro_usdc), { numeric: true }],
+          [t("earnings.net"), (d) => usdc(d.totals.net_micro_usdc), { numeric: true }],
+        ], [...daily.days].reverse())),
+      h("p", { class: "hint", "data-as-of": summary.as_of }, t("earnings.as_of", { at: new Date(summary.as_of).toLocaleTimeString(document.documentElement.lang, { timeZone: zone }) })));
+  };
+  await draw();
+  const timer = setInterval(() => draw().catch(() => {}), REFRESH_MS);
+  context.onLeave(() => clearInterval(timer));
+  const filter = h("form", { class: "filters", "aria-label": t("earnings.filter") },
+    control({ name: "from", label: t("earnings.from"), type: "date", value: from, required: true }),
+    control({ name: "to", label: t("earnings.to"), type: "date", value: to, required: true }),
+    h("div", { class: "actions" }, h("button", { type: "submit" }, t("common.show"))));
+  filter.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = (name) => filter.querySelector(`[name="${name}"]`).value;
+    router.go(`${location.pathname}${query({ from: value("from"), to: value("to") })}`);
+  });
+  return [
+    h("h2", {}, t("tab.earnings")),
+    h("p", { class: "hint" }, t("earnings.zone", { zone })),
+    filter,
+    h("p", {}, action(t("earnings.download_csv"), () =>
+      download(`${base}/statement.csv${query(range)}`, `gpunex-statement-${from}-${to}.csv`, ctx.as))),
+    region,
+  ];
+}
+
+function spanDays({ from, to }) {
+  return Math.round((Date.parse(to) - Date.parse(from)) / 86_400_000) + 1;
+}
