@@ -59,7 +59,7 @@ async function check(page, name) {
   await page.waitForLoadState("networkidle");
   shot += 1;
   const prefix = String(shot).padStart(2, "0");
-  await page.screenshot({ path: `${shots}/${prefix}-${name}.png`, fullPage: true });
+  await page.screenshot({ path: `${shots}/${prefix}-${name}.jpg`, fullPage: true, type: "jpeg", quality: 70 });
   await page.evaluate(axeSource);
   const result = await page.evaluate(async () => window.axe.run(document, { resultTypes: ["violations"] }));
   const serious = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
@@ -71,7 +71,7 @@ async function check(page, name) {
     .filter((e) => e.getBoundingClientRect().right > 376 && !e.closest(".scroll, pre"))
     .slice(-5).map((e) => `${e.tagName.toLowerCase()}.${e.className}: ${e.textContent.slice(0, 60)}`));
   assert.ok(scroll <= 375, `${name}: ${scroll} px wide at 375: ${wide.join(" | ")}`);
-  await page.screenshot({ path: `${shots}/${prefix}-${name}-375px.png`, fullPage: true });
+  await page.screenshot({ path: `${shots}/${prefix}-${name}-375px.jpg`, fullPage: true, type: "jpeg", quality: 70 });
   await page.setViewportSize({ width, height: 800 });
 }
 

@@ -70,6 +70,7 @@ export function duration(seconds) {
 /** GPU-seconds as GPU-hours with two decimals, exact (integer arithmetic). */
 export function gpuHours(seconds) {
   const hundredths = Math.floor((seconds * 100) / 3600);
+  if (seconds > 0 && hundredths === 0) return `< ${i18n.lang === "es" ? "0,01" : "0.01"}`;
   const decimal = i18n.lang === "es" ? "," : ".";
   return `${integer(Math.floor(hundredths / 100))}${decimal}${String(hundredths % 100).padStart(2, "0")}`;
 }

@@ -16,6 +16,6 @@ export function t(key, values = {}) {
 }
 
 /** The catalog's string for a key built at run time (`prefix + value`), or the value itself. */
-export function tOr(key, fallback) {
-  return key in i18n.strings ? t(key) : fallback;
+export function tOr(key, fallback, values = {}) {
+  return key in i18n.strings ? t(key, values) : fallback;
 }

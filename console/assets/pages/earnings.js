@@ -35,7 +35,7 @@ function figures(summary) {
       h("p", { class: "hint" }, t("earnings.gpu_hours_value", { hours: gpuHours(summary.all_time.gpu_seconds) }))));
 }
 
-function chart(daily, zone) {
+function chart(daily, zone, names) {
   const gpus = new Map();
   for (const day of daily.days) {
     for (const gpu of day.per_gpu ?? []) {
@@ -45,7 +45,7 @@ function chart(daily, zone) {
   }
   // Every day of the range on every line (a day without usage earned 0).
   const series = [...gpus.entries()].map(([uuid, gpu]) => ({
-    name: `${gpu.model} ${uuid.slice(0, 12)}…`,
+    name: names.get(uuid) ?? `${gpu.model} …${uuid.slice(-6)}`,
     points: daily.days.map((day) => [Date.parse(day.from), gpu.values.get(day.date) ?? 0]),
   }));
   return lineChart({ title: t("earnings.chart_title"), series, timeZone: zone, yMin: 0, y: (v) => usdc(Math.round(v)) });
@@ -54,8 +54,10 @@ function chart(daily, zone) {
 export async function tab(ctx, context) {
   const params = new URLSearchParams(location.search);
   const base = `/v1/providers/${ctx.providerId}/earnings`;
-  const first = await get(base, ctx.as);
+  const [first, fleet] = await Promise.all([get(base, ctx.as), get(`/v1/providers/${ctx.providerId}/machines`, ctx.as)]);
   const zone = first.time_zone;
+  // A GPU by its machine and index ("gpu-07 #3"), as the provider knows it.
+  const names = new Map(fleet.machines.flatMap((m) => m.gpus.map((g) => [g.gpu_uuid, `${m.host.hostname} #${g.index} (${g.model_id ?? g.name})`])));
   const to = params.get("to") ?? today(zone);
   const from = params.get("from") ?? addDays(to, -29);
   const range = { from, to };
@@ -74,9 +76,10 @@ export async function tab(ctx, context) {
       figures(summary),
       part(t("earnings.period", { from: dateOnly(summary.period.first_day), to: dateOnly(summary.period.last_day) }),
         totalsFacts(summary.period.totals),
-        spanDays(range) <= CHART_DAYS_MAX ? chart(daily, zone) : h("p", { class: "hint" }, t("earnings.chart_too_long", { days: CHART_DAYS_MAX })),
+        spanDays(range) <= CHART_DAYS_MAX ? chart(daily, zone, names) : h("p", { class: "hint" }, t("earnings.chart_too_long", { days: CHART_DAYS_MAX })),
         table(t("earnings.per_gpu"), [
-          [t("gpu.uuid"), (g) => g.gpu_uuid],
+          [t("gpu.name"), (g) => names.get(g.gpu_uuid) ?? g.gpu_uuid],
+          [t("gpu.uuid"), (g) => h("code", { class: "id" }, g.gpu_uuid)],
           [t("gpu.model"), (g) => g.model_id],
           [t("earnings.gpu_hours"), (g) => gpuHours(g.totals.gpu_seconds), { numeric: true }],
           [t("earnings.net"), (g) => usdc(g.totals.net_micro_usdc), { numeric: true }],
@@ -89,13 +92,14 @@ export async function tab(ctx, context) {
           [t("earnings.net"), (m) => usdc(m.totals.net_micro_usdc), { numeric: true }],
         ], summary.per_model, t("earnings.nothing"))),
       part(t("earnings.history"),
+        h("p", { class: "hint" }, t("earnings.history_about")),
         table(t("earnings.history"), [
           [t("earnings.day"), (d) => dateOnly(d.date)],
           [t("earnings.gpu_hours"), (d) => gpuHours(d.totals.gpu_seconds), { numeric: true }],
           [t("earnings.gross"), (d) => usdc(d.totals.gross_micro_usdc), { numeric: true }],
           [t("earnings.fee"), (d) => usdc(d.totals.fee_micro_usdc), { numeric: true }],
           [t("earnings.net"), (d) => usdc(d.totals.net_micro_usdc), { numeric: true }],
-        ], [...daily.days].reverse())),
+        ], daily.days.filter((d) => d.totals.lines > 0).reverse(), t("earnings.nothing"))),
       h("p", { class: "hint", "data-as-of": summary.as_of }, t("earnings.as_of", { at: new Date(summary.as_of).toLocaleTimeString(document.documentElement.lang, { timeZone: zone }) })));
   };
   await draw();

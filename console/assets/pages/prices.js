@@ -36,7 +36,7 @@ function recommendationPart(recommendation) {
         recommendation.low_usdc ? t("prices.range", { low: money(recommendation.low_usdc), high: money(recommendation.high_usdc) }) : ""]),
     facts([
       [t("prices.basis"), [tOr(`basis.${recommendation.basis}`, recommendation.basis), recommendation.fallback ? [" ", badge(t("prices.fallback"), "warn")] : null]],
-      [t("prices.reason"), recommendation.reason],
+      [t("prices.reason"), tOr(`reason.${recommendation.basis}`, recommendation.reason, { window: recommendation.window_days })],
       [t("prices.window"), t("prices.window_days", { n: recommendation.window_days })],
       [t("prices.region_market", { region: recommendation.region ?? "—" }), sample(recommendation.region_market)],
       [t("prices.model_market"), sample(recommendation.model_market)],
