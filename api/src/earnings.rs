@@ -271,8 +271,8 @@ pub async fn summary(
     Ok(Json(summary))
 }
 
-/// The most days `by=gpu` splits per GPU (a quarter): one grouped read per day with lines.
-const DAILY_BY_GPU_DAYS_MAX: usize = 92;
+/// The most days `by=gpu` splits per GPU (a quarter), in one grouped read.
+const DAILY_BY_GPU_DAYS_MAX: usize = gpunex_store::earnings::SHARE_DAYS_MAX;
 
 fn gpu_earnings(shares: &[gpunex_projections::earnings::RentalShares]) -> Vec<we::GpuEarnings> {
     Earnings::per_gpu(shares)
@@ -336,55 +336,64 @@ pub async fn daily(
     };
     let zone = range.zone;
     let as_of = earnings_as_of(&state).await?;
-    // The sums through each day's start (and the last day's end): one lookup per boundary.
-    let mut through = Vec::with_capacity(days.len() + 1);
-    for day in days
+    let bounds: Vec<Timestamp> = days
         .iter()
         .chain(days.last().and_then(|d| d.succ_opt()).as_ref())
-    {
-        let start = calendar::day_start(zone, *day);
-        let (sums, _) = state
+        .map(|day| calendar::day_start(zone, *day))
+        .collect();
+    // Each day's sums: split per GPU, the day's shares of one grouped read of the range's lines,
+    // whose totals are the day's; else the provider's running sums through each day's start
+    // (one lookup per boundary).
+    let per_day: Vec<(Sums, Option<Vec<we::GpuEarnings>>)> = if by_gpu {
+        state
             .store
-            .earnings_before(provider_id, start, as_of)
-            .await?;
-        through.push((start, sums));
-    }
-    let mut answered = Vec::with_capacity(days.len());
-    for (day, pair) in days.iter().zip(through.windows(2)) {
-        let (from, until) = (pair[0].0, pair[1].0);
-        let day_totals = pair[1].1.minus(pair[0].1);
-        // A day without lines has no shares: no query for it.
-        let per_gpu = if by_gpu && day_totals.lines > 0 {
-            let shares = state
-                .store
-                .earnings_shares(provider_id, from, until, as_of)
-                .await?;
-            Some(gpu_earnings(&shares))
-        } else {
-            by_gpu.then(Vec::new)
-        };
-        answered.push(we::Day {
-            date: day.to_string(),
-            from: timestamp(from.unix_micros()),
-            until: timestamp(until.unix_micros()),
-            totals: totals(day_totals),
-            per_gpu,
-        });
-    }
-    let days = answered;
-    let (from, until) = span(zone, first, last);
-    let answer = we::DailyEarnings {
+            .earnings_shares_by_day(provider_id, &bounds, as_of)
+            .await?
+            .iter()
+            .map(|shares| {
+                let mut day = Sums::default();
+                shares.iter().for_each(|share| day.add_sums(share.totals));
+                (day, Some(gpu_earnings(shares)))
+            })
+            .collect()
+    } else {
+        let mut through = Vec::with_capacity(bounds.len());
+        for start in &bounds {
+            through.push(
+                state
+                    .store
+                    .earnings_before(provider_id, *start, as_of)
+                    .await?
+                    .0,
+            );
+        }
+        through
+            .windows(2)
+            .map(|pair| (pair[1].minus(pair[0]), None))
+            .collect()
+    };
+    let mut range_sums = Sums::default();
+    let days: Vec<we::Day> = days
+        .iter()
+        .zip(bounds.windows(2))
+        .zip(per_day)
+        .map(|((day, pair), (sums, per_gpu))| {
+            range_sums.add_sums(sums);
+            we::Day {
+                date: day.to_string(),
+                from: timestamp(pair[0].unix_micros()),
+                until: timestamp(pair[1].unix_micros()),
+                totals: totals(sums),
+                per_gpu,
+            }
+        })
+        .collect();
+    Ok(Json(we::DailyEarnings {
         provider_id,
         time_zone: range.zone_name.clone(),
         days,
-        totals: totals(
-            state
-                .store
-                .earnings_sums(provider_id, from, until, as_of)
-                .await?,
-        ),
-    };
-    Ok(Json(answer))
+        totals: totals(range_sums),
+    }))
 }
 
 /// The statement's columns.

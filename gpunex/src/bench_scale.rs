@@ -129,7 +129,7 @@ async fn start_server(
 }
 
 /// Waits until `/readyz` answers 200 with every projection caught up.
-async fn wait_ready(base: &str, timeout: Duration) -> anyhow::Result<()> {
+pub(crate) async fn wait_ready(base: &str, timeout: Duration) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + timeout;
     loop {

@@ -511,6 +511,9 @@ pub enum BenchCommand {
     /// resident memory after the start and after load, dashboard and statement latency over
     /// HTTP, and the stored projection's catch-up beside a bare read of the log.
     Scale(crate::bench_scale::ScaleBenchArgs),
+    /// The server's time for each page of the web console (its API calls, in the stages the page
+    /// makes them, and its shell) on a simulated database, acting as the busiest provider.
+    Console(crate::bench_console::ConsoleBenchArgs),
 }
 
 pub use crate::database::{open_store, redact};

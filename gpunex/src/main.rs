@@ -344,6 +344,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench {
             command: BenchCommand::Scale(args),
         } => gpunex::bench_scale::run(&cli.database_url, args).await?,
+        Command::Bench {
+            command: BenchCommand::Console(args),
+        } => gpunex::bench_console::run(&cli.database_url, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

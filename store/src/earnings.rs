@@ -437,60 +437,96 @@ impl Store {
                 .fetch_all(conn)
                 .await?
         });
-        let mut ids: Vec<Uuid> = Vec::new();
-        for group in &groups {
-            let id = uuid(&group.0)?;
-            if ids.last() != Some(&id) {
-                ids.push(id);
-            }
-        }
+        let ids = rental_ids(groups.iter().map(|g| g.0.as_str()))?;
         let rentals = self.earnings_rentals_by_id(&ids).await?;
-        let mut shares: Vec<RentalShares> = Vec::with_capacity(ids.len());
-        for (rental_id, gross, fee, net, seconds, count) in groups {
-            let rental_id = uuid(&rental_id)?;
-            let count = to_u64(count, 0, "count")?;
-            let seconds = u64::try_from(seconds)
-                .map_err(|_| corrupt(format!("rental {rental_id}: negative GPU-seconds")))?;
-            if shares
-                .last()
-                .is_none_or(|s| s.rental.rental_id != rental_id)
-            {
-                let rental = rentals
-                    .get(&rental_id)
-                    .cloned()
-                    .ok_or_else(|| corrupt(format!("line of unknown rental {rental_id}")))?;
-                let n = rental.gpu_uuids.len();
-                shares.push(RentalShares {
-                    rental,
-                    totals: Sums::default(),
-                    gross: Split::of([], n),
-                    fee: Split::of([], n),
-                    gpu_seconds: Split::of([], n),
-                });
-            }
-            let share = shares
-                .last_mut()
-                .ok_or_else(|| corrupt("no rental for a group"))?;
-            let times = |amount: i64| {
-                i64::try_from(count)
-                    .ok()
-                    .and_then(|c| amount.checked_mul(c))
-                    .ok_or_else(|| corrupt(format!("rental {rental_id}: sums out of range")))
-            };
-            share.totals.add_sums(Sums {
-                gross: times(gross)?,
-                fee: times(fee)?,
-                net: times(net)?,
-                gpu_seconds: seconds.saturating_mul(count),
-                lines: count,
-            });
-            share.gross.add(gross, count);
-            share.fee.add(fee, count);
-            share
-                .gpu_seconds
-                .add(i64::try_from(seconds).map_err(corrupt)?, count);
+        shares_of(groups, &rentals)
+    }
+
+    /// [`Store::earnings_shares`] for each day between consecutive `boundaries` (instants in
+    /// order: `n + 1` of them for `n` days, at most [`SHARE_DAYS_MAX`]) in one grouped read: each
+    /// line is bucketed by the last boundary at or before it (a `CASE` over the boundaries, so
+    /// days of 23 or 25 hours are as the zone made them), then grouped as for one period. Each
+    /// day's shares, in order.
+    pub async fn earnings_shares_by_day(
+        &self,
+        provider_id: Uuid,
+        boundaries: &[Timestamp],
+        as_of: u64,
+    ) -> Result<Vec<Vec<RentalShares>>, StoreError> {
+        let days = boundaries.len().saturating_sub(1);
+        let (Some(first), Some(last)) = (boundaries.first(), boundaries.last()) else {
+            return Ok(Vec::new());
+        };
+        if days == 0 {
+            return Ok(Vec::new());
         }
-        Ok(shares)
+        if days > SHARE_DAYS_MAX || boundaries.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(StoreError::CorruptRow {
+                position: 0,
+                reason: format!(
+                    "{days} days asked for at once (at most {SHARE_DAYS_MAX}), or bounds out of order"
+                ),
+            });
+        }
+        let backend = self.backend();
+        let parameter = |i: usize| match backend {
+            crate::Backend::Sqlite => "?".to_owned(),
+            crate::Backend::Postgres => format!("${i}"),
+        };
+        // The inner boundaries, then the provider, the range and the position.
+        let inner = &boundaries[1..days];
+        let bucket: String = inner
+            .iter()
+            .enumerate()
+            .map(|(day, _)| format!("WHEN at_us < {} THEN {day} ", parameter(day + 1)))
+            .collect();
+        let n = inner.len();
+        let day = if n == 0 {
+            "0".to_owned()
+        } else {
+            format!("CASE {bucket}ELSE {n} END")
+        };
+        let sql = format!(
+            "SELECT CAST({day} AS BIGINT) AS day, rental_id, gross_micro_usdc, \
+             fee_micro_usdc, net_micro_usdc, to_gpu_seconds - from_gpu_seconds, COUNT(*) \
+             FROM earnings_lines \
+             WHERE provider_id = {} AND at_us >= {} AND at_us < {} AND position <= {} \
+             GROUP BY 1, rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
+             to_gpu_seconds - from_gpu_seconds ORDER BY 1, rental_id",
+            parameter(n + 1),
+            parameter(n + 2),
+            parameter(n + 3),
+            parameter(n + 4),
+        );
+        let rows: Vec<(i64, String, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
+            // Only placeholders are formatted in: the bounds, the provider and the position are
+            // bound.
+            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
+            for bound in inner {
+                query = query.bind(bound.unix_micros());
+            }
+            query
+                .bind(provider_id.to_string())
+                .bind(first.unix_micros())
+                .bind(last.unix_micros())
+                .bind(to_i64(as_of))
+                .fetch_all(conn)
+                .await?
+        });
+        let ids = rental_ids(rows.iter().map(|r| r.1.as_str()))?;
+        let rentals = self.earnings_rentals_by_id(&ids).await?;
+        let mut per_day: Vec<Vec<Group>> = vec![Vec::new(); days];
+        for (day, rental_id, gross, fee, net, seconds, count) in rows {
+            let day = usize::try_from(day)
+                .ok()
+                .filter(|d| *d < days)
+                .ok_or_else(|| corrupt(format!("a line bucketed in day {day}")))?;
+            per_day[day].push((rental_id, gross, fee, net, seconds, count));
+        }
+        per_day
+            .into_iter()
+            .map(|groups| shares_of(groups, &rentals))
+            .collect()
     }
 
     /// A provider's sums through its last line dated before `before`, among the lines folded by
@@ -807,4 +843,78 @@ impl Store {
         report.findings_omitted = findings.omitted;
         Ok(())
     }
+}
+
+/// The most days [`Store::earnings_shares_by_day`] reads at once (a quarter).
+pub const SHARE_DAYS_MAX: usize = 92;
+
+/// A group of identical lines of one rental: rental id, gross, fee, net, GPU-seconds, count.
+type Group = (String, i64, i64, i64, i64, i64);
+
+/// The distinct rental ids of groups, in the order first seen.
+fn rental_ids<'a>(ids: impl Iterator<Item = &'a str>) -> Result<Vec<Uuid>, StoreError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut distinct: Vec<Uuid> = Vec::new();
+    for id in ids {
+        let id = uuid(id)?;
+        if seen.insert(id) {
+            distinct.push(id);
+        }
+    }
+    Ok(distinct)
+}
+
+/// Groups of lines (ordered by rental) reduced per rental: each group's division among the
+/// rental's GPUs computed once and counted as many times as the group has lines, which is
+/// exactly the line-by-line split.
+fn shares_of(
+    groups: Vec<Group>,
+    rentals: &HashMap<Uuid, Arc<RentalRef>>,
+) -> Result<Vec<RentalShares>, StoreError> {
+    let mut shares: Vec<RentalShares> = Vec::new();
+    for (rental_id, gross, fee, net, seconds, count) in groups {
+        let rental_id = uuid(&rental_id)?;
+        let count = to_u64(count, 0, "count")?;
+        let seconds = u64::try_from(seconds)
+            .map_err(|_| corrupt(format!("rental {rental_id}: negative GPU-seconds")))?;
+        if shares
+            .last()
+            .is_none_or(|s| s.rental.rental_id != rental_id)
+        {
+            let rental = rentals
+                .get(&rental_id)
+                .cloned()
+                .ok_or_else(|| corrupt(format!("line of unknown rental {rental_id}")))?;
+            let n = rental.gpu_uuids.len();
+            shares.push(RentalShares {
+                rental,
+                totals: Sums::default(),
+                gross: Split::of([], n),
+                fee: Split::of([], n),
+                gpu_seconds: Split::of([], n),
+            });
+        }
+        let share = shares
+            .last_mut()
+            .ok_or_else(|| corrupt("no rental for a group"))?;
+        let times = |amount: i64| {
+            i64::try_from(count)
+                .ok()
+                .and_then(|c| amount.checked_mul(c))
+                .ok_or_else(|| corrupt(format!("rental {rental_id}: sums out of range")))
+        };
+        share.totals.add_sums(Sums {
+            gross: times(gross)?,
+            fee: times(fee)?,
+            net: times(net)?,
+            gpu_seconds: seconds.saturating_mul(count),
+            lines: count,
+        });
+        share.gross.add(gross, count);
+        share.fee.add(fee, count);
+        share
+            .gpu_seconds
+            .add(i64::try_from(seconds).map_err(corrupt)?, count);
+    }
+    Ok(shares)
 }

@@ -1025,6 +1025,45 @@ async fn earnings_shares_equal_the_line_by_line_split(db: &TestDb) {
         assert_eq!(Earnings::per_gpu(&got), Earnings::per_gpu(&want));
         assert_eq!(Earnings::per_model(&got), Earnings::per_model(&want));
     }
+    // Bucketed by day in one read: each bucket is its own period's shares, an empty one empty,
+    // and a line on a boundary falls in the later bucket only.
+    for as_of in [head, positions[1]] {
+        // A last day after every line: empty.
+        let bounds = [at(0), at(100), at(450), at(451), at(2_000), at(3_000)];
+        let days: Vec<_> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
+        let by_day = store
+            .earnings_shares_by_day(provider_id, &bounds, as_of)
+            .await
+            .unwrap();
+        assert_eq!(by_day.len(), days.len());
+        for ((from, until), got) in days.iter().zip(&by_day) {
+            let want = store
+                .earnings_shares(provider_id, *from, *until, as_of)
+                .await
+                .unwrap();
+            assert_eq!(got, &want, "day {from:?}..{until:?} as of {as_of}");
+        }
+        assert!(!by_day[2].is_empty(), "the line at 450 s");
+        assert!(by_day[4].is_empty());
+    }
+    let one_day = store
+        .earnings_shares_by_day(provider_id, &[at(0), at(1_000)], head)
+        .await
+        .unwrap();
+    assert_eq!(
+        one_day,
+        [store
+            .earnings_shares(provider_id, at(0), at(1_000), head)
+            .await
+            .unwrap()]
+    );
+    assert!(
+        store
+            .earnings_shares_by_day(provider_id, &[], head)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let all = store
         .earnings_shares(provider_id, at(0), at(1_000), head)
         .await

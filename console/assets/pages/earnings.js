@@ -54,8 +54,9 @@ function chart(daily, zone, names) {
 export async function tab(ctx, context) {
   const params = new URLSearchParams(location.search);
   const base = `/v1/providers/${ctx.providerId}/earnings`;
-  const [first, fleet] = await Promise.all([get(base, ctx.as), get(`/v1/providers/${ctx.providerId}/machines`, ctx.as)]);
-  const zone = first.time_zone;
+  const fleet = await get(`/v1/providers/${ctx.providerId}/machines`, ctx.as);
+  // The provider's zone, as the API's own periods use it (its schedule's, else UTC).
+  const zone = ctx.zone;
   // A GPU by its machine and index ("gpu-07 #3"), as the provider knows it.
   const names = new Map(fleet.machines.flatMap((m) => m.gpus.map((g) => [g.gpu_uuid, `${m.host.hostname} #${g.index} (${g.model_id ?? g.name})`])));
   const to = params.get("to") ?? today(zone);
@@ -63,34 +64,41 @@ export async function tab(ctx, context) {
   const range = { from, to };
   const region = h("div", { "aria-live": "off" });
   let shownFor = "";
+  const split = spanDays(range) <= CHART_DAYS_MAX;
   const draw = async () => {
+    // Within the per-GPU limit, the range's per-GPU and per-model figures are the sums of its
+    // days' (integers, exact), and the summary is asked only for today; beyond it, the summary
+    // of the whole range gives them.
+    const period = split ? { from: today(zone), to: today(zone) } : range;
     const [summary, daily] = await Promise.all([
-      get(`${base}${query(range)}`, ctx.as),
-      get(`${base}/daily${query({ ...range, by: spanDays(range) <= CHART_DAYS_MAX ? "gpu" : undefined })}`, ctx.as),
+      get(`${base}${query(period)}`, ctx.as),
+      get(`${base}/daily${query({ ...range, by: split ? "gpu" : undefined })}`, ctx.as),
     ]);
+    const perGpu = split ? sumDays(daily.days) : summary.per_gpu;
+    const perModel = split ? byModel(perGpu) : summary.per_model;
     // Redraw only what changed (a new usage line changes the summary's position).
     const key = JSON.stringify([summary.all_time, summary.pending_balance_micro_usdc, daily.totals]);
     if (key === shownFor) return;
     shownFor = key;
     fill(region,
       figures(summary),
-      part(t("earnings.period", { from: dateOnly(summary.period.first_day), to: dateOnly(summary.period.last_day) }),
-        totalsFacts(summary.period.totals),
-        spanDays(range) <= CHART_DAYS_MAX ? chart(daily, zone, names) : h("p", { class: "hint" }, t("earnings.chart_too_long", { days: CHART_DAYS_MAX })),
+      part(t("earnings.period", { from: dateOnly(range.from), to: dateOnly(range.to) }),
+        totalsFacts(daily.totals),
+        split ? chart(daily, zone, names) : h("p", { class: "hint" }, t("earnings.chart_too_long", { days: CHART_DAYS_MAX })),
         table(t("earnings.per_gpu"), [
           [t("gpu.name"), (g) => names.get(g.gpu_uuid) ?? g.gpu_uuid],
           [t("gpu.uuid"), (g) => h("code", { class: "id" }, g.gpu_uuid)],
           [t("gpu.model"), (g) => g.model_id],
           [t("earnings.gpu_hours"), (g) => gpuHours(g.totals.gpu_seconds), { numeric: true }],
           [t("earnings.net"), (g) => usdc(g.totals.net_micro_usdc), { numeric: true }],
-        ], summary.per_gpu, t("earnings.nothing")),
+        ], perGpu, t("earnings.nothing")),
         table(t("earnings.per_model"), [
           [t("gpu.model"), (m) => m.model_id],
           [t("earnings.gpu_hours"), (m) => gpuHours(m.totals.gpu_seconds), { numeric: true }],
           [t("earnings.gross"), (m) => usdc(m.totals.gross_micro_usdc), { numeric: true }],
           [t("earnings.fee"), (m) => usdc(m.totals.fee_micro_usdc), { numeric: true }],
           [t("earnings.net"), (m) => usdc(m.totals.net_micro_usdc), { numeric: true }],
-        ], summary.per_model, t("earnings.nothing"))),
+        ], perModel, t("earnings.nothing"))),
       part(t("earnings.history"),
         h("p", { class: "hint" }, t("earnings.history_about")),
         table(t("earnings.history"), [
@@ -122,6 +130,36 @@ export async function tab(ctx, context) {
       download(`${base}/statement.csv${query(range)}`, `gpunex-statement-${from}-${to}.csv`, ctx.as))),
     region,
   ];
+}
+
+const FIGURES = ["gross_micro_usdc", "fee_micro_usdc", "net_micro_usdc", "gpu_seconds", "lines"];
+
+function add(into, totals) {
+  for (const figure of FIGURES) into[figure] = (into[figure] ?? 0) + totals[figure];
+  return into;
+}
+
+/** Each GPU's totals over the days (per_gpu of each day summed), highest earner first. */
+function sumDays(days) {
+  const gpus = new Map();
+  for (const day of days) {
+    for (const gpu of day.per_gpu ?? []) {
+      const entry = gpus.get(gpu.gpu_uuid) ?? { gpu_uuid: gpu.gpu_uuid, model_id: gpu.model_id, totals: {} };
+      add(entry.totals, gpu.totals);
+      gpus.set(gpu.gpu_uuid, entry);
+    }
+  }
+  return [...gpus.values()].sort((a, b) => b.totals.net_micro_usdc - a.totals.net_micro_usdc);
+}
+
+function byModel(gpus) {
+  const models = new Map();
+  for (const gpu of gpus) {
+    const entry = models.get(gpu.model_id) ?? { model_id: gpu.model_id, totals: {} };
+    add(entry.totals, gpu.totals);
+    models.set(gpu.model_id, entry);
+  }
+  return [...models.values()];
 }
 
 function spanDays({ from, to }) {
