@@ -27,28 +27,8 @@ pub fn stream_of(id: Uuid) -> StreamId {
 /// version: state and version from one read, so a decision is checked against exactly what it
 /// will be appended after.
 pub async fn load(store: &Store, id: Uuid) -> Result<(Option<Application>, u64), AppError> {
-    let stream = stream_of(id);
-    let mut application = None;
-    let mut version = 0;
-    loop {
-        let page = store
-            .read_stream(&stream, version, READ_BATCH_EVENTS_MAX)
-            .await?;
-        let Some(last) = page.last().map(|e| e.stream_version) else {
-            break;
-        };
-        for recorded in &page {
-            let event = recorded.decode().map_err(|e| StoreError::CorruptRow {
-                position: recorded.position,
-                reason: e.to_string(),
-            })?;
-            if let DomainEvent::Application(event) = event {
-                application = onboarding::evolve(application, &event);
-            }
-        }
-        version = last;
-    }
-    Ok((application, version))
+    let (events, version) = read(store, id).await?;
+    Ok((events.iter().fold(None, onboarding::evolve), version))
 }
 
 /// Every event of the application `id`, oldest first: its conversation (the reviewers'
@@ -57,6 +37,14 @@ pub async fn events(
     store: &Store,
     id: Uuid,
 ) -> Result<Vec<onboarding::ApplicationEvent>, AppError> {
+    Ok(read(store, id).await?.0)
+}
+
+/// The application's events and its stream's version.
+async fn read(
+    store: &Store,
+    id: Uuid,
+) -> Result<(Vec<onboarding::ApplicationEvent>, u64), AppError> {
     let stream = stream_of(id);
     let mut events = Vec::new();
     let mut version = 0;
@@ -65,7 +53,7 @@ pub async fn events(
             .read_stream(&stream, version, READ_BATCH_EVENTS_MAX)
             .await?;
         let Some(last) = page.last().map(|e| e.stream_version) else {
-            return Ok(events);
+            return Ok((events, version));
         };
         for recorded in &page {
             let event = recorded.decode().map_err(|e| StoreError::CorruptRow {
