@@ -544,8 +544,9 @@ async fn load(
     })
 }
 
-fn ms(us: u64) -> f64 {
-    us as f64 / 1000.0
+/// Microseconds as milliseconds with one decimal (integer arithmetic: no floats here).
+fn ms(us: u64) -> String {
+    format!("{}.{}", us / 1000, (us % 1000) / 100)
 }
 
 fn print(report: &ConsoleReport) {
@@ -558,19 +559,19 @@ fn print(report: &ConsoleReport) {
         report.reference_healthz.clients
     );
     println!(
-        "reference GET /healthz: p50 {:.2} ms, p99 {:.2} ms",
+        "reference GET /healthz: p50 {} ms, p99 {} ms",
         ms(report.reference_healthz.p50_us),
         ms(report.reference_healthz.p99_us)
     );
     for page in &report.pages {
         let slowest = page.calls.iter().max_by_key(|(_, l)| l.p99_us);
         println!(
-            "{:<12} page p50 {:>7.1} ms  p99 {:>7.1} ms  ({} loads); slowest call p99 {:>7.1} ms: {}",
+            "{:<12} page p50 {:>7} ms  p99 {:>7} ms  ({} loads); slowest call p99 {:>7} ms: {}",
             page.page_name,
             ms(page.page.p50_us),
             ms(page.page.p99_us),
             page.page.requests,
-            slowest.map_or(0.0, |(_, l)| ms(l.p99_us)),
+            slowest.map_or_else(String::new, |(_, l)| ms(l.p99_us)),
             slowest.map_or("", |(path, _)| path.as_str()),
         );
     }
