@@ -205,6 +205,15 @@ try {
   await page.locator(".badge").filter({ hasText: "En revisión" }).first().waitFor();
   await check(page, "application-under-review");
 
+  // Rex applies too (through the API) and nobody reviews him yet: ten days on he is overdue.
+  await api("POST", "/v1/accounts", { body: { email: "rex@example.com", password: PASSWORD } });
+  const rexApplication = await api("POST", "/v1/applications", { token: await session("rex@example.com"), body: {
+    full_legal_name: "Rex Ortega", email: "rex@example.com",
+    gpus: [{ model: "RTX 4090", quantity: 1, system_ram_gb: 64, upload_gbps: "0.5", download_gbps: "1",
+      availability: { kind: "always_on" }, location: { city: "Sevilla", country: "ES", region: "Andalucía" } }],
+    ups_protected: false, commitment_months: 1,
+  } });
+
   // ---- The reviewer: the queue, a question, the tier rules, the approval. ----------------------
   const { context: ritaContext, page: rita } = await person();
   await until("the reviewer's grant", async () => (await api("GET", "/v1/me", { token: await session("rita@gpunex.test") })).roles, (r) => r.includes("admin"));
@@ -461,6 +470,45 @@ try {
   await ottoPage.getByRole("alert").filter({ hasText: "Su cuenta no tiene el rol que necesita esta página." }).waitFor();
   await ottoPage.goto(`${base}/console/finance/batches/${monday}`);
   await ottoPage.getByRole("alert").first().waitFor();
+
+  // ---- The reviewer, ten days on: the overdue application, rejected with a reason. ------------
+  await signIn(rita, "rita@gpunex.test");
+  await rita.goto(`${base}/console/review`);
+  await rita.getByLabel("Solo atrasadas").check();
+  await rita.getByRole("button", { name: "Filtrar" }).click();
+  await rita.waitForURL("**/console/review?overdue=true");
+  await rita.getByRole("cell", { name: /Rex Ortega/ }).waitFor();
+  assert.equal(await rita.getByRole("cell", { name: /Ana García/ }).count(), 0, "only the overdue one");
+  await rita.locator(".badge").filter({ hasText: "Atrasada" }).first().waitFor();
+  await check(rita, "review-overdue");
+  await rita.goto(`${base}/console/review/${rexApplication.application_id}`);
+  const reject = rita.locator("form").filter({ hasText: "Rechazar la solicitud" });
+  await reject.getByLabel("Mensaje al solicitante").fill("Hace falta un compromiso de al menos un mes más y más ancho de banda.");
+  await reject.getByRole("button", { name: "Rechazar la solicitud" }).click();
+  await rita.getByRole("status").filter({ hasText: "Rechazada" }).waitFor();
+  // Rex reads the reason on his application's page.
+  const { page: rexPage } = await person();
+  await signIn(rexPage, "rex@example.com");
+  await rexPage.goto(`${base}/console/applications/${rexApplication.application_id}`);
+  await rexPage.locator("blockquote").filter({ hasText: "al menos un mes más" }).waitFor();
+  await rexPage.locator(".badge").filter({ hasText: "Rechazada" }).first().waitFor();
+
+  // ---- An applicant withdraws an open application. --------------------------------------------
+  await api("POST", "/v1/accounts", { body: { email: "wanda@example.com", password: PASSWORD } });
+  const wandaApplication = await api("POST", "/v1/applications", { token: await session("wanda@example.com"), body: {
+    full_legal_name: "Wanda Li", email: "wanda@example.com",
+    gpus: [{ model: "l4", quantity: 4, system_ram_gb: 128, upload_gbps: "1", download_gbps: "1",
+      availability: { kind: "always_on" }, location: { city: "Lisboa", country: "PT", region: "Lisboa" } }],
+    ups_protected: true, commitment_months: 6,
+  } });
+  const { page: wandaPage } = await person();
+  await signIn(wandaPage, "wanda@example.com");
+  await wandaPage.goto(`${base}/console/applications/${wandaApplication.application_id}`);
+  wandaPage.once("dialog", (dialog) => dialog.accept());
+  await wandaPage.getByRole("button", { name: "Retirar la solicitud" }).click();
+  await wandaPage.locator(".badge").filter({ hasText: "Retirada" }).first().waitFor();
+  await wandaPage.getByRole("navigation", { name: "main" }).getByRole("link", { name: "Roles" }).click();
+  await wandaPage.getByRole("link", { name: "Aplicar para proveer GPUs" }).waitFor();
 
   // ---- English: the switch, at once and after a reload. ---------------------------------------
   await page.goto(`${base}/console/provider/${providerId}/earnings`);
