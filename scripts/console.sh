@@ -5,7 +5,8 @@
 # a scratch database created and dropped). The server is the debug build on its test clock
 # (GPUNEX_TEST_CLOCK_STEP_DAYS: the suite moves it ahead to a payout date with SIGUSR1), in
 # development mode (the suite's agent has simulated GPUs), with a weekly payout minimum of
-# 0.01 USDC. Before each run it makes the staff accounts the story signs in with. Screenshots
+# 0.01 USDC and a platform bank account for SEPA files. Before each run it makes the staff
+# accounts the story signs in with. Screenshots
 # land in target/console/<database>/; scripts/screenshots.sh copies the SQLite set to
 # docs/screenshots/.
 set -euo pipefail
@@ -38,10 +39,18 @@ cleanup() {
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# The platform's bank account, so treasury can make SEPA files of bank payouts.
+cat >"$work/debtor.json" <<'JSON'
+{"iban": "DE89370400440532013000", "bic": "COBADEFFXXX", "account_holder": "GPUnex Treasury",
+ "address": {"street": "Friedrichstrasse", "building_number": "68", "post_code": "10117",
+             "town": "Berlin", "country": "DE"}}
+JSON
+
 run() {
     local url=$1 name=$2 port base
     port=$(free_port)
     DATABASE_URL=$url GPUNEX_TEST_CLOCK_STEP_DAYS=10 GPUNEX_PAYOUT_WEEKLY_MINIMUM=0.01 \
+        GPUNEX_SEPA_DEBTOR="$work/debtor.json" \
         "$gpunex" serve --listen "127.0.0.1:$port" --no-outbox --no-payout-scheduler --dev-mode \
         --log-format json >"$work/$name.log" 2>&1 &
     server_pid=$!

@@ -298,9 +298,9 @@ try {
   await priceForm.getByLabel("Nuevo precio (USDC por GPU-hora)").fill("dos");
   await priceForm.getByRole("button", { name: "Fijar el precio" }).click();
   await priceForm.locator(".field-error").filter({ hasText: "escrito con punto" }).waitFor();
-  await priceForm.getByLabel("Nuevo precio (USDC por GPU-hora)").fill("2.5");
+  await priceForm.getByLabel("Nuevo precio (USDC por GPU-hora)").fill("25.5");
   await priceForm.getByRole("button", { name: "Fijar el precio" }).click();
-  await page.locator('[data-price="h100-80gb"]').filter({ hasText: "2,50 USDC" }).waitFor();
+  await page.locator('[data-price="h100-80gb"]').filter({ hasText: "25,50 USDC" }).waitFor();
   // A weekly schedule open every day (so the GPUs stay listed) in Madrid's time.
   const schedule = page.locator("form").filter({ hasText: "Guardar el horario" });
   await schedule.getByLabel("Con un horario semanal").check();
@@ -373,6 +373,24 @@ try {
   await page.getByRole("button", { name: "Guardar" }).click();
   await page.getByText(`USDC en Solana a ${WALLET}`).waitFor();
   await page.locator('[data-figure="next_date"]').waitFor();
+  // Then by bank transfer instead: an IBAN that is not one, then a SEPA account.
+  await page.getByLabel("Se paga a").selectOption("bank");
+  await page.getByLabel("Titular de la cuenta").fill("Ana García");
+  await page.getByLabel("IBAN").fill("ES00 0000 0000 0000 0000 0000");
+  await page.getByLabel("BIC").fill("CAIXESBBXXX");
+  await page.getByLabel("Calle").fill("Calle Mayor");
+  await page.getByLabel("Número").fill("5");
+  await page.getByLabel("Código postal").fill("28013");
+  await page.getByLabel("Ciudad").fill("Madrid");
+  await page.locator('[data-pointer="/method/address/country"]').fill("ES");
+  await page.getByRole("button", { name: "Guardar" }).click();
+  // Both refused at once: the IBAN, and the holder's "í", which a SEPA transfer cannot carry.
+  await page.locator('[data-pointer="/method/iban"][aria-invalid="true"]').waitFor();
+  await page.locator('[data-pointer="/method/account_holder"][aria-invalid="true"]').waitFor();
+  await page.getByLabel("IBAN").fill("ES9121000418450200051332");
+  await page.getByLabel("Titular de la cuenta").fill("Ana Garcia");
+  await page.getByRole("button", { name: "Guardar" }).click();
+  await page.getByText("Transferencia a Ana Garcia, ES9121000418450200051332 (CAIXESBBXXX)").waitFor();
   await check(page, "payouts-settings");
 
   // The renter ends the rental; the job stops and its usage is metered to the end.
@@ -409,6 +427,29 @@ try {
   await batchForm.getByRole("button", { name: "Ejecutar" }).click();
   await fiona.waitForURL(`**/console/finance/batches/${monday}`);
   await fiona.getByRole("link", { name: providerId }).waitFor();
+  // Treasury makes the SEPA file, downloads it, and imports the bank's answer to it.
+  const makeFiles = fiona.locator("form").filter({ hasText: "Generar los ficheros SEPA" });
+  await makeFiles.getByLabel("EUR por USDC").fill("1");
+  await makeFiles.getByRole("button", { name: "Generar", exact: true }).click();
+  const fileRow = fiona.getByRole("table", { name: "Ficheros bancarios" }).locator("tbody tr").first();
+  await fileRow.waitFor();
+  const [sepa] = await Promise.all([fiona.waitForEvent("download"), fileRow.getByRole("button", { name: "Descargar" }).click()]);
+  const pain001 = readFileSync(await sepa.path(), "utf8");
+  assert.ok(pain001.includes("pain.001.001.09") && pain001.includes("ES9121000418450200051332"), pain001.slice(0, 300));
+  const messageId = pain001.match(/<MsgId>([^<]+)<\/MsgId>/)[1];
+  const endToEnd = pain001.match(/<EndToEndId>([^<]+)<\/EndToEndId>/)[1];
+  const amount = pain001.match(/<InstdAmt Ccy="EUR">([^<]+)<\/InstdAmt>/)[1];
+  const pain002 = `<?xml version="1.0" encoding="UTF-8"?>
+<Document xmlns="urn:iso:std:iso:20022:tech:xsd:pain.002.001.10"><CstmrPmtStsRpt>
+<GrpHdr><MsgId>BANKREF-${label}</MsgId><CreDtTm>2026-12-01T09:00:00Z</CreDtTm></GrpHdr>
+<OrgnlGrpInfAndSts><OrgnlMsgId>${messageId}</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId></OrgnlGrpInfAndSts>
+<OrgnlPmtInfAndSts><OrgnlPmtInfId>${messageId}</OrgnlPmtInfId>
+<TxInfAndSts><OrgnlEndToEndId>${endToEnd}</OrgnlEndToEndId><TxSts>ACSC</TxSts>
+<OrgnlTxRef><Amt><InstdAmt Ccy="EUR">${amount}</InstdAmt></Amt></OrgnlTxRef></TxInfAndSts>
+</OrgnlPmtInfAndSts></CstmrPmtStsRpt></Document>`;
+  await fiona.getByLabel("Informe de estado (XML pain.002)").setInputFiles({ name: "pain002.xml", mimeType: "application/xml", buffer: Buffer.from(pain002) });
+  await fiona.getByRole("button", { name: "Importar" }).click();
+  await fiona.getByRole("status").filter({ hasText: "1 confirmados" }).waitFor();
   await check(fiona, "finance-batch");
   // Finance reads the provider's earnings too (as finance, not as the provider).
   await fiona.goto(`${base}/console/provider/${providerId}/earnings`);
@@ -421,7 +462,9 @@ try {
   await page.waitForURL("**/console/sign-in");
   await signIn(page, ana);
   await page.goto(`${base}/console/provider/${providerId}/payouts`);
-  const payoutLink = page.getByRole("table", { name: "Pagos pendientes" }).getByRole("link").first();
+  // Confirmed by the bank: in the history, with the bank's reference and the transfer's id.
+  await page.getByRole("table", { name: "Historial de pagos" }).getByText(`referencia bancaria BANKREF-${label}`).waitFor();
+  const payoutLink = page.getByRole("table", { name: "Historial de pagos" }).getByRole("link").first();
   await payoutLink.waitFor();
   await payoutLink.click();
   await page.waitForURL("**/payouts/*");

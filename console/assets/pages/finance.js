@@ -122,13 +122,9 @@ function bankFilesPart(batch, context) {
   const fileInput = h("input", { type: "file", id: "status-report", accept: ".xml,application/xml,text/xml" });
   return part(t("finance.bank_files"),
     table(t("finance.bank_files"), [
-      [t("finance.message_id"), (f) => f.message_id],
-      [t("finance.execution_date"), (f) => dateOnly(f.execution_date)],
-      [t("finance.transfers"), (f) => integer(f.transfers), { numeric: true }],
-      [t("finance.control_sum"), (f) => `${(BigInt(f.control_sum_cents) / 100n).toString()}.${String(BigInt(f.control_sum_cents) % 100n).padStart(2, "0")} ${f.currency}`, { numeric: true }],
-      [t("finance.rate"), (f) => f.rate],
-      ["SHA-256", (f) => h("code", { class: "id" }, f.sha256.slice(0, 16) + "…")],
-      ["", (f) => action(t("finance.download"), () => download(f.href, `${f.message_id}.xml`, reader()))],
+      [t("finance.message_id"), (id) => h("code", { class: "id" }, id)],
+      ["", (id) => action(t("finance.download"), () =>
+        download(`/v1/payout-batches/${batch.date}/bank-files/${encodeURIComponent(id)}`, `${id}.xml`, reader()))],
     ], batch.bank_files, t("finance.no_bank_files")),
     treasury ? form({
       title: t("finance.make_bank_files"), submit: t("finance.make"),
@@ -137,7 +133,11 @@ function bankFilesPart(batch, context) {
         control({ pointer: "/execution_date", label: t("finance.execution_date"), type: "date", required: false, optional: true }))],
       onsubmit: async (element) => {
         const value = (p) => element.querySelector(`[data-pointer="${p}"]`).value.trim();
-        await api("POST", `/v1/payout-batches/${batch.date}/bank-files`, { eur_per_usdc: value("/eur_per_usdc"), execution_date: value("/execution_date") || null }, operator());
+        const files = await api("POST", `/v1/payout-batches/${batch.date}/bank-files`, { eur_per_usdc: value("/eur_per_usdc"), execution_date: value("/execution_date") || null }, operator());
+        router.notice = files.map((f) => t("finance.file_made", {
+          id: f.message_id, transfers: f.transfers, date: dateOnly(f.execution_date),
+          sum: `${(BigInt(f.control_sum_cents) / 100n).toString()}.${String(BigInt(f.control_sum_cents) % 100n).padStart(2, "0")} ${f.currency}`,
+        })).join(" ");
         await context.rerender();
       },
     }) : null,
