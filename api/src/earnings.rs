@@ -18,7 +18,7 @@ use gpunex_domain::calendar::{self, CalendarError};
 use gpunex_domain::money::Usdc;
 use gpunex_domain::onboarding::Availability;
 use gpunex_domain::time::Timestamp;
-use gpunex_projections::earnings::{Earnings, Line, Sums};
+use gpunex_projections::earnings::{Earnings, Figures, Line, Sums};
 use gpunex_store::earnings::LineRange;
 use gpunex_wire::earnings as we;
 use uuid::Uuid;
@@ -245,10 +245,12 @@ pub async fn summary(
     .await?;
     let this_month = period(&state, provider_id, zone, (month, month_last), as_of).await?;
     let (from, until) = span(zone, first, last);
-    let shares = state
+    let figures = state
         .store
-        .earnings_shares(provider_id, from, until, as_of)
-        .await?;
+        .earnings_figures(provider_id, &[from, until], as_of)
+        .await?
+        .pop()
+        .unwrap_or_default();
     let summary = we::EarningsSummary {
         provider_id,
         time_zone: range.zone_name.clone(),
@@ -259,8 +261,9 @@ pub async fn summary(
         pending_balance_micro_usdc: pending,
         pending_balance_usdc: usdc(pending),
         period: chosen,
-        per_gpu: gpu_earnings(&shares),
-        per_model: Earnings::per_model(&shares)
+        per_gpu: gpu_earnings(&figures),
+        per_model: figures
+            .per_model
             .into_iter()
             .map(|(model_id, sums)| we::ModelEarnings {
                 model_id,
@@ -274,13 +277,14 @@ pub async fn summary(
 /// The most days `by=gpu` splits per GPU (a quarter), in one grouped read.
 const DAILY_BY_GPU_DAYS_MAX: usize = gpunex_store::earnings::SHARE_DAYS_MAX;
 
-fn gpu_earnings(shares: &[gpunex_projections::earnings::RentalShares]) -> Vec<we::GpuEarnings> {
-    Earnings::per_gpu(shares)
-        .into_iter()
+fn gpu_earnings(figures: &Figures) -> Vec<we::GpuEarnings> {
+    figures
+        .per_gpu
+        .iter()
         .map(|((gpu_uuid, model_id), sums)| we::GpuEarnings {
-            gpu_uuid,
-            model_id,
-            totals: totals(sums),
+            gpu_uuid: gpu_uuid.clone(),
+            model_id: model_id.clone(),
+            totals: totals(*sums),
         })
         .collect()
 }
@@ -341,20 +345,16 @@ pub async fn daily(
         .chain(days.last().and_then(|d| d.succ_opt()).as_ref())
         .map(|day| calendar::day_start(zone, *day))
         .collect();
-    // Each day's sums: split per GPU, the day's shares of one grouped read of the range's lines,
-    // whose totals are the day's; else the provider's running sums through each day's start
-    // (one lookup per boundary).
+    // Each day's sums: split per GPU, the day's figures (from the stored hours and, for what
+    // they cannot say, the lines), whose totals are the day's; else the provider's running sums
+    // through each day's start (one lookup per boundary).
     let per_day: Vec<(Sums, Option<Vec<we::GpuEarnings>>)> = if by_gpu {
         state
             .store
-            .earnings_shares_by_day(provider_id, &bounds, as_of)
+            .earnings_figures(provider_id, &bounds, as_of)
             .await?
             .iter()
-            .map(|shares| {
-                let mut day = Sums::default();
-                shares.iter().for_each(|share| day.add_sums(share.totals));
-                (day, Some(gpu_earnings(shares)))
-            })
+            .map(|figures| (figures.totals(), Some(gpu_earnings(figures))))
             .collect()
     } else {
         let mut through = Vec::with_capacity(bounds.len());

@@ -675,6 +675,7 @@ fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
     println!("accounts checked:      {}", report.accounts_checked);
     println!("earnings checkpoint:   {}", report.earnings_checkpoint);
     println!("earnings lines checked: {}", report.earnings_lines_checked);
+    println!("earnings hours checked: {}", report.earnings_hours_checked);
     println!("rentals checkpoint:    {}", report.rentals_checkpoint);
     println!("rentals checked:       {}", report.rentals_checked);
     println!("payouts checkpoint:    {}", report.payouts_checkpoint);

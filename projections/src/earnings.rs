@@ -427,6 +427,60 @@ impl RentalShares {
     }
 }
 
+/// A period's per-GPU and per-model figures: [`Earnings::per_gpu`] and [`Earnings::per_model`] of
+/// its lines. Both are sums over lines, so the figures of two disjoint sets of lines add up to
+/// the figures of their union: the store reads a period's figures from stored per-hour sums
+/// ([`crate::earnings_lines::HourRow`]) for its whole hours and from the lines themselves for the
+/// rest, and adds them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Figures {
+    /// Per GPU and model: the GPU's shares, net = gross - fee of the shares, and the lines the GPU
+    /// was in.
+    pub per_gpu: BTreeMap<(String, String), Sums>,
+    /// Per model: the lines' own sums.
+    pub per_model: BTreeMap<String, Sums>,
+}
+
+impl Figures {
+    /// The figures of rentals' reduced lines.
+    pub fn of_shares(shares: &[RentalShares]) -> Figures {
+        Figures {
+            per_gpu: Earnings::per_gpu(shares),
+            per_model: Earnings::per_model(shares),
+        }
+    }
+
+    /// The figures of lines, line by line: the reference every stored read is tested against.
+    pub fn of_lines(lines: &[Line]) -> Figures {
+        Figures::of_shares(&RentalShares::of_lines(lines))
+    }
+
+    /// Adds the figures of other lines.
+    pub fn add(&mut self, other: &Figures) {
+        for (key, sums) in &other.per_gpu {
+            self.per_gpu.entry(key.clone()).or_default().add_sums(*sums);
+        }
+        for (model, sums) in &other.per_model {
+            self.per_model
+                .entry(model.clone())
+                .or_default()
+                .add_sums(*sums);
+        }
+    }
+
+    /// The sums of every line.
+    pub fn totals(&self) -> Sums {
+        let mut totals = Sums::default();
+        self.per_model.values().for_each(|s| totals.add_sums(*s));
+        totals
+    }
+
+    /// No line at all.
+    pub fn is_empty(&self) -> bool {
+        self.per_model.is_empty() && self.per_gpu.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

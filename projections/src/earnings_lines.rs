@@ -51,12 +51,118 @@ pub struct LineRow {
     pub through: Sums,
 }
 
-/// What one batch adds: rentals (inserted once), lines, and each touched provider's new cursor.
+/// What one batch adds: rentals (inserted once), lines, what the lines add to each GPU's hours,
+/// and each touched provider's new cursor.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EarningsBatch {
     pub rentals: Vec<RentalRef>,
     pub lines: Vec<LineRow>,
+    pub hours: BTreeMap<HourKey, HourSums>,
     pub cursors: BTreeMap<Uuid, Cursor>,
+}
+
+/// The length of a stored hour (`earnings_gpu_hours`): one UTC hour. Every time zone's day
+/// starts on a quarter hour, most on a whole UTC hour: a period's whole hours are read from the
+/// hours, what is left of an hour cut by a period's bound from the lines.
+pub const HOUR_US: i64 = 3_600_000_000;
+
+/// The start of the UTC hour `at_us` falls in.
+pub fn hour_of(at_us: i64) -> i64 {
+    at_us - at_us.rem_euclid(HOUR_US)
+}
+
+/// An hour row's key: provider, hour (its first microsecond), GPU UUID, model.
+pub type HourKey = (Uuid, i64, String, String);
+
+/// One GPU's part of a provider's lines dated in one hour under one model: the sums the
+/// dashboard's per-GPU and per-model figures add up ([`crate::earnings::Figures`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HourSums {
+    /// The GPU's shares of the lines' gross, fee and GPU-seconds (GPU `i` of `n` gets `a div n`,
+    /// plus one when `i < a mod n`), net = gross - fee of the shares, and how many lines the GPU
+    /// was in. A rental with no GPU (never metered; kept for completeness) has one row under the
+    /// GPU `""` with the whole amounts, which no per-GPU figure shows.
+    pub gpu: Sums,
+    /// The lines' own net and number, carried by the row of each line's first GPU, so a model's
+    /// figures are its rows' shares (which add up to the lines' amounts exactly) with these.
+    pub model_net: i64,
+    pub model_lines: u64,
+    /// The last log position folded into the row: a reader as of an earlier position reads the
+    /// hour from its lines instead.
+    pub through_position: u64,
+}
+
+impl HourSums {
+    /// Adds `other` (later lines), refusing overflow.
+    pub fn checked_add(&self, other: &HourSums) -> Option<HourSums> {
+        Some(HourSums {
+            gpu: Sums {
+                gross: self.gpu.gross.checked_add(other.gpu.gross)?,
+                fee: self.gpu.fee.checked_add(other.gpu.fee)?,
+                net: self.gpu.net.checked_add(other.gpu.net)?,
+                gpu_seconds: self.gpu.gpu_seconds.checked_add(other.gpu.gpu_seconds)?,
+                lines: self.gpu.lines.checked_add(other.gpu.lines)?,
+            },
+            model_net: self.model_net.checked_add(other.model_net)?,
+            model_lines: self.model_lines.checked_add(other.model_lines)?,
+            through_position: self.through_position.max(other.through_position),
+        })
+    }
+}
+
+/// What one line adds to its GPUs' hours.
+#[derive(Debug, Clone, Copy)]
+pub struct HourLine {
+    pub provider_id: Uuid,
+    pub at_us: i64,
+    pub position: u64,
+    pub gross: i64,
+    pub fee: i64,
+    pub net: i64,
+    pub gpu_seconds: u64,
+}
+
+/// Adds one line of `rental` to `hours` (one row per GPU of the rental); `None` on overflow.
+pub fn add_line_hours(
+    hours: &mut BTreeMap<HourKey, HourSums>,
+    line: HourLine,
+    rental: &RentalRef,
+) -> Option<()> {
+    let hour = hour_of(line.at_us);
+    let seconds = i64::try_from(line.gpu_seconds).ok()?;
+    let gpus: Vec<&str> = if rental.gpu_uuids.is_empty() {
+        vec![""]
+    } else {
+        rental.gpu_uuids.iter().map(String::as_str).collect()
+    };
+    let n = i64::try_from(gpus.len()).ok()?;
+    let share = |amount: i64, i: i64| amount.div_euclid(n) + i64::from(i < amount.rem_euclid(n));
+    for (i, gpu) in (0..n).zip(gpus) {
+        let gross = share(line.gross, i);
+        let fee = share(line.fee, i);
+        let first = i == 0;
+        let add = HourSums {
+            gpu: Sums {
+                gross,
+                fee,
+                net: gross.checked_sub(fee)?,
+                gpu_seconds: u64::try_from(share(seconds, i)).ok()?,
+                lines: 1,
+            },
+            model_net: if first { line.net } else { 0 },
+            model_lines: u64::from(first),
+            through_position: line.position,
+        };
+        let key = (
+            line.provider_id,
+            hour,
+            gpu.to_owned(),
+            rental.model_id.clone(),
+        );
+        let entry = hours.entry(key).or_default();
+        *entry = entry.checked_add(&add)?;
+    }
+    Some(())
 }
 
 /// What a batch's fold needs from before the batch.
@@ -115,7 +221,7 @@ fn add(sums: Sums, row: &LineRow) -> Option<Sums> {
 pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<EarningsBatch, FoldError> {
     let mut batch = EarningsBatch::default();
     let mut new_rentals: Vec<RentalRef> = Vec::new();
-    let mut started: BTreeSet<Uuid> = BTreeSet::new();
+    let mut started: HashMap<Uuid, usize> = HashMap::new();
     let mut previous = 0;
     for projected in events {
         if projected.position <= previous {
@@ -127,7 +233,7 @@ pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<Earnings
         previous = projected.position;
         match &projected.event {
             DomainEvent::Rental(RentalEvent::Started(s)) => {
-                started.insert(s.rental_id);
+                started.insert(s.rental_id, new_rentals.len());
                 let started = s;
                 new_rentals.push(RentalRef {
                     rental_id: started.rental_id,
@@ -139,12 +245,14 @@ pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<Earnings
                 });
             }
             DomainEvent::Rental(RentalEvent::UsageMetered(metered)) => {
-                let known = started.contains(&metered.rental_id)
-                    || before.rentals.contains_key(&metered.rental_id);
-                if !known {
+                let rental = match started.get(&metered.rental_id) {
+                    Some(index) => new_rentals.get(*index),
+                    None => before.rentals.get(&metered.rental_id),
+                };
+                let Some(rental) = rental else {
                     // The in-memory model ignored lines of unknown rentals; so does this one.
                     continue;
-                }
+                };
                 let cursor = batch
                     .cursors
                     .get(&metered.provider_id)
@@ -185,6 +293,20 @@ pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<Earnings
                         through: row.through,
                     },
                 );
+                add_line_hours(
+                    &mut batch.hours,
+                    HourLine {
+                        provider_id: row.provider_id,
+                        at_us,
+                        position: row.position,
+                        gross: row.gross,
+                        fee: row.fee,
+                        net: row.net,
+                        gpu_seconds: row.to_gpu_seconds.saturating_sub(row.from_gpu_seconds),
+                    },
+                    rental,
+                )
+                .ok_or_else(|| overflow(metered.provider_id, projected.position))?;
                 batch.lines.push(row);
             }
             _ => {}
@@ -337,6 +459,54 @@ mod tests {
             assert_eq!(replay.cursors()[&provider].through, last);
             assert_eq!(replay.cursors()[&provider].last_at_us, 400);
         }
+    }
+
+    /// Each line's GPU shares land in its hour, under its model; a model's figures are the rows'
+    /// shares with the lines' own net and count; split into batches anywhere, the batches' hours
+    /// add up to the whole log's.
+    #[test]
+    fn hours_carry_each_gpus_shares_and_add_up_across_batches() {
+        const HOUR: i64 = HOUR_US;
+        let provider = id(4);
+        let rental = started(1, provider);
+        let events = vec![
+            projected(
+                1,
+                0,
+                DomainEvent::Rental(RentalEvent::Started(rental.clone())),
+            ),
+            // 1,001 among 2 GPUs: 501 and 500; fee 201: 101 and 100.
+            projected(2, 10, metered(&rental, 10, 1_001, 201)),
+            projected(3, HOUR - 1, metered(&rental, 20, 3, 1)),
+            projected(4, HOUR, metered(&rental, 31, 2_000, 400)),
+            projected(5, 3 * HOUR + 5, metered(&rental, 41, 7, 1)),
+        ];
+        let whole = fold_batch(&events, &Before::default()).unwrap().hours;
+        let key = |hour: i64, gpu: &str| (provider, hour, gpu.to_owned(), "h100-80gb".to_owned());
+        let first_a = whole[&key(0, "GPU-a")];
+        let first_b = whole[&key(0, "GPU-b")];
+        assert_eq!((first_a.gpu.gross, first_b.gpu.gross), (501 + 2, 500 + 1));
+        assert_eq!((first_a.gpu.fee, first_b.gpu.fee), (101 + 1, 100));
+        assert_eq!(first_a.gpu.net, first_a.gpu.gross - first_a.gpu.fee);
+        assert_eq!((first_a.gpu.lines, first_b.gpu.lines), (2, 2));
+        assert_eq!((first_a.model_lines, first_b.model_lines), (2, 0));
+        assert_eq!(first_a.model_net, (1_001 - 201) + (3 - 1));
+        assert_eq!(first_a.through_position, 3);
+        assert_eq!(whole[&key(HOUR, "GPU-a")].gpu.gross, 1_000);
+        assert_eq!(whole[&key(3 * HOUR, "GPU-b")].gpu.gross, 3);
+        assert_eq!(whole.len(), 6, "three hours of two GPUs");
+        for split in 0..=events.len() {
+            let mut replay = Replay::default();
+            let (a, b) = events.split_at(split);
+            let mut merged = replay.fold(a).unwrap().hours;
+            for (k, v) in replay.fold(b).unwrap().hours {
+                let entry = merged.entry(k).or_default();
+                *entry = entry.checked_add(&v).unwrap();
+            }
+            assert_eq!(merged, whole, "split at {split}");
+        }
+        assert_eq!(hour_of(-1), -HOUR);
+        assert_eq!(hour_of(HOUR), HOUR);
     }
 
     #[test]

@@ -80,6 +80,16 @@ pub enum AuditFinding {
         stored: Option<String>,
         replayed: Option<String>,
     },
+    /// A stored hour of a GPU's earnings (`hour`: its first instant; `gpu_uuid`, `model_id`)
+    /// differs from the hour as the provider's stored lines make it (or exists on one side only).
+    EarningsHourMismatch {
+        provider_id: String,
+        hour: String,
+        gpu_uuid: String,
+        model_id: String,
+        stored: Option<String>,
+        replayed: Option<String>,
+    },
     /// The stored snapshot of the in-memory read models differs from the fold of the log up to
     /// its position (`models`), or cannot be used (`reason`).
     SnapshotMismatch {
@@ -123,6 +133,7 @@ impl AuditFinding {
             AuditFinding::CheckpointAhead { .. }
             | AuditFinding::BalanceMismatch { .. }
             | AuditFinding::EarningsCursorMismatch { .. }
+            | AuditFinding::EarningsHourMismatch { .. }
             | AuditFinding::RentalMismatch { .. }
             | AuditFinding::PayoutMismatch { .. }
             | AuditFinding::SnapshotMismatch { .. }
@@ -224,6 +235,20 @@ impl fmt::Display for AuditFinding {
                 stored.as_deref().unwrap_or("(missing)"),
                 replayed.as_deref().unwrap_or("(missing)")
             ),
+            AuditFinding::EarningsHourMismatch {
+                provider_id,
+                hour,
+                gpu_uuid,
+                model_id,
+                stored,
+                replayed,
+            } => write!(
+                f,
+                "earnings of provider {provider_id} in the hour from {hour}, GPU {gpu_uuid:?} \
+                 ({model_id}): stored {}, from its lines {}",
+                stored.as_deref().unwrap_or("(missing)"),
+                replayed.as_deref().unwrap_or("(missing)")
+            ),
             AuditFinding::SnapshotMismatch {
                 position,
                 models,
@@ -284,6 +309,9 @@ pub struct AuditReport {
     /// compared with the replay.
     pub earnings_checkpoint: u64,
     pub earnings_lines_checked: u64,
+    /// How many stored hours of GPUs' earnings were compared with the hours of the stored lines
+    /// (those holding only lines folded by the checkpoint).
+    pub earnings_hours_checked: u64,
     /// How far the stored rentals projection had folded, and how many rentals were compared.
     pub rentals_checkpoint: u64,
     pub rentals_checked: u64,
@@ -452,6 +480,7 @@ pub(crate) async fn run<S: AuditSource>(
         total_debits_micro_usdc: debits.to_string(),
         earnings_checkpoint: 0,
         earnings_lines_checked: 0,
+        earnings_hours_checked: 0,
         rentals_checkpoint: 0,
         rentals_checked: 0,
         payouts_checkpoint: 0,

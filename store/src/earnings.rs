@@ -14,14 +14,15 @@ use gpunex_domain::events::{RENTAL_STARTED, USAGE_METERED};
 use gpunex_domain::money::Usdc;
 use gpunex_domain::time::Timestamp;
 use gpunex_projections::RunReport;
-use gpunex_projections::earnings::{Line, RentalRef, RentalShares, Split, Sums};
+use gpunex_projections::earnings::{Figures, Line, RentalRef, RentalShares, Split, Sums};
 use gpunex_projections::earnings_lines::{
-    Before, Cursor, EARNINGS, EarningsBatch, LineRow, fold_batch, needs,
+    Before, Cursor, EARNINGS, EarningsBatch, HOUR_US, HourKey, HourLine, HourSums, LineRow,
+    add_line_hours, fold_batch, hour_of, needs,
 };
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::sql::{placeholders, values};
+use crate::sql::{Binds, Bound, placeholders, values};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
@@ -52,6 +53,27 @@ fn sums(row: SumsRow) -> Result<Sums, StoreError> {
         lines: to_u64(row.4, 0, "lines")?,
     })
 }
+
+const HOUR_KEY_COLUMNS: &str = "provider_id, hour_us, gpu_uuid, model_id";
+const HOUR_SUM_COLUMNS: &str = "gross_micro_usdc, fee_micro_usdc, net_micro_usdc, gpu_seconds, \
+     gpu_lines, model_net_micro_usdc, model_lines, through_position";
+/// A batch's hours added to the stored ones (one row per key and batch, so no statement updates
+/// a row twice, which PostgreSQL refuses).
+const HOUR_ADD: &str = "gross_micro_usdc = earnings_gpu_hours.gross_micro_usdc + excluded.gross_micro_usdc, \
+     fee_micro_usdc = earnings_gpu_hours.fee_micro_usdc + excluded.fee_micro_usdc, \
+     net_micro_usdc = earnings_gpu_hours.net_micro_usdc + excluded.net_micro_usdc, \
+     gpu_seconds = earnings_gpu_hours.gpu_seconds + excluded.gpu_seconds, \
+     gpu_lines = earnings_gpu_hours.gpu_lines + excluded.gpu_lines, \
+     model_net_micro_usdc = earnings_gpu_hours.model_net_micro_usdc + excluded.model_net_micro_usdc, \
+     model_lines = earnings_gpu_hours.model_lines + excluded.model_lines, \
+     through_position = excluded.through_position";
+/// The tables of the earnings projection, emptied together by a rebuild.
+const EARNINGS_TABLES: [&str; 4] = [
+    "earnings_lines",
+    "earnings_rentals",
+    "earnings_providers",
+    "earnings_gpu_hours",
+];
 
 const LINE_COLUMNS: &str = "position, provider_id, at_us, entry_id, report_id, rental_id, \
      from_gpu_seconds, to_gpu_seconds, price_micro_usdc, gross_micro_usdc, fee_micro_usdc, \
@@ -101,15 +123,9 @@ fn rental_row(
     })
 }
 
-/// The secondary indexes of `earnings_lines` (migrations 0008 and 0011), by name and columns.
-/// The date index carries the amounts, so a period's lines grouped by rental and amounts are
-/// read from the index alone.
+/// The secondary indexes of `earnings_lines` (migrations 0008 and 0013), by name and columns.
 const LINE_INDEXES: [(&str, &str); 2] = [
-    (
-        "earnings_lines_by_date",
-        "provider_id, at_us, position, rental_id, gross_micro_usdc, fee_micro_usdc, \
-         net_micro_usdc, from_gpu_seconds, to_gpu_seconds",
-    ),
+    ("earnings_lines_by_date", "provider_id, at_us, position"),
     ("earnings_lines_by_position", "provider_id, position"),
 ];
 
@@ -256,6 +272,32 @@ impl Store {
                 }
                 query.execute(&mut *tx).await?;
             }
+            let hours: Vec<(&HourKey, &HourSums)> = batch.hours.iter().collect();
+            for chunk in hours.chunks(ROWS_PER_STATEMENT) {
+                let sql = format!(
+                    "INSERT INTO earnings_gpu_hours ({HOUR_KEY_COLUMNS}, {HOUR_SUM_COLUMNS}) \
+                     VALUES {} ON CONFLICT (provider_id, hour_us, gpu_uuid, model_id) DO UPDATE \
+                     SET {HOUR_ADD}",
+                    values(self.backend(), chunk.len(), 12)
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for ((provider, hour, gpu, model), sums) in chunk {
+                    query = query
+                        .bind(provider.to_string())
+                        .bind(*hour)
+                        .bind(gpu.clone())
+                        .bind(model.clone())
+                        .bind(sums.gpu.gross)
+                        .bind(sums.gpu.fee)
+                        .bind(sums.gpu.net)
+                        .bind(to_i64(sums.gpu.gpu_seconds))
+                        .bind(to_i64(sums.gpu.lines))
+                        .bind(sums.model_net)
+                        .bind(to_i64(sums.model_lines))
+                        .bind(to_i64(sums.through_position));
+                }
+                query.execute(&mut *tx).await?;
+            }
             for (provider, cursor) in &batch.cursors {
                 sqlx::query(
                     "INSERT INTO earnings_providers (provider_id, last_at_us, through_gross, \
@@ -285,7 +327,7 @@ impl Store {
     pub async fn rebuild_earnings(&self) -> Result<u64, StoreError> {
         let now = self.now_us();
         in_transaction!(self, |tx| {
-            for table in ["earnings_lines", "earnings_rentals", "earnings_providers"] {
+            for table in EARNINGS_TABLES {
                 sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table}")))
                     .execute(&mut *tx)
                     .await?;
@@ -322,8 +364,7 @@ impl Store {
         let checkpoint = folded?.checkpoint;
         // The live runner may fold again while the tables are vacuumed.
         drop(_folding);
-        self.settle_tables(&["earnings_lines", "earnings_rentals", "earnings_providers"])
-            .await?;
+        self.settle_tables(&EARNINGS_TABLES).await?;
         Ok(checkpoint)
     }
 
@@ -410,120 +451,284 @@ impl Store {
         self.earnings_cursors(&ids).await
     }
 
-    /// A provider's lines dated in `[from, until)` folded by `as_of`, reduced per rental to what
-    /// the per-GPU and per-model figures need ([`RentalShares`]). SQL groups the lines by rental
-    /// and amounts (gross, fee, net, GPU-seconds), which repeat: a month of the busiest
-    /// simulated provider's 23,458 lines is 319 groups. Each group's division among the rental's
-    /// GPUs is then computed once and counted as many times as the group has lines, which is
-    /// exactly the line-by-line split.
-    pub async fn earnings_shares(
+    /// A provider's per-GPU and per-model figures ([`Figures`]) for each period between
+    /// consecutive `bounds` (instants in order: `n + 1` of them for `n` periods, at most
+    /// [`SHARE_DAYS_MAX`]), among the lines folded by `as_of`; a line on a bound counts in the
+    /// later period. Exactly the line-by-line split ([`Figures::of_lines`]), read as:
+    /// - each whole UTC hour of the range from the stored hours (`earnings_gpu_hours`), grouped
+    ///   per period, GPU and model in SQL: a month of 8 GPUs is at most 5,952 rows;
+    /// - from the lines, the hours that cannot be read whole: those a bound cuts (zones whose day
+    ///   starts on a half or quarter hour), and those holding lines folded after `as_of` (a
+    ///   row's `through_position` is past it; only the newest hours, while usage is metered).
+    ///
+    /// Both reads are race-free without a shared snapshot: rows only ever add later positions,
+    /// and one statement says which rows it summed and which it left to the lines.
+    pub async fn earnings_figures(
         &self,
         provider_id: Uuid,
-        from: Timestamp,
-        until: Timestamp,
+        bounds: &[Timestamp],
         as_of: u64,
-    ) -> Result<Vec<RentalShares>, StoreError> {
-        let sql = "SELECT rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
-             to_gpu_seconds - from_gpu_seconds, COUNT(*) FROM earnings_lines \
-             WHERE provider_id = $1 AND at_us >= $2 AND at_us < $3 AND position <= $4 \
-             GROUP BY rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
-             to_gpu_seconds - from_gpu_seconds ORDER BY rental_id";
-        let groups: Vec<(String, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
-            sqlx::query_as(sql)
-                .bind(provider_id.to_string())
-                .bind(from.unix_micros())
-                .bind(until.unix_micros())
-                .bind(to_i64(as_of))
-                .fetch_all(conn)
-                .await?
-        });
-        let ids = rental_ids(groups.iter().map(|g| g.0.as_str()))?;
-        let rentals = self.earnings_rentals_by_id(&ids).await?;
-        shares_of(groups, &rentals)
-    }
-
-    /// [`Store::earnings_shares`] for each day between consecutive `boundaries` (instants in
-    /// order: `n + 1` of them for `n` days, at most [`SHARE_DAYS_MAX`]) in one grouped read: each
-    /// line is bucketed by the last boundary at or before it (a `CASE` over the boundaries, so
-    /// days of 23 or 25 hours are as the zone made them), then grouped as for one period. Each
-    /// day's shares, in order.
-    pub async fn earnings_shares_by_day(
-        &self,
-        provider_id: Uuid,
-        boundaries: &[Timestamp],
-        as_of: u64,
-    ) -> Result<Vec<Vec<RentalShares>>, StoreError> {
-        let days = boundaries.len().saturating_sub(1);
-        let (Some(first), Some(last)) = (boundaries.first(), boundaries.last()) else {
-            return Ok(Vec::new());
-        };
-        if days == 0 {
+    ) -> Result<Vec<Figures>, StoreError> {
+        let periods = bounds.len().saturating_sub(1);
+        if periods == 0 {
             return Ok(Vec::new());
         }
-        if days > SHARE_DAYS_MAX || boundaries.windows(2).any(|w| w[0] >= w[1]) {
+        if periods > SHARE_DAYS_MAX || bounds.windows(2).any(|w| w[0] >= w[1]) {
             return Err(StoreError::CorruptRow {
                 position: 0,
                 reason: format!(
-                    "{days} days asked for at once (at most {SHARE_DAYS_MAX}), or bounds out of order"
+                    "{periods} periods asked for at once (at most {SHARE_DAYS_MAX}), or bounds out of order"
                 ),
             });
         }
-        let backend = self.backend();
-        let parameter = |i: usize| match backend {
-            crate::Backend::Sqlite => "?".to_owned(),
-            crate::Backend::Postgres => format!("${i}"),
+        let edges: Vec<i64> = bounds.iter().map(|b| b.unix_micros()).collect();
+        let (first, last) = (edges[0], edges[periods]);
+        let whole = |at: i64| at.rem_euclid(HOUR_US) == 0;
+        // The whole hours in the range: [lo, hi).
+        let lo = if whole(first) {
+            first
+        } else {
+            hour_of(first).saturating_add(HOUR_US)
         };
-        // The inner boundaries, then the provider, the range and the position.
-        let inner = &boundaries[1..days];
-        let bucket: String = inner
+        let hi = hour_of(last);
+        // The hours an inner bound cuts: inside [lo, hi), read from the lines.
+        let cut: BTreeSet<i64> = edges[1..periods]
+            .iter()
+            .filter(|at| !whole(**at))
+            .map(|at| hour_of(*at))
+            .collect();
+        let mut figures = vec![Figures::default(); periods];
+        let mut from_lines: BTreeSet<i64> = cut.clone();
+        if lo < hi {
+            let (rows, newer) = self
+                .earnings_hour_figures(provider_id, &edges, (lo, hi), &cut, as_of)
+                .await?;
+            from_lines.extend(newer);
+            for (period, gpu, model, sums) in rows {
+                let Some(figures) = figures.get_mut(period) else {
+                    return Err(corrupt(format!("an hour summed in period {period}")));
+                };
+                if !gpu.is_empty() {
+                    figures
+                        .per_gpu
+                        .entry((gpu, model.clone()))
+                        .or_default()
+                        .add_sums(sums.gpu);
+                }
+                figures.per_model.entry(model).or_default().add_sums(Sums {
+                    net: sums.model_net,
+                    lines: sums.model_lines,
+                    ..sums.gpu
+                });
+            }
+        }
+        // What the hours do not say: the range's ends outside its whole hours, the cut hours and
+        // the hours with newer lines, as disjoint intervals in order.
+        let mut intervals: Vec<(i64, i64)> = Vec::new();
+        let ends = [(first, lo.min(last)), (hi.max(first), last)];
+        let hours = from_lines.iter().map(|h| (*h, h.saturating_add(HOUR_US)));
+        for (from, until) in ends.into_iter().chain(hours) {
+            let (from, until) = (from.max(first), until.min(last));
+            if from < until {
+                intervals.push((from, until));
+            }
+        }
+        intervals.sort_unstable();
+        let mut merged: Vec<(i64, i64)> = Vec::with_capacity(intervals.len());
+        for (from, until) in intervals {
+            match merged.last_mut() {
+                Some(previous) if from <= previous.1 => previous.1 = previous.1.max(until),
+                _ => merged.push((from, until)),
+            }
+        }
+        if !merged.is_empty() {
+            let shares = self
+                .earnings_line_shares(provider_id, &edges, &merged, as_of)
+                .await?;
+            for (figures, shares) in figures.iter_mut().zip(shares) {
+                figures.add(&Figures::of_shares(&shares));
+            }
+        }
+        Ok(figures)
+    }
+
+    /// The stored hours of a provider in `[lo, hi)` but the `cut` ones, as of `as_of`: the rows
+    /// of the hours whose lines were all folded by `as_of`, summed per period (of `edges`), GPU
+    /// and model, and the other hours, in one statement (one snapshot).
+    async fn earnings_hour_figures(
+        &self,
+        provider_id: Uuid,
+        edges: &[i64],
+        (lo, hi): (i64, i64),
+        cut: &BTreeSet<i64>,
+        as_of: u64,
+    ) -> Result<(Vec<(usize, String, String, HourSums)>, BTreeSet<i64>), StoreError> {
+        let periods = edges.len() - 1;
+        let provider = provider_id.to_string();
+        // Placeholders are made in the order they appear in the text (SQLite's are positional).
+        let mut binds = Binds::new(self.backend());
+        // The hours holding lines folded after `as_of`: read from the lines, none of their rows
+        // summed (another GPU's row of the same hour may be older, and the lines give the
+        // whole hour).
+        let newer = format!(
+            "SELECT DISTINCT hour_us FROM earnings_gpu_hours WHERE provider_id = {} \
+             AND hour_us >= {} AND hour_us < {} AND through_position > {}",
+            binds.text(provider.clone()),
+            binds.int(lo),
+            binds.int(hi),
+            binds.int(to_i64(as_of)),
+        );
+        // A whole hour lies in one period: the first whose end is after it.
+        let case: String = edges[1..periods]
             .iter()
             .enumerate()
-            .map(|(day, _)| format!("WHEN at_us < {} THEN {day} ", parameter(day + 1)))
+            .map(|(period, end)| format!("WHEN hour_us < {} THEN {period} ", binds.int(*end)))
             .collect();
-        let n = inner.len();
-        let day = if n == 0 {
+        let period = if periods == 1 {
             "0".to_owned()
         } else {
-            format!("CASE {bucket}ELSE {n} END")
+            format!("CASE {case}ELSE {} END", periods - 1)
         };
+        let mut summed = format!(
+            "provider_id = {} AND hour_us >= {} AND hour_us < {}",
+            binds.text(provider),
+            binds.int(lo),
+            binds.int(hi),
+        );
+        if !cut.is_empty() {
+            let list: Vec<String> = cut.iter().map(|h| binds.int(*h)).collect();
+            summed.push_str(&format!(" AND hour_us NOT IN ({})", list.join(", ")));
+        }
+        let sum = |column: &str| format!("CAST(SUM({column}) AS BIGINT)");
+        let zero = "CAST(0 AS BIGINT)";
         let sql = format!(
-            "SELECT CAST({day} AS BIGINT) AS day, rental_id, gross_micro_usdc, \
-             fee_micro_usdc, net_micro_usdc, to_gpu_seconds - from_gpu_seconds, COUNT(*) \
-             FROM earnings_lines \
-             WHERE provider_id = {} AND at_us >= {} AND at_us < {} AND position <= {} \
+            "WITH newer AS ({newer}) \
+             SELECT CAST(0 AS BIGINT), CAST({period} AS BIGINT), gpu_uuid, model_id, {}, {}, {}, \
+             {}, {}, {}, {} FROM earnings_gpu_hours \
+             WHERE {summed} AND hour_us NOT IN (SELECT hour_us FROM newer) GROUP BY 2, 3, 4 \
+             UNION ALL \
+             SELECT CAST(1 AS BIGINT), hour_us, '', '', {zero}, {zero}, {zero}, {zero}, {zero}, \
+             {zero}, {zero} FROM newer",
+            sum("gross_micro_usdc"),
+            sum("fee_micro_usdc"),
+            sum("net_micro_usdc"),
+            sum("gpu_seconds"),
+            sum("gpu_lines"),
+            sum("model_net_micro_usdc"),
+            sum("model_lines"),
+        );
+        type HourFigureRow = (i64, i64, String, String, i64, i64, i64, i64, i64, i64, i64);
+        let rows: Vec<HourFigureRow> = on_reader!(self, |conn| {
+            // Only placeholders and column names are formatted in: every value is bound.
+            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
+            for value in &binds.values {
+                query = match value {
+                    Bound::Int(v) => query.bind(*v),
+                    Bound::Text(v) => query.bind(v.as_str()),
+                };
+            }
+            query.fetch_all(conn).await?
+        });
+        let mut summed_rows = Vec::new();
+        let mut newer_hours = BTreeSet::new();
+        for (kind, at, gpu, model, gross, fee, net, seconds, gpu_lines, model_net, lines) in rows {
+            if kind == 1 {
+                newer_hours.insert(at);
+                continue;
+            }
+            let period = usize::try_from(at)
+                .ok()
+                .filter(|p| *p < periods)
+                .ok_or_else(|| corrupt(format!("an hour summed in period {at}")))?;
+            summed_rows.push((
+                period,
+                gpu,
+                model,
+                HourSums {
+                    gpu: Sums {
+                        gross,
+                        fee,
+                        net,
+                        gpu_seconds: to_u64(seconds, 0, "gpu_seconds")?,
+                        lines: to_u64(gpu_lines, 0, "gpu_lines")?,
+                    },
+                    model_net,
+                    model_lines: to_u64(lines, 0, "model_lines")?,
+                    through_position: 0,
+                },
+            ));
+        }
+        Ok((summed_rows, newer_hours))
+    }
+
+    /// A provider's lines folded by `as_of` and dated in the `intervals` (disjoint, in order,
+    /// inside the range of `edges`), reduced per period of `edges` and per rental: SQL groups
+    /// each period's lines by rental and amounts (gross, fee, net, GPU-seconds), which repeat,
+    /// and each group's division among the rental's GPUs is computed once and counted as many
+    /// times as the group has lines, which is exactly the line-by-line split. Each interval is
+    /// its own index range scan.
+    async fn earnings_line_shares(
+        &self,
+        provider_id: Uuid,
+        edges: &[i64],
+        intervals: &[(i64, i64)],
+        as_of: u64,
+    ) -> Result<Vec<Vec<RentalShares>>, StoreError> {
+        let periods = edges.len() - 1;
+        let mut binds = Binds::new(self.backend());
+        let case: String = edges[1..periods]
+            .iter()
+            .enumerate()
+            .map(|(period, end)| format!("WHEN at_us < {} THEN {period} ", binds.int(*end)))
+            .collect();
+        let period = if periods == 1 {
+            "0".to_owned()
+        } else {
+            format!("CASE {case}ELSE {} END", periods - 1)
+        };
+        let scans: Vec<String> = intervals
+            .iter()
+            .map(|(from, until)| {
+                format!(
+                    "SELECT at_us, rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
+                     to_gpu_seconds - from_gpu_seconds AS gpu_seconds FROM earnings_lines \
+                     WHERE provider_id = {} AND at_us >= {} AND at_us < {} AND position <= {}",
+                    binds.text(provider_id.to_string()),
+                    binds.int(*from),
+                    binds.int(*until),
+                    binds.int(to_i64(as_of)),
+                )
+            })
+            .collect();
+        let sql = format!(
+            "SELECT CAST({period} AS BIGINT) AS period, rental_id, gross_micro_usdc, \
+             fee_micro_usdc, net_micro_usdc, gpu_seconds, COUNT(*) FROM ({}) AS lines \
              GROUP BY 1, rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
-             to_gpu_seconds - from_gpu_seconds ORDER BY 1, rental_id",
-            parameter(n + 1),
-            parameter(n + 2),
-            parameter(n + 3),
-            parameter(n + 4),
+             gpu_seconds ORDER BY 1, rental_id",
+            scans.join(" UNION ALL ")
         );
         let rows: Vec<(i64, String, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
-            // Only placeholders are formatted in: the bounds, the provider and the position are
-            // bound.
+            // Only placeholders and column names are formatted in: every value is bound.
             let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
-            for bound in inner {
-                query = query.bind(bound.unix_micros());
+            for value in &binds.values {
+                query = match value {
+                    Bound::Int(v) => query.bind(*v),
+                    Bound::Text(v) => query.bind(v.as_str()),
+                };
             }
-            query
-                .bind(provider_id.to_string())
-                .bind(first.unix_micros())
-                .bind(last.unix_micros())
-                .bind(to_i64(as_of))
-                .fetch_all(conn)
-                .await?
+            query.fetch_all(conn).await?
         });
         let ids = rental_ids(rows.iter().map(|r| r.1.as_str()))?;
         let rentals = self.earnings_rentals_by_id(&ids).await?;
-        let mut per_day: Vec<Vec<Group>> = vec![Vec::new(); days];
-        for (day, rental_id, gross, fee, net, seconds, count) in rows {
-            let day = usize::try_from(day)
+        let mut per_period: Vec<Vec<Group>> = vec![Vec::new(); periods];
+        for (period, rental_id, gross, fee, net, seconds, count) in rows {
+            let period = usize::try_from(period)
                 .ok()
-                .filter(|d| *d < days)
-                .ok_or_else(|| corrupt(format!("a line bucketed in day {day}")))?;
-            per_day[day].push((rental_id, gross, fee, net, seconds, count));
+                .filter(|p| *p < periods)
+                .ok_or_else(|| corrupt(format!("a line bucketed in period {period}")))?;
+            per_period[period].push((rental_id, gross, fee, net, seconds, count));
         }
-        per_day
+        per_period
             .into_iter()
             .map(|groups| shares_of(groups, &rentals))
             .collect()
@@ -837,6 +1042,9 @@ impl Store {
                 }
             }
         }
+        report.earnings_hours_checked = store
+            .verify_earnings_hours(checkpoint, &mut findings)
+            .await?;
         report.earnings_checkpoint = checkpoint;
         report.earnings_lines_checked = checked;
         report.findings = findings.kept;
@@ -845,7 +1053,125 @@ impl Store {
     }
 }
 
-/// The most days [`Store::earnings_shares_by_day`] reads at once (a quarter).
+impl Store {
+    /// The hours' part of the earnings audit, provider by provider: every stored hour equals the
+    /// hours the provider's stored lines folded by `checkpoint` make (the lines themselves are
+    /// compared with the log by [`Store::verify_earnings`]); an hour holding lines folded after
+    /// `checkpoint` (the live runner moved on) is left out. Holds one provider's hours at a time.
+    /// Returns how many hours were compared.
+    async fn verify_earnings_hours(
+        &self,
+        checkpoint: u64,
+        findings: &mut Findings,
+    ) -> Result<u64, StoreError> {
+        const PAGE: usize = 10_000;
+        let providers: Vec<String> = on_reader!(self, |conn| sqlx::query_scalar(
+            "SELECT provider_id FROM earnings_providers UNION \
+             SELECT DISTINCT provider_id FROM earnings_gpu_hours ORDER BY 1"
+        )
+        .fetch_all(conn)
+        .await?);
+        let mut checked = 0;
+        for provider in providers {
+            let provider_id = uuid(&provider)?;
+            let mut made: BTreeMap<HourKey, HourSums> = BTreeMap::new();
+            let range = LineRange::Positions {
+                after: 0,
+                through: checkpoint,
+            };
+            let mut after = 0;
+            loop {
+                let page = self.earnings_lines(provider_id, range, after, PAGE).await?;
+                for line in &page {
+                    let hour = HourLine {
+                        provider_id,
+                        at_us: line.at.unix_micros(),
+                        position: line.position,
+                        gross: line.gross.micros(),
+                        fee: line.fee.micros(),
+                        net: line.net.micros(),
+                        gpu_seconds: line.to_gpu_seconds.saturating_sub(line.from_gpu_seconds),
+                    };
+                    if add_line_hours(&mut made, hour, &line.rental).is_none() {
+                        findings.push(AuditFinding::ProjectionFailed {
+                            position: line.position,
+                            reason: "earnings hours: sums out of range".to_owned(),
+                        });
+                    }
+                }
+                match page.last() {
+                    Some(last) if page.len() == PAGE => after = last.position,
+                    _ => break,
+                }
+            }
+            let sql = format!(
+                "SELECT {HOUR_KEY_COLUMNS}, {HOUR_SUM_COLUMNS} FROM earnings_gpu_hours \
+                 WHERE provider_id = $1 ORDER BY hour_us, gpu_uuid, model_id"
+            );
+            type HourRow = (
+                String,
+                i64,
+                String,
+                String,
+                i64,
+                i64,
+                i64,
+                i64,
+                i64,
+                i64,
+                i64,
+                i64,
+            );
+            let rows: Vec<HourRow> = on_reader!(self, |conn| {
+                sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                    .bind(&provider)
+                    .fetch_all(conn)
+                    .await?
+            });
+            let mut stored: BTreeMap<HourKey, HourSums> = BTreeMap::new();
+            for r in rows {
+                stored.insert(
+                    (provider_id, r.1, r.2, r.3),
+                    HourSums {
+                        gpu: Sums {
+                            gross: r.4,
+                            fee: r.5,
+                            net: r.6,
+                            gpu_seconds: to_u64(r.7, 0, "gpu_seconds")?,
+                            lines: to_u64(r.8, 0, "gpu_lines")?,
+                        },
+                        model_net: r.9,
+                        model_lines: to_u64(r.10, 0, "model_lines")?,
+                        through_position: to_u64(r.11, 0, "through_position")?,
+                    },
+                );
+            }
+            let mut keys: Vec<&HourKey> = stored.keys().chain(made.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                let (a, b) = (stored.get(key), made.get(key));
+                if a.is_some_and(|row| row.through_position > checkpoint) {
+                    continue;
+                }
+                checked += 1;
+                if a != b {
+                    findings.push(AuditFinding::EarningsHourMismatch {
+                        provider_id: provider.clone(),
+                        hour: Timestamp::from_unix_micros(key.1).rfc3339(),
+                        gpu_uuid: key.2.clone(),
+                        model_id: key.3.clone(),
+                        stored: a.map(|row| format!("{row:?}")),
+                        replayed: b.map(|row| format!("{row:?}")),
+                    });
+                }
+            }
+        }
+        Ok(checked)
+    }
+}
+
+/// The most periods [`Store::earnings_figures`] reads at once (a quarter of days).
 pub const SHARE_DAYS_MAX: usize = 92;
 
 /// A group of identical lines of one rental: rental id, gross, fee, net, GPU-seconds, count.

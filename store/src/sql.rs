@@ -29,3 +29,39 @@ fn parameter(backend: Backend, i: usize) -> String {
         Backend::Postgres => format!("${i}"),
     }
 }
+
+/// A value bound to a statement built at run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Bound {
+    Int(i64),
+    Text(String),
+}
+
+/// The values of a statement built at run time, each placeholder made as its value is added, so
+/// the placeholders' order in the text is the values' order (SQLite's `?` are positional).
+#[derive(Debug)]
+pub(crate) struct Binds {
+    backend: Backend,
+    pub(crate) values: Vec<Bound>,
+}
+
+impl Binds {
+    pub(crate) fn new(backend: Backend) -> Binds {
+        Binds {
+            backend,
+            values: Vec::new(),
+        }
+    }
+
+    /// The placeholder of a new integer value.
+    pub(crate) fn int(&mut self, value: i64) -> String {
+        self.values.push(Bound::Int(value));
+        parameter(self.backend, self.values.len())
+    }
+
+    /// The placeholder of a new text value.
+    pub(crate) fn text(&mut self, value: String) -> String {
+        self.values.push(Bound::Text(value));
+        parameter(self.backend, self.values.len())
+    }
+}

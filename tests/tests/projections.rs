@@ -5,7 +5,7 @@ use gpunex_store::{AuditFinding, AuditReport, ExpectedVersion, Store};
 use gpunex_tests::{TestDb, conformance, credits, provider, seed_credits, stream};
 
 conformance!(
-    earnings_shares_equal_the_line_by_line_split,
+    earnings_figures_equal_the_line_by_line_split,
     earnings_lines_are_stored_read_as_of_a_position_and_audited,
     rentals_are_stored_paged_and_audited,
     payouts_are_stored_paged_and_audited,
@@ -35,14 +35,15 @@ fn usage_events(
     count: u64,
     at: impl Fn(u64) -> i64,
 ) -> (uuid::Uuid, Vec<gpunex_store::NewEvent>) {
-    usage_events_on(provider_id, &["GPU-a", "GPU-b"], count, at)
+    usage_events_of(provider_id, &["GPU-a", "GPU-b"], "h100-80gb", count, at)
 }
 
-/// A rental of `gpus` and `count` usage lines: line `i` charges 1,000 + i (a fifth of it the
-/// fee) for 10 GPU-seconds, dated `at(i)`.
-fn usage_events_on(
+/// A rental of `gpus` under `model` and `count` usage lines: line `i` charges 1,000 + i (a fifth
+/// of it the fee) for 10 GPU-seconds, dated `at(i)`.
+fn usage_events_of(
     provider_id: uuid::Uuid,
     gpus: &[&str],
+    model: &str,
     count: u64,
     at: impl Fn(u64) -> i64,
 ) -> (uuid::Uuid, Vec<gpunex_store::NewEvent>) {
@@ -57,7 +58,7 @@ fn usage_events_on(
         provider_id,
         machine_id: uuid::Uuid::now_v7(),
         gpu_uuids: gpus.iter().map(|g| (*g).to_owned()).collect(),
-        model_id: "h100-80gb".to_owned(),
+        model_id: model.to_owned(),
         price_per_gpu_hour: Usdc::from_micros(2_000_000),
         started_at: Timestamp::from_unix_micros(at(0)),
         workload: None,
@@ -972,113 +973,197 @@ async fn audit_reports_an_undecodable_event_past_the_checkpoint(db: &TestDb) {
     );
 }
 
-/// The dashboard's per-GPU and per-model figures, reduced in SQL per rental, equal the
-/// line-by-line split of the same lines, for rentals of one, three and eight GPUs, over a window
-/// and as of an earlier position.
-async fn earnings_shares_equal_the_line_by_line_split(db: &TestDb) {
+/// The dashboard's per-GPU and per-model figures, read from the stored hours and the lines of
+/// the hours they cannot say, equal the line-by-line split of the same lines: rentals of one,
+/// three and eight GPUs under two models, over several hours; periods on whole hours, on half
+/// and quarter hours (zones such as Asia/Kolkata and Asia/Kathmandu), inside one hour, and as
+/// of an earlier position (hours holding later lines). `audit verify` compares every stored
+/// hour with its lines, and an hour changed by hand is both reported and read.
+async fn earnings_figures_equal_the_line_by_line_split(db: &TestDb) {
     use gpunex_domain::time::Timestamp;
-    use gpunex_projections::earnings::{Earnings, RentalShares};
+    use gpunex_projections::earnings::Figures;
     use gpunex_store::earnings::LineRange;
     let store = db.open().await;
     let provider_id = provider(7);
     const SECOND: i64 = 1_000_000;
-    let t0 = 1_790_000_000 * SECOND;
+    const HOUR: i64 = 3_600 * SECOND;
+    // A whole hour, plus 7 minutes: the lines start inside an hour.
+    let h0 = 1_790_000_000 * SECOND / HOUR * HOUR;
+    let t0 = h0 + 7 * 60 * SECOND;
     let eight = ["G0", "G1", "G2", "G3", "G4", "G5", "G6", "G7"];
+    let rentals: Vec<(uuid::Uuid, Vec<gpunex_store::NewEvent>)> = [
+        (&["G9"][..], "h100-80gb", 61),
+        (&["GPU-x", "GPU-y", "GPU-z"][..], "a100-80gb", 47),
+        (&eight[..], "h100-80gb", 73),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(k, (gpus, model, step))| {
+        usage_events_of(provider_id, gpus, model, 300, |i| {
+            t0 + SECOND * (i64::try_from(i).unwrap() * step + i64::try_from(k).unwrap())
+        })
+    })
+    .collect();
+    // Appended in rounds of ten events of each rental, so the three rentals' lines interleave in
+    // the log as they would in time (a provider's dates never go backwards).
     let mut positions = Vec::new();
-    for (k, gpus) in [&["G9"][..], &["GPU-x", "GPU-y", "GPU-z"][..], &eight[..]]
-        .into_iter()
-        .enumerate()
-    {
-        let (rental, events) = usage_events_on(provider_id, gpus, 300, |i| {
-            t0 + SECOND * (i64::try_from(i).unwrap() * 3 + i64::try_from(k).unwrap())
-        });
-        let committed = store
-            .append(
-                stream(&format!("rental-{rental}")),
-                ExpectedVersion::NoStream,
-                events,
-            )
-            .await
-            .unwrap();
-        positions.push(committed.last_position());
+    for round in 0..31 {
+        for (rental, events) in &rentals {
+            let chunk: Vec<_> = events.iter().skip(round * 10).take(10).cloned().collect();
+            if chunk.is_empty() {
+                continue;
+            }
+            let committed = store
+                .append(
+                    stream(&format!("rental-{rental}")),
+                    ExpectedVersion::Any,
+                    chunk,
+                )
+                .await
+                .unwrap();
+            positions.push(committed.last_position());
+        }
     }
     store.run_projections().await.unwrap();
     let head = store.head_position().await.unwrap();
-    let at = |s: i64| Timestamp::from_unix_micros(t0 + s * SECOND);
-    for (from, until, as_of) in [
-        (at(0), at(1_000), head),
-        (at(100), at(700), head),
-        (at(0), at(1_000), positions[1]),
-        (at(5), at(6), head),
-    ] {
-        let range = LineRange::Dated { from, until, as_of };
-        let lines = store
-            .earnings_lines(provider_id, range, 0, 10_000)
-            .await
-            .unwrap();
-        let want = RentalShares::of_lines(&lines);
-        let got = store
-            .earnings_shares(provider_id, from, until, as_of)
-            .await
-            .unwrap();
-        assert_eq!(got, want, "window {from:?}..{until:?} as of {as_of}");
-        assert_eq!(Earnings::per_gpu(&got), Earnings::per_gpu(&want));
-        assert_eq!(Earnings::per_model(&got), Earnings::per_model(&want));
-    }
-    // Bucketed by day in one read: each bucket is its own period's shares, an empty one empty,
-    // and a line on a boundary falls in the later bucket only.
-    for as_of in [head, positions[1]] {
-        // A last day after every line: empty.
-        let bounds = [at(0), at(100), at(450), at(451), at(2_000), at(3_000)];
-        let days: Vec<_> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
-        let by_day = store
-            .earnings_shares_by_day(provider_id, &bounds, as_of)
-            .await
-            .unwrap();
-        assert_eq!(by_day.len(), days.len());
-        for ((from, until), got) in days.iter().zip(&by_day) {
-            let want = store
-                .earnings_shares(provider_id, *from, *until, as_of)
+    let at = |us: i64| Timestamp::from_unix_micros(us);
+    let lines_in = |from: Timestamp, until: Timestamp, as_of: u64| {
+        let store = store.clone();
+        async move {
+            let range = LineRange::Dated { from, until, as_of };
+            store
+                .earnings_lines(provider_id, range, 0, 10_000)
+                .await
+                .unwrap()
+        }
+    };
+    let minute = 60 * SECOND;
+    let windows = [
+        (h0, h0 + 8 * HOUR),
+        (h0 + HOUR, h0 + 5 * HOUR),
+        (h0 + 30 * minute, h0 + 5 * HOUR + 45 * minute),
+        (h0 + 2 * HOUR + 10 * minute, h0 + 2 * HOUR + 50 * minute),
+        (h0 + 2 * HOUR + 10 * minute, h0 + 3 * HOUR + 50 * minute),
+        (h0 + 9 * HOUR, h0 + 10 * HOUR),
+    ];
+    for as_of in [head, positions[40], positions[7]] {
+        for (from, until) in windows {
+            let lines = lines_in(at(from), at(until), as_of).await;
+            let want = Figures::of_lines(&lines);
+            let got = store
+                .earnings_figures(provider_id, &[at(from), at(until)], as_of)
                 .await
                 .unwrap();
-            assert_eq!(got, &want, "day {from:?}..{until:?} as of {as_of}");
+            assert_eq!(
+                got,
+                std::slice::from_ref(&want),
+                "{from}..{until} as of {as_of}"
+            );
+            let totals = want.totals();
+            assert_eq!(totals.lines, lines.len() as u64);
+            assert_eq!(
+                totals.net,
+                lines.iter().map(|l| l.net.micros()).sum::<i64>()
+            );
         }
-        assert!(!by_day[2].is_empty(), "the line at 450 s");
-        assert!(by_day[4].is_empty());
-    }
-    let one_day = store
-        .earnings_shares_by_day(provider_id, &[at(0), at(1_000)], head)
-        .await
-        .unwrap();
-    assert_eq!(
-        one_day,
-        [store
-            .earnings_shares(provider_id, at(0), at(1_000), head)
+        // Periods in one read: whole hours, half and quarter hours, one inside an hour, an empty
+        // last one; each equal to its own read, a line on a bound in the later period only.
+        let bounds = [
+            h0,
+            h0 + HOUR,
+            h0 + HOUR + 30 * minute,
+            h0 + 2 * HOUR + 45 * minute,
+            h0 + 3 * HOUR,
+            h0 + 3 * HOUR + 20 * minute,
+            h0 + 6 * HOUR,
+            h0 + 9 * HOUR,
+            h0 + 11 * HOUR,
+        ];
+        let bounds: Vec<Timestamp> = bounds.into_iter().map(at).collect();
+        let periods = store
+            .earnings_figures(provider_id, &bounds, as_of)
             .await
-            .unwrap()]
-    );
+            .unwrap();
+        assert_eq!(periods.len(), bounds.len() - 1);
+        let mut all = Figures::default();
+        for (pair, got) in bounds.windows(2).zip(&periods) {
+            let lines = lines_in(pair[0], pair[1], as_of).await;
+            assert_eq!(got, &Figures::of_lines(&lines), "{pair:?} as of {as_of}");
+            all.add(got);
+        }
+        assert!(periods.last().unwrap().is_empty());
+        let whole = lines_in(bounds[0], bounds[bounds.len() - 1], as_of).await;
+        assert_eq!(all, Figures::of_lines(&whole));
+    }
     assert!(
         store
-            .earnings_shares_by_day(provider_id, &[], head)
+            .earnings_figures(provider_id, &[], head)
             .await
             .unwrap()
             .is_empty()
     );
     let all = store
-        .earnings_shares(provider_id, at(0), at(1_000), head)
+        .earnings_figures(provider_id, &[at(h0), at(h0 + 12 * HOUR)], head)
         .await
+        .unwrap()
+        .pop()
         .unwrap();
-    let per_gpu = Earnings::per_gpu(&all);
-    assert_eq!(per_gpu.len(), 12, "1 + 3 + 8 GPUs");
-    let gross: i64 = per_gpu.values().map(|s| s.gross).sum();
+    assert_eq!(all.per_gpu.len(), 12, "1 + 3 + 8 GPUs");
+    assert_eq!(all.per_model.len(), 2);
+    let gross: i64 = all.per_gpu.values().map(|s| s.gross).sum();
     assert_eq!(gross, 3 * (0..300).map(|i| 1_000 + i).sum::<i64>());
+    assert_eq!(all.totals().lines, 900);
     assert!(
         store
-            .earnings_shares(provider(8), at(0), at(1_000), head)
+            .earnings_figures(provider(8), &[at(h0), at(h0 + 12 * HOUR)], head)
             .await
             .unwrap()
-            .is_empty()
+            .iter()
+            .all(Figures::is_empty)
     );
+
+    // Every hour is audited against its lines; one changed by hand is reported, and it is what
+    // the dashboard reads (so the hours are read), until a rebuild repairs it.
+    let report = audit(&store).await;
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert!(report.earnings_hours_checked >= 12 * 5, "{report:?}");
+    let tamper = format!(
+        "UPDATE earnings_gpu_hours SET gross_micro_usdc = gross_micro_usdc + 1 \
+         WHERE gpu_uuid = 'G9' AND hour_us = {}",
+        h0 + 2 * HOUR
+    );
+    db.execute_raw(&[&tamper], &[&tamper]).await;
+    let report = audit(&store).await;
+    let hours: Vec<(String, String)> = report
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            AuditFinding::EarningsHourMismatch { gpu_uuid, hour, .. } => {
+                Some((gpu_uuid.clone(), hour.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(hours.len(), 1, "{:?}", report.findings);
+    assert_eq!(hours[0].0, "G9");
+    let window = [at(h0 + 2 * HOUR), at(h0 + 3 * HOUR)];
+    let read = |store: Store| async move {
+        store
+            .earnings_figures(provider_id, &window, head)
+            .await
+            .unwrap()
+            .pop()
+            .unwrap()
+    };
+    let lines = lines_in(window[0], window[1], head).await;
+    let changed = read(store.clone()).await;
+    assert_eq!(
+        changed.per_gpu[&("G9".to_owned(), "h100-80gb".to_owned())].gross,
+        Figures::of_lines(&lines).per_gpu[&("G9".to_owned(), "h100-80gb".to_owned())].gross + 1
+    );
+    store.rebuild_projections(&|_| {}).await.unwrap();
+    assert!(audit(&store).await.is_clean());
+    assert_eq!(read(store.clone()).await, Figures::of_lines(&lines));
 }
 
 /// On PostgreSQL a rebuild ends with `VACUUM (ANALYZE)` of the tables it rewrote, so that the
