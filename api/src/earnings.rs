@@ -521,13 +521,14 @@ pub async fn finance(
         (earnings.position(), pending, earnings.totals())
     });
     state.store.earnings_reached(as_of).await?;
+    let ids: Vec<Uuid> = pending.iter().map(|(id, _)| *id).collect();
+    let period = state
+        .store
+        .earnings_sums_of(&ids, from, until, as_of)
+        .await?;
     let mut all = Sums::default();
     let mut providers = Vec::with_capacity(pending.len());
-    for (provider_id, pending) in pending {
-        let sums = state
-            .store
-            .earnings_sums(provider_id, from, until, as_of)
-            .await?;
+    for ((provider_id, pending), sums) in pending.into_iter().zip(period) {
         all.add_sums(sums);
         providers.push(we::ProviderTotals {
             provider_id,

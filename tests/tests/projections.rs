@@ -188,6 +188,34 @@ async fn earnings_lines_are_stored_read_as_of_a_position_and_audited(db: &TestDb
             .lines,
         800
     );
+    // Several providers at once (finance's view) equal one by one, a provider with no line
+    // included, in the order asked; more providers than one statement takes.
+    let many: Vec<uuid::Uuid> = [b, provider(77), a]
+        .into_iter()
+        .chain((100..330).map(provider))
+        .collect();
+    for (from, until, as_of) in [
+        (all.0, all.1, head),
+        (at(100), at(700), head),
+        (all.0, all.1, middle),
+        (at(10), at(10), head),
+    ] {
+        let together = store
+            .earnings_sums_of(&many, from, until, as_of)
+            .await
+            .unwrap();
+        assert_eq!(together.len(), many.len());
+        for (provider_id, sums) in many.iter().zip(&together).take(4) {
+            assert_eq!(
+                *sums,
+                store
+                    .earnings_sums(*provider_id, from, until, as_of)
+                    .await
+                    .unwrap()
+            );
+        }
+        assert!(together[3..].iter().all(|s| *s == Default::default()));
+    }
     // Keyset pages: 1,500 lines in pages of 400, in date order, each naming its rental.
     let range = LineRange::Dated {
         from: all.0,
