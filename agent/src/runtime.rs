@@ -267,6 +267,35 @@ pub fn container_spec(rental_id: Uuid, gpus: &[String], workload: &Workload) -> 
     spec
 }
 
+/// What Docker said in an error answer: its JSON `message`, else the start of the body.
+fn docker_message(bytes: &[u8]) -> String {
+    serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(bytes).chars().take(300).collect())
+}
+
+/// An image reference as a path segment of the Engine API (`/images/{name}/json`): its own
+/// `/`, `:` and `@` kept, as the Docker CLI sends them; anything else outside the unreserved
+/// set escaped.
+fn path_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z'
+            | b'A'..=b'Z'
+            | b'0'..=b'9'
+            | b'-'
+            | b'_'
+            | b'.'
+            | b'~'
+            | b'/'
+            | b':'
+            | b'@' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// `application/x-www-form-urlencoded`-style escaping for a query value.
 fn escape(text: &str) -> String {
     text.bytes()
@@ -292,10 +321,7 @@ impl Docker {
     async fn json(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
         let (status, bytes) = self.call(method, path, body).await?;
         if !(200..300).contains(&status) {
-            let message = serde_json::from_slice::<Value>(&bytes)
-                .ok()
-                .and_then(|v| v["message"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(300).collect());
+            let message = docker_message(&bytes);
             anyhow::bail!("Docker answered {status} to {method} {path}: {message}");
         }
         if bytes.is_empty() {
@@ -310,27 +336,7 @@ impl Docker {
         gpus: &[String],
         workload: &Workload,
     ) -> anyhow::Result<String> {
-        // Pull (a no-op when present). The answer is a stream of JSON progress lines; an error
-        // arrives as a line with `error`.
-        let (status, bytes) = self
-            .call(
-                "POST",
-                &format!("/images/create?fromImage={}", escape(&workload.image)),
-                None,
-            )
-            .await?;
-        let text = String::from_utf8_lossy(&bytes);
-        let failed = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find_map(|v| v["error"].as_str().map(str::to_owned));
-        if !(200..300).contains(&status) || failed.is_some() {
-            anyhow::bail!(
-                "cannot pull {}: {}",
-                workload.image,
-                failed.unwrap_or_else(|| format!("Docker answered {status}"))
-            );
-        }
+        self.ensure_image(&workload.image).await?;
         let created = self
             .json(
                 "POST",
@@ -345,6 +351,47 @@ impl Docker {
         self.json("POST", &format!("/containers/{id}/start"), None)
             .await?;
         Ok(id)
+    }
+
+    /// Pulls `image` only when the daemon does not have it (inspected first), so a host that
+    /// has the image runs it offline. A pull the daemon or the registry refuses fails with
+    /// Docker's own message.
+    async fn ensure_image(&self, image: &str) -> anyhow::Result<()> {
+        let (status, bytes) = self
+            .call("GET", &format!("/images/{}/json", path_escape(image)), None)
+            .await?;
+        match status {
+            200 => return Ok(()),
+            404 => {}
+            _ => anyhow::bail!(
+                "cannot inspect the image {image}: Docker answered {status}: {}",
+                docker_message(&bytes)
+            ),
+        }
+        // The answer is a stream of JSON progress lines; an error arrives as a line with
+        // `error`, or as a non-2xx answer with a `message`.
+        let (status, bytes) = self
+            .call(
+                "POST",
+                &format!("/images/create?fromImage={}", escape(image)),
+                None,
+            )
+            .await?;
+        if !(200..300).contains(&status) {
+            anyhow::bail!(
+                "cannot pull {image}: Docker answered {status}: {}",
+                docker_message(&bytes)
+            );
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        let failed = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find_map(|v| v["error"].as_str().map(str::to_owned));
+        if let Some(message) = failed {
+            anyhow::bail!("cannot pull {image}: {message}");
+        }
+        Ok(())
     }
 
     async fn inspect(&self, handle: &str) -> anyhow::Result<Option<Value>> {
@@ -529,8 +576,21 @@ mod tests {
         calls: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>,
     }
 
+    /// What the stand-in does with an image.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Pull {
+        /// Absent, pulled.
+        Pulled,
+        /// Already there: no pull.
+        Present,
+        /// Absent; the pull's progress stream carries an error.
+        RefusedInStream,
+        /// Absent; the daemon answers the pull with an error status and its message.
+        Refused,
+    }
+
     impl StandInDocker {
-        fn start(socket: &Path, pull_error: bool) -> StandInDocker {
+        fn start(socket: &Path, pull: Pull) -> StandInDocker {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
             let listener = tokio::net::UnixListener::bind(socket).unwrap();
             let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -573,15 +633,30 @@ mod tests {
                         .unwrap()
                         .push((method.clone(), path.clone(), body));
                     let (status, answer) = match (method.as_str(), path.as_str()) {
-                        ("POST", p) if p.starts_with("/images/create") => (
-                            "200 OK",
-                            if pull_error {
+                        ("GET", p) if p.starts_with("/images/") => match pull {
+                            Pull::Present => ("200 OK", "{\"Id\":\"sha256:ab\"}".to_owned()),
+                            _ => (
+                                "404 Not Found",
+                                "{\"message\":\"No such image\"}".to_owned(),
+                            ),
+                        },
+                        ("POST", p) if p.starts_with("/images/create") => match pull {
+                            Pull::RefusedInStream => (
+                                "200 OK",
                                 "{\"status\":\"Pulling\"}\n{\"error\":\"manifest unknown\"}\n"
-                                    .to_owned()
-                            } else {
-                                "{\"status\":\"Pulling\"}\n{\"status\":\"Downloaded\"}\n".to_owned()
-                            },
-                        ),
+                                    .to_owned(),
+                            ),
+                            Pull::Refused => (
+                                "500 Internal Server Error",
+                                "{\"message\":\"dial tcp: lookup registry.example: no such host\"}"
+                                    .to_owned(),
+                            ),
+                            _ => (
+                                "200 OK",
+                                "{\"status\":\"Pulling\"}\n{\"status\":\"Downloaded\"}\n"
+                                    .to_owned(),
+                            ),
+                        },
                         ("POST", p) if p.starts_with("/containers/create") => (
                             "201 Created",
                             "{\"Id\":\"c0ffee\",\"Warnings\":[]}".to_owned(),
@@ -621,7 +696,7 @@ mod tests {
     async fn the_docker_runtime_drives_the_engine_api() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("docker.sock");
-        let docker = StandInDocker::start(&socket, false);
+        let docker = StandInDocker::start(&socket, Pull::Pulled);
         let mut runtime = Runtime::docker(socket.clone());
         let rental = Uuid::now_v7();
         let gpus = vec!["GPU-aa".to_owned(), "GPU-bb".to_owned()];
@@ -648,6 +723,7 @@ mod tests {
         assert_eq!(
             summary,
             [
+                ("GET", "/images/nvidia/cuda:12.4.1-base-ubuntu22.04/json"),
                 (
                     "POST",
                     "/images/create?fromImage=nvidia%2Fcuda%3A12.4.1-base-ubuntu22.04"
@@ -661,7 +737,7 @@ mod tests {
                 ("DELETE", "/containers/c0ffee?force=true&v=true"),
             ]
         );
-        let spec: Value = serde_json::from_str(&calls[1].2).unwrap();
+        let spec: Value = serde_json::from_str(&calls[2].2).unwrap();
         assert_eq!(
             spec,
             container_spec(rental, &gpus, &workload(&["python", "train.py"]))
@@ -671,15 +747,41 @@ mod tests {
             json!(gpus)
         );
 
-        // A pull the registry refuses: a clear error, no container.
-        let socket = dir.path().join("docker2.sock");
-        let refusing = StandInDocker::start(&socket, true);
-        let error = Runtime::docker(socket)
+        // An image the daemon has: no pull (a host runs it offline).
+        let socket = dir.path().join("present.sock");
+        let present = StandInDocker::start(&socket, Pull::Present);
+        Runtime::docker(socket)
             .start(rental, &gpus, &workload(&[]))
             .await
-            .unwrap_err();
-        assert!(error.to_string().contains("manifest unknown"), "{error}");
-        assert_eq!(refusing.calls().len(), 1);
+            .unwrap();
+        let paths: Vec<String> = present.calls().into_iter().map(|(_, p, _)| p).collect();
+        assert_eq!(paths[0], "/images/nvidia/cuda:12.4.1-base-ubuntu22.04/json");
+        assert!(
+            paths.iter().all(|p| !p.starts_with("/images/create")),
+            "{paths:?}"
+        );
+        // A pull refused in its progress stream, or with an error status: Docker's own message,
+        // no container.
+        for (pull, said) in [
+            (Pull::RefusedInStream, "manifest unknown"),
+            (
+                Pull::Refused,
+                "Docker answered 500: dial tcp: lookup registry.example: no such host",
+            ),
+        ] {
+            let socket = dir.path().join(format!("{pull:?}.sock"));
+            let refusing = StandInDocker::start(&socket, pull);
+            let error = Runtime::docker(socket)
+                .start(rental, &gpus, &workload(&[]))
+                .await
+                .unwrap_err();
+            assert!(error.to_string().contains(said), "{error}");
+            assert_eq!(
+                refusing.calls().len(),
+                2,
+                "inspected, pulled, nothing created"
+            );
+        }
         // No daemon at all: a clear error naming the socket.
         let error = Runtime::docker(dir.path().join("absent.sock"))
             .start(rental, &gpus, &workload(&[]))
