@@ -22,7 +22,7 @@ use gpunex_projections::earnings_lines::{
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::sql::{Binds, Bound, placeholders, values};
+use crate::sql::{Binds, placeholders, values};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
@@ -620,14 +620,9 @@ impl Store {
         type HourFigureRow = (i64, i64, String, String, i64, i64, i64, i64, i64, i64, i64);
         let rows: Vec<HourFigureRow> = on_reader!(self, |conn| {
             // Only placeholders and column names are formatted in: every value is bound.
-            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
-            for value in &binds.values {
-                query = match value {
-                    Bound::Int(v) => query.bind(*v),
-                    Bound::Text(v) => query.bind(v.as_str()),
-                };
-            }
-            query.fetch_all(conn).await?
+            bind_all!(sqlx::query_as(sqlx::AssertSqlSafe(sql.clone())), binds)
+                .fetch_all(conn)
+                .await?
         });
         let mut summed_rows = Vec::new();
         let mut newer_hours = BTreeSet::new();
@@ -675,49 +670,53 @@ impl Store {
         as_of: u64,
     ) -> Result<Vec<Vec<RentalShares>>, StoreError> {
         let periods = edges.len() - 1;
-        let mut binds = Binds::new(self.backend());
-        let case: String = edges[1..periods]
-            .iter()
-            .enumerate()
-            .map(|(period, end)| format!("WHEN at_us < {} THEN {period} ", binds.int(*end)))
-            .collect();
-        let period = if periods == 1 {
-            "0".to_owned()
-        } else {
-            format!("CASE {case}ELSE {} END", periods - 1)
-        };
-        let scans: Vec<String> = intervals
-            .iter()
-            .map(|(from, until)| {
-                format!(
-                    "SELECT at_us, rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
-                     to_gpu_seconds - from_gpu_seconds AS gpu_seconds FROM earnings_lines \
-                     WHERE provider_id = {} AND at_us >= {} AND at_us < {} AND position <= {}",
-                    binds.text(provider_id.to_string()),
-                    binds.int(*from),
-                    binds.int(*until),
-                    binds.int(to_i64(as_of)),
-                )
-            })
-            .collect();
-        let sql = format!(
-            "SELECT CAST({period} AS BIGINT) AS period, rental_id, gross_micro_usdc, \
-             fee_micro_usdc, net_micro_usdc, gpu_seconds, COUNT(*) FROM ({}) AS lines \
-             GROUP BY 1, rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
-             gpu_seconds ORDER BY 1, rental_id",
-            scans.join(" UNION ALL ")
-        );
-        let rows: Vec<(i64, String, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
-            // Only placeholders and column names are formatted in: every value is bound.
-            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
-            for value in &binds.values {
-                query = match value {
-                    Bound::Int(v) => query.bind(*v),
-                    Bound::Text(v) => query.bind(v.as_str()),
-                };
-            }
-            query.fetch_all(conn).await?
-        });
+        let mut rows: Vec<(i64, String, i64, i64, i64, i64, i64)> = Vec::new();
+        // A bounded number of scans per statement (SQLite refuses compounds of over 500): a
+        // reader far behind the projection can have many disjoint hours to read.
+        for intervals in intervals.chunks(SCANS_PER_STATEMENT) {
+            let mut binds = Binds::new(self.backend());
+            let case: String = edges[1..periods]
+                .iter()
+                .enumerate()
+                .map(|(period, end)| format!("WHEN at_us < {} THEN {period} ", binds.int(*end)))
+                .collect();
+            let period = if periods == 1 {
+                "0".to_owned()
+            } else {
+                format!("CASE {case}ELSE {} END", periods - 1)
+            };
+            let scans: Vec<String> = intervals
+                .iter()
+                .map(|(from, until)| {
+                    format!(
+                        "SELECT at_us, rental_id, gross_micro_usdc, fee_micro_usdc, \
+                         net_micro_usdc, to_gpu_seconds - from_gpu_seconds AS gpu_seconds \
+                         FROM earnings_lines WHERE provider_id = {} AND at_us >= {} \
+                         AND at_us < {} AND position <= {}",
+                        binds.text(provider_id.to_string()),
+                        binds.int(*from),
+                        binds.int(*until),
+                        binds.int(to_i64(as_of)),
+                    )
+                })
+                .collect();
+            let sql = format!(
+                "SELECT CAST({period} AS BIGINT) AS period, rental_id, gross_micro_usdc, \
+                 fee_micro_usdc, net_micro_usdc, gpu_seconds, COUNT(*) FROM ({}) AS lines \
+                 GROUP BY 1, rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
+                 gpu_seconds",
+                scans.join(" UNION ALL ")
+            );
+            let chunk: Vec<(i64, String, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
+                // Only placeholders and column names are formatted in: every value is bound.
+                bind_all!(sqlx::query_as(sqlx::AssertSqlSafe(sql.clone())), binds)
+                    .fetch_all(conn)
+                    .await?
+            });
+            rows.extend(chunk);
+        }
+        // Each period's groups by rental, as `shares_of` takes them.
+        rows.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let ids = rental_ids(rows.iter().map(|r| r.1.as_str()))?;
         let rentals = self.earnings_rentals_by_id(&ids).await?;
         let mut per_period: Vec<Vec<Group>> = vec![Vec::new(); periods];
@@ -819,14 +818,9 @@ impl Store {
             let sql = lookups.join(" UNION ALL ");
             let rows: Vec<(i64, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
                 // Only placeholders, column names and indexes are formatted in.
-                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
-                for value in &binds.values {
-                    query = match value {
-                        Bound::Int(v) => query.bind(*v),
-                        Bound::Text(v) => query.bind(v.as_str()),
-                    };
-                }
-                query.fetch_all(conn).await?
+                bind_all!(sqlx::query_as(sqlx::AssertSqlSafe(sql.clone())), binds)
+                    .fetch_all(conn)
+                    .await?
             });
             let mut ends = vec![Sums::default(); chunk.len() * 2];
             for (k, gross, fee, net, seconds, lines) in rows {
@@ -1274,6 +1268,9 @@ async fn earnings_sums_of_postgres(
     }
     Ok(ends.chunks(2).map(|pair| pair[0].minus(pair[1])).collect())
 }
+
+/// Disjoint ranges of lines read per statement of [`Store::earnings_figures`].
+const SCANS_PER_STATEMENT: usize = 200;
 
 /// Providers per statement of [`Store::earnings_sums_of`] on SQLite: two lookups and three
 /// values each.

@@ -17,6 +17,21 @@ macro_rules! sql {
     };
 }
 
+/// Binds the values of a [`crate::sql::Binds`] to a query, in order (either database's query
+/// type: use it inside `on_reader!`).
+macro_rules! bind_all {
+    ($query:expr, $binds:expr) => {{
+        let mut query = $query;
+        for value in &$binds.values {
+            query = match value {
+                crate::sql::Bound::Int(v) => query.bind(*v),
+                crate::sql::Bound::Text(v) => query.bind(v.as_str()),
+            };
+        }
+        query
+    }};
+}
+
 /// Runs the same statements in one transaction on either database.
 macro_rules! in_transaction {
     ($store:expr, |$tx:ident| $body:block) => {

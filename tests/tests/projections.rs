@@ -6,6 +6,7 @@ use gpunex_tests::{TestDb, conformance, credits, provider, seed_credits, stream}
 
 conformance!(
     earnings_figures_equal_the_line_by_line_split,
+    a_reader_far_behind_reads_many_hours_from_their_lines,
     earnings_lines_are_stored_read_as_of_a_position_and_audited,
     rentals_are_stored_paged_and_audited,
     payouts_are_stored_paged_and_audited,
@@ -1192,6 +1193,75 @@ async fn earnings_figures_equal_the_line_by_line_split(db: &TestDb) {
     store.rebuild_projections(&|_| {}).await.unwrap();
     assert!(audit(&store).await.is_clean());
     assert_eq!(read(store.clone()).await, Figures::of_lines(&lines));
+}
+
+/// A reader far behind the projection (its position before most lines) has every hour with a
+/// later line to read from its lines: 590 disjoint hours here, more than one statement's worth
+/// (SQLite refuses a compound of over 500 `SELECT`s).
+/// Its figures are still exactly those of the lines it may see, per day as for the whole range.
+async fn a_reader_far_behind_reads_many_hours_from_their_lines(db: &TestDb) {
+    use gpunex_domain::time::Timestamp;
+    use gpunex_projections::earnings::Figures;
+    use gpunex_store::earnings::LineRange;
+    let store = db.open().await;
+    let provider_id = provider(9);
+    const SECOND: i64 = 1_000_000;
+    const HOUR: i64 = 3_600 * SECOND;
+    let h0 = 1_790_000_000 * SECOND / HOUR * HOUR;
+    // One line every two hours, 10 minutes into its hour: 600 disjoint hours.
+    let (rental, events) =
+        usage_events_of(provider_id, &["GPU-a", "GPU-b"], "h100-80gb", 600, |i| {
+            h0 + 2 * HOUR * i64::try_from(i).unwrap() + 600 * SECOND
+        });
+    let (first, rest) = events.split_at(11);
+    let early = store
+        .append(
+            stream(&format!("rental-{rental}")),
+            ExpectedVersion::NoStream,
+            first.to_vec(),
+        )
+        .await
+        .unwrap()
+        .last_position();
+    store
+        .append(
+            stream(&format!("rental-{rental}")),
+            ExpectedVersion::Any,
+            rest.to_vec(),
+        )
+        .await
+        .unwrap();
+    store.run_projections().await.unwrap();
+    let head = store.head_position().await.unwrap();
+    let days: Vec<Timestamp> = (0..=51)
+        .map(|d| Timestamp::from_unix_micros(h0 + 24 * HOUR * d))
+        .collect();
+    for as_of in [early, head] {
+        let range = LineRange::Dated {
+            from: days[0],
+            until: days[51],
+            as_of,
+        };
+        let lines = store
+            .earnings_lines(provider_id, range, 0, 10_000)
+            .await
+            .unwrap();
+        assert_eq!(lines.len(), if as_of == head { 600 } else { 10 });
+        let whole = store
+            .earnings_figures(provider_id, &[days[0], days[51]], as_of)
+            .await
+            .unwrap();
+        assert_eq!(whole, [Figures::of_lines(&lines)], "as of {as_of}");
+        let mut summed = Figures::default();
+        for day in store
+            .earnings_figures(provider_id, &days, as_of)
+            .await
+            .unwrap()
+        {
+            summed.add(&day);
+        }
+        assert_eq!(summed, Figures::of_lines(&lines), "per day, as of {as_of}");
+    }
 }
 
 /// On PostgreSQL a rebuild ends with `VACUUM (ANALYZE)` of the tables it rewrote, so that the
