@@ -80,6 +80,21 @@ impl Client {
         path: &str,
         body: Option<&impl serde::Serialize>,
     ) -> Result<T, SendError> {
+        let (url, status, bytes) = self.call_bytes(method, path, body).await?;
+        serde_json::from_slice(&bytes).map_err(|e| SendError::Server {
+            url,
+            status,
+            detail: format!("unreadable answer: {e}"),
+        })
+    }
+
+    /// A call whose successful answer's body is returned as it came (with the URL and status).
+    async fn call_bytes(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&impl serde::Serialize>,
+    ) -> Result<(String, u16, Vec<u8>), SendError> {
         let url = format!("{}{path}", self.base);
         let mut request = self.http.request(method, &url).bearer_auth(&self.token);
         if let Some(body) = body {
@@ -95,11 +110,7 @@ impl Client {
             reason: e.without_url().to_string(),
         })?;
         if status.is_success() {
-            return serde_json::from_slice(&bytes).map_err(|e| SendError::Server {
-                url,
-                status: status.as_u16(),
-                detail: format!("unreadable answer: {e}"),
-            });
+            return Ok((url, status.as_u16(), bytes.to_vec()));
         }
         let problem: Option<gpunex_wire::Problem> = serde_json::from_slice(&bytes).ok();
         let detail = problem
@@ -153,5 +164,26 @@ impl Client {
     pub async fn machine(&self) -> Result<MachineView, SendError> {
         self.call(reqwest::Method::GET, "/v1/agent/machine", None::<&()>)
             .await
+    }
+
+    /// Ships a chunk of a job's output that starts at `offset` of it.
+    pub async fn ship_log(
+        &self,
+        rental_id: Uuid,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), SendError> {
+        use base64::Engine as _;
+        let body = gpunex_wire::fleet::JobLogChunk {
+            offset,
+            data_base64: base64::engine::general_purpose::STANDARD.encode(data),
+        };
+        self.call_bytes(
+            reqwest::Method::POST,
+            &format!("/v1/agent/rentals/{rental_id}/logs"),
+            Some(&body),
+        )
+        .await
+        .map(|_| ())
     }
 }

@@ -15,6 +15,10 @@ pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_USAGE_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+/// How much of each job's latest output the agent keeps and ships, MiB.
+pub const DEFAULT_JOB_LOG_MIB: u64 = 4;
+/// The most a provider may set it to.
+pub const MAX_JOB_LOG_MIB: u64 = 64;
 
 /// How renters' workloads run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +42,10 @@ pub struct FileConfig {
     pub docker_socket: Option<PathBuf>,
     pub poll_interval: Option<String>,
     pub usage_interval: Option<String>,
+    pub job_memory_mib_per_gpu: Option<u64>,
+    pub job_cpus_per_gpu: Option<String>,
+    pub job_network: Option<String>,
+    pub job_log_mib: Option<u64>,
 }
 
 /// What flags and the environment gave (clap fills these).
@@ -54,6 +62,22 @@ pub struct Overrides {
     pub docker_socket: Option<PathBuf>,
     pub poll_interval: Option<String>,
     pub usage_interval: Option<String>,
+    pub job_memory_mib_per_gpu: Option<u64>,
+    pub job_cpus_per_gpu: Option<String>,
+    pub job_network: Option<String>,
+    pub job_log_mib: Option<u64>,
+}
+
+/// What the provider set for renters' containers; what is unset follows the host
+/// ([`crate::runtime::JobPolicy::for_host`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSettings {
+    pub memory_mib_per_gpu: Option<u64>,
+    /// Thousandths of a CPU.
+    pub cpu_millis_per_gpu: Option<u64>,
+    pub network: String,
+    /// How much of each job's latest output is kept and shipped, bytes.
+    pub log_bytes: u64,
 }
 
 /// The agent's effective configuration.
@@ -70,6 +94,7 @@ pub struct Config {
     pub poll_interval: Duration,
     /// How often running jobs' usage counters are reported.
     pub usage_interval: Duration,
+    pub jobs: JobSettings,
 }
 
 impl Config {
@@ -127,7 +152,41 @@ impl Config {
             DEFAULT_USAGE_INTERVAL,
             "usage interval",
         )?;
+        let network = overrides
+            .job_network
+            .or(file.job_network)
+            .unwrap_or_else(|| "bridge".to_owned());
+        if !matches!(network.as_str(), "bridge" | "none") {
+            anyhow::bail!(
+                "job network must be bridge or none, got `{network}` (a job never joins the host's network)"
+            );
+        }
+        let memory_mib_per_gpu = overrides
+            .job_memory_mib_per_gpu
+            .or(file.job_memory_mib_per_gpu);
+        if memory_mib_per_gpu.is_some_and(|m| m < 64) {
+            anyhow::bail!("job memory per GPU must be at least 64 MiB");
+        }
+        let cpu_millis_per_gpu = overrides
+            .job_cpus_per_gpu
+            .or(file.job_cpus_per_gpu)
+            .map(|text| parse_cpus(&text).map_err(|e| anyhow::anyhow!("job CPUs per GPU: {e}")))
+            .transpose()?;
+        let log_mib = overrides
+            .job_log_mib
+            .or(file.job_log_mib)
+            .unwrap_or(DEFAULT_JOB_LOG_MIB);
+        if !(1..=MAX_JOB_LOG_MIB).contains(&log_mib) {
+            anyhow::bail!("job log bound must be 1 to {MAX_JOB_LOG_MIB} MiB, got {log_mib}");
+        }
+        let jobs = JobSettings {
+            memory_mib_per_gpu,
+            cpu_millis_per_gpu,
+            network,
+            log_bytes: log_mib << 20,
+        };
         Ok(Config {
+            jobs,
             runtime,
             poll_interval,
             usage_interval,
@@ -157,6 +216,28 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
         .map_err(|e| anyhow::anyhow!("cannot read the config file {}: {e}", path.display()))?;
     toml::from_str(&text)
         .map_err(|e| anyhow::anyhow!("the config file {} is invalid: {e}", path.display()))
+}
+
+/// `4`, `0.5`, `2.25`: CPUs with at most three decimals, as thousandths (at least 0.1).
+pub fn parse_cpus(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !(fraction.is_empty() || digits(fraction) && fraction.len() <= 3) {
+        return Err(format!("`{text}` is not a number of CPUs such as 4 or 0.5"));
+    }
+    let whole: u64 = whole
+        .parse()
+        .map_err(|_| format!("`{text}` is too large"))?;
+    let fraction: u64 = format!("{fraction:0<3}").parse().unwrap_or(0);
+    let millis = whole
+        .checked_mul(1_000)
+        .and_then(|w| w.checked_add(fraction))
+        .ok_or_else(|| format!("`{text}` is too large"))?;
+    if millis < 100 {
+        return Err("must be at least 0.1".to_owned());
+    }
+    Ok(millis)
 }
 
 /// `500ms`, `15s`, `2m`: a whole number and a unit, at least 100 ms.
@@ -212,6 +293,34 @@ mod tests {
         })
         .unwrap_err();
         assert!(error.to_string().contains("sever_url"), "{error}");
+    }
+
+    #[test]
+    fn cpus_are_read_as_thousandths() {
+        assert_eq!(parse_cpus("4"), Ok(4_000));
+        assert_eq!(parse_cpus("0.5"), Ok(500));
+        assert_eq!(parse_cpus("2.125"), Ok(2_125));
+        assert!(parse_cpus("0.05").is_err());
+        assert!(parse_cpus("1.2345").is_err());
+        assert!(parse_cpus("-1").is_err());
+        assert!(parse_cpus("x").is_err());
+        assert!(parse_cpus("99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn a_job_never_joins_the_hosts_network() {
+        let error = Config::load(Overrides {
+            job_network: Some("host".to_owned()),
+            ..Overrides::default()
+        })
+        .unwrap_err();
+        assert!(error.to_string().contains("bridge or none"), "{error}");
+        let error = Config::load(Overrides {
+            job_log_mib: Some(0),
+            ..Overrides::default()
+        })
+        .unwrap_err();
+        assert!(error.to_string().contains("job log bound"), "{error}");
     }
 
     #[test]

@@ -15,9 +15,11 @@ use gpunex_wire::fleet::{
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::client::{Client, SendError};
 use crate::clock::{now_text, unix_ms};
+use crate::joblog::JobLogs;
 use crate::queue::Queue;
-use crate::runtime::{Exit, Runtime};
+use crate::runtime::{Exit, OutputCursor, Runtime};
 
 const JOBS_KEY: &str = "jobs";
 
@@ -31,6 +33,18 @@ pub struct JobRecord {
     /// The highest counter queued so far.
     pub reported_gpu_seconds: u64,
     pub last_report_unix_ms: i64,
+    /// Where its output was read up to, and how much of it was shipped.
+    #[serde(default)]
+    pub output: OutputCursor,
+    #[serde(default)]
+    pub log: LogProgress,
+}
+
+/// A job's output: how many bytes it printed so far, and how many of them the platform has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogProgress {
+    pub total: u64,
+    pub shipped: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,10 +52,14 @@ struct JobsState {
     running: BTreeMap<Uuid, JobRecord>,
     /// Rentals whose job end was queued: never started again.
     ended: BTreeSet<Uuid>,
+    /// Ended jobs whose output is not all shipped yet.
+    #[serde(default)]
+    logs_pending: BTreeMap<Uuid, LogProgress>,
 }
 
 pub struct Jobs {
     runtime: Runtime,
+    logs: JobLogs,
     machine_id: Uuid,
     usage_interval: Duration,
     state: JobsState,
@@ -58,6 +76,7 @@ impl Jobs {
     pub fn open(
         queue: &mut Queue,
         runtime: Runtime,
+        logs: JobLogs,
         machine_id: Uuid,
         usage_interval: Duration,
     ) -> anyhow::Result<Jobs> {
@@ -68,6 +87,7 @@ impl Jobs {
             .unwrap_or_default();
         let mut jobs = Jobs {
             runtime,
+            logs,
             machine_id,
             usage_interval,
             state,
@@ -117,6 +137,11 @@ impl Jobs {
         };
         let gpu_seconds = Jobs::counter(&record, unix_ms());
         self.state.ended.insert(rental_id);
+        if record.log.shipped < record.log.total {
+            self.state.logs_pending.insert(rental_id, record.log);
+        } else {
+            self.logs.remove(rental_id);
+        }
         let event = self.event(AgentEventBody::JobEnded(JobEndedReport {
             machine_id: self.machine_id,
             rental_id,
@@ -137,6 +162,8 @@ impl Jobs {
         fault: Option<(String, GpuCondition)>,
     ) -> anyhow::Result<()> {
         let handle = self.state.running.get(&rental_id).map(|r| r.handle.clone());
+        // The last of its output, kept before the container goes.
+        self.collect_output(rental_id).await;
         let (gpu_uuid, condition) = fault.unzip();
         let evidence = JobEvidence {
             exit_code: exit.exit_code,
@@ -150,6 +177,110 @@ impl Jobs {
             self.runtime.remove(&handle).await;
         }
         Ok(())
+    }
+
+    /// Reads what a running job printed since the last call into its kept output.
+    async fn collect_output(&mut self, rental_id: Uuid) -> bool {
+        let Some(record) = self.state.running.get_mut(&rental_id) else {
+            return false;
+        };
+        if record.handle.is_empty() {
+            return false;
+        }
+        let bytes = match self
+            .runtime
+            .output(&record.handle, &mut record.output)
+            .await
+        {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(%rental_id, %error, "cannot read the job's output");
+                return false;
+            }
+        };
+        if bytes.is_empty() {
+            return false;
+        }
+        match self.logs.append(rental_id, record.log.total, &bytes) {
+            Ok(total) => {
+                record.log.total = total;
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%rental_id, %error, "cannot keep the job's output");
+                false
+            }
+        }
+    }
+
+    /// Ships the output the platform does not have yet, running jobs' and ended ones', each in
+    /// chunks, oldest first. Stops at the first failure to reach the platform (the rest waits
+    /// for the next pass); a chunk the platform refuses drops that job's output (resending it
+    /// would be refused again).
+    pub async fn ship_logs(&mut self, queue: &mut Queue, client: &Client) -> anyhow::Result<()> {
+        let max = gpunex_wire::fleet::JOB_LOG_CHUNK_MAX_BYTES;
+        let mut changed = false;
+        let mut work: Vec<(Uuid, LogProgress, bool)> = self
+            .state
+            .running
+            .iter()
+            .map(|(id, r)| (*id, r.log, true))
+            .collect();
+        work.extend(
+            self.state
+                .logs_pending
+                .iter()
+                .map(|(id, p)| (*id, *p, false)),
+        );
+        'jobs: for (rental_id, mut progress, running) in work {
+            let mut refused = false;
+            while let Some((offset, bytes)) =
+                self.logs
+                    .next_chunk(rental_id, progress.shipped, progress.total, max)?
+            {
+                match client.ship_log(rental_id, offset, &bytes).await {
+                    Ok(()) => {
+                        progress.shipped = offset + bytes.len() as u64;
+                        changed = true;
+                    }
+                    Err(SendError::Refused { code, detail, .. }) => {
+                        tracing::warn!(%rental_id, %code, %detail, "the platform refused the job's output; dropping it");
+                        progress.shipped = progress.total;
+                        refused = true;
+                        changed = true;
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::debug!(%rental_id, %error, "cannot ship the job's output now");
+                        self.set_progress(rental_id, progress, running);
+                        break 'jobs;
+                    }
+                }
+            }
+            if progress.shipped < progress.total && !refused {
+                // Nothing left in the file (dropped before it was shipped): caught up.
+                progress.shipped = progress.total;
+                changed = true;
+            }
+            self.set_progress(rental_id, progress, running);
+        }
+        if changed {
+            queue.set_state(JOBS_KEY, &self.save()?)?;
+        }
+        Ok(())
+    }
+
+    fn set_progress(&mut self, rental_id: Uuid, progress: LogProgress, running: bool) {
+        if running {
+            if let Some(record) = self.state.running.get_mut(&rental_id) {
+                record.log = progress;
+            }
+        } else if progress.shipped >= progress.total {
+            self.state.logs_pending.remove(&rental_id);
+            self.logs.remove(rental_id);
+        } else {
+            self.state.logs_pending.insert(rental_id, progress);
+        }
     }
 
     /// One pass: jobs that exited, jobs on faulty GPUs, jobs the platform ended, new assignments,
@@ -169,6 +300,13 @@ impl Jobs {
             .iter()
             .map(|(id, r)| (*id, r.handle.clone()))
             .collect();
+        let mut printed = false;
+        for (rental_id, _) in &running {
+            printed |= self.collect_output(*rental_id).await;
+        }
+        if printed {
+            queue.set_state(JOBS_KEY, &self.save()?)?;
+        }
         for (rental_id, handle) in &running {
             match self.runtime.exited(handle).await {
                 Ok(Some(exit)) => {
@@ -266,6 +404,8 @@ impl Jobs {
                     started_unix_ms: now,
                     reported_gpu_seconds: 0,
                     last_report_unix_ms: now,
+                    output: OutputCursor::default(),
+                    log: LogProgress::default(),
                 },
             );
             match started {

@@ -14,6 +14,7 @@ mod clock;
 mod config;
 mod detect;
 mod host;
+mod joblog;
 mod jobs;
 mod queue;
 mod reading;
@@ -38,7 +39,8 @@ use crate::detect::GpuSource;
     about = "GPUnex host agent: detects your NVIDIA GPUs, registers them with GPUnex and reports their presence and health.",
     after_help = "Settings come from flags, then environment variables, then the config file \
                   (TOML; keys server_url, token, state_dir, heartbeat_interval, simulate, runtime, \
-                  docker_socket, poll_interval, usage_interval), then defaults."
+                  docker_socket, poll_interval, usage_interval, job_memory_mib_per_gpu, job_cpus_per_gpu, \
+                  job_network, job_log_mib), then defaults."
 )]
 struct Cli {
     /// Config file (TOML). Default: /etc/gpunex/agent.toml when it exists.
@@ -88,6 +90,22 @@ struct Cli {
     /// How often to report running jobs' cumulative GPU-seconds [default: 60s].
     #[arg(long, env = "GPUNEX_USAGE_INTERVAL", global = true)]
     usage_interval: Option<String>,
+    /// Memory each rented GPU brings to its job's container, MiB [default: 90 % of the host's
+    /// memory divided by its GPUs].
+    #[arg(long, env = "GPUNEX_JOB_MEMORY_MIB_PER_GPU", global = true)]
+    job_memory_mib_per_gpu: Option<u64>,
+    /// CPUs each rented GPU brings to its job's container, e.g. `8` or `0.5` [default: the
+    /// host's CPUs divided by its GPUs].
+    #[arg(long, env = "GPUNEX_JOB_CPUS_PER_GPU", global = true)]
+    job_cpus_per_gpu: Option<String>,
+    /// The network jobs' containers join: `bridge` (outbound access) or `none` (loopback only)
+    /// [default: bridge]. Never the host's.
+    #[arg(long, env = "GPUNEX_JOB_NETWORK", global = true)]
+    job_network: Option<String>,
+    /// How much of each job's latest output is kept and shipped to the platform for the renter,
+    /// MiB (1 to 64) [default: 4].
+    #[arg(long, env = "GPUNEX_JOB_LOG_MIB", global = true)]
+    job_log_mib: Option<u64>,
     /// Log as one JSON object per line.
     #[arg(long, env = "GPUNEX_LOG_JSON", global = true)]
     log_json: bool,
@@ -120,6 +138,10 @@ enum Command {
     },
     /// Check that the GPUnex server answers, and print its version.
     Ping,
+    /// The container's health check: exits 0 while the service's loop has run in the last
+    /// [`service::ALIVE_WITHIN`] and a heartbeat was acknowledged in the last
+    /// [`service::REACHED_WITHIN`]; 1 otherwise, with one sentence saying which.
+    Health,
 }
 
 fn main() -> ExitCode {
@@ -198,6 +220,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         docker_socket: cli.docker_socket,
         poll_interval: cli.poll_interval,
         usage_interval: cli.usage_interval,
+        job_memory_mib_per_gpu: cli.job_memory_mib_per_gpu,
+        job_cpus_per_gpu: cli.job_cpus_per_gpu,
+        job_network: cli.job_network,
+        job_log_mib: cli.job_log_mib,
     })?;
     match cli.command {
         Command::Detect { json } => detect_command(&config, json),
@@ -205,6 +231,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run => service::run(&config).await,
         Command::Status { json } => status_command(&config, json).await,
         Command::Ping => ping(&config).await,
+        Command::Health => service::health(&config, crate::clock::unix_ms()),
     }
 }
 

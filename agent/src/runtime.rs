@@ -35,14 +35,15 @@ pub enum Runtime {
 }
 
 impl Runtime {
-    pub fn docker(socket: PathBuf) -> Runtime {
-        Runtime::Docker(Docker { socket })
+    pub fn docker(socket: PathBuf, policy: JobPolicy) -> Runtime {
+        Runtime::Docker(Docker { socket, policy })
     }
 
     pub fn process(jobs_dir: PathBuf) -> Runtime {
         Runtime::Process(Processes {
             jobs_dir,
             children: HashMap::new(),
+            dirs: HashMap::new(),
         })
     }
 
@@ -87,6 +88,20 @@ impl Runtime {
         }
     }
 
+    /// The output the workload printed (standard output and error, in order) since `cursor`,
+    /// which moves past it. At most [`OUTPUT_READ_MAX`] bytes a call from a process; a
+    /// container's log is bounded by its log driver's settings.
+    pub async fn output(
+        &mut self,
+        handle: &str,
+        cursor: &mut OutputCursor,
+    ) -> anyhow::Result<Vec<u8>> {
+        match self {
+            Runtime::Docker(docker) => docker.output(handle, cursor).await,
+            Runtime::Process(processes) => processes.output(handle, cursor),
+        }
+    }
+
     /// Removes what is left of a stopped workload.
     pub async fn remove(&mut self, handle: &str) {
         match self {
@@ -98,9 +113,28 @@ impl Runtime {
             }
             Runtime::Process(processes) => {
                 processes.children.remove(handle);
+                processes.dirs.remove(handle);
             }
         }
     }
+}
+
+/// The most output one call reads from a process's output file.
+pub const OUTPUT_READ_MAX: u64 = 4 << 20;
+
+/// Where a workload's output was read up to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutputCursor {
+    /// A process: the bytes of its output file read so far.
+    #[serde(default)]
+    pub bytes: u64,
+    /// A container: the timestamp of the last log entry read (Docker's RFC 3339 with
+    /// nanoseconds), and how many entries carried exactly that timestamp (Docker's `since`
+    /// includes it).
+    #[serde(default)]
+    pub since: Option<String>,
+    #[serde(default)]
+    pub at_since: u32,
 }
 
 /// The environment every workload gets: which rental, and which GPUs.
@@ -117,6 +151,8 @@ fn gpu_env(rental_id: Uuid, gpus: &[String]) -> Vec<(String, String)> {
 pub struct Processes {
     jobs_dir: PathBuf,
     children: HashMap<String, tokio::process::Child>,
+    /// Each child's scratch directory (its output file is there).
+    dirs: HashMap<String, PathBuf>,
 }
 
 impl Processes {
@@ -157,7 +193,23 @@ impl Processes {
             .ok_or_else(|| anyhow::anyhow!("the process exited at once"))?;
         let handle = pid.to_string();
         self.children.insert(handle.clone(), child);
+        self.dirs.insert(handle.clone(), dir);
         Ok(handle)
+    }
+
+    fn output(&self, handle: &str, cursor: &mut OutputCursor) -> anyhow::Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let Some(dir) = self.dirs.get(handle) else {
+            return Ok(Vec::new());
+        };
+        let Ok(mut file) = std::fs::File::open(dir.join("output.log")) else {
+            return Ok(Vec::new());
+        };
+        file.seek(SeekFrom::Start(cursor.bytes))?;
+        let mut bytes = Vec::new();
+        file.take(OUTPUT_READ_MAX).read_to_end(&mut bytes)?;
+        cursor.bytes += bytes.len() as u64;
+        Ok(bytes)
     }
 
     fn exited(&mut self, handle: &str) -> Option<Exit> {
@@ -223,11 +275,58 @@ fn exit_of(status: std::process::ExitStatus) -> Exit {
 /// A Docker Engine API client on its Unix socket (API 1.41+: device requests).
 pub struct Docker {
     socket: PathBuf,
+    policy: JobPolicy,
+}
+
+/// What each rented GPU brings to its job's container besides the GPU: a share of the host's
+/// memory and CPUs, a number of processes, and the network the container joins. A job on `n`
+/// GPUs gets `n` times each figure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPolicy {
+    /// Memory (RAM, no swap beyond it) per rented GPU, MiB.
+    pub memory_mib_per_gpu: u64,
+    /// CPU time per rented GPU, in thousandths of a CPU.
+    pub cpu_millis_per_gpu: u64,
+    /// Processes and threads per rented GPU.
+    pub pids_per_gpu: u64,
+    /// `bridge` (the default: its own network namespace with outbound access) or `none`
+    /// (loopback only). Never `host`.
+    pub network: String,
+}
+
+/// Processes and threads per rented GPU.
+pub const PIDS_PER_GPU: u64 = 4_096;
+
+/// The share of the host's memory jobs may use together: the rest stays with the host (its
+/// Docker daemon, this agent, the page cache).
+pub const JOB_MEMORY_PERCENT: u64 = 90;
+
+impl JobPolicy {
+    /// The default policy of a host with `ram_mib` of memory, `cpus` CPUs and `gpus` GPUs: each
+    /// GPU brings [`JOB_MEMORY_PERCENT`] % of the memory and all the CPUs divided by the GPUs
+    /// (rounded down; at least 256 MiB and a tenth of a CPU).
+    pub fn for_host(ram_mib: Option<u64>, cpus: Option<u32>, gpus: usize) -> JobPolicy {
+        let gpus = u64::try_from(gpus.max(1)).unwrap_or(1);
+        let ram = ram_mib.unwrap_or(16 * 1024);
+        let cpus = u64::from(cpus.unwrap_or(4));
+        JobPolicy {
+            memory_mib_per_gpu: (ram * JOB_MEMORY_PERCENT / 100 / gpus).max(256),
+            cpu_millis_per_gpu: (cpus * 1_000 / gpus).max(100),
+            pids_per_gpu: PIDS_PER_GPU,
+            network: "bridge".to_owned(),
+        }
+    }
 }
 
 /// The container a rental runs in: its image and command, only its GPUs (an NVIDIA device
-/// request by UUID), no host directory, no privileges, no restart.
-pub fn container_spec(rental_id: Uuid, gpus: &[String], workload: &Workload) -> Value {
+/// request by UUID), no host directory or device, no host namespace, every capability dropped,
+/// `no-new-privileges`, and memory, CPU and process limits for its number of GPUs (`policy`).
+pub fn container_spec(
+    rental_id: Uuid,
+    gpus: &[String],
+    workload: &Workload,
+    policy: &JobPolicy,
+) -> Value {
     let mut env: Vec<String> = workload
         .env
         .iter()
@@ -238,10 +337,12 @@ pub fn container_spec(rental_id: Uuid, gpus: &[String], workload: &Workload) -> 
             .into_iter()
             .map(|(k, v)| format!("{k}={v}")),
     );
+    let n = u64::try_from(gpus.len().max(1)).unwrap_or(1);
+    let memory = policy.memory_mib_per_gpu.saturating_mul(n) << 20;
     let mut spec = json!({
         "Image": workload.image,
         "Env": env,
-        "Labels": {"io.gpunex.rental_id": rental_id.to_string()},
+        "Labels": {JOB_LABEL: rental_id.to_string()},
         "HostConfig": {
             "DeviceRequests": [{
                 "Driver": "nvidia",
@@ -250,15 +351,23 @@ pub fn container_spec(rental_id: Uuid, gpus: &[String], workload: &Workload) -> 
             }],
             "Binds": [],
             "Mounts": [],
+            "Devices": [],
             "Privileged": false,
             "SecurityOpt": ["no-new-privileges:true"],
-            "CapDrop": ["NET_RAW", "MKNOD", "AUDIT_WRITE"],
-            "PidsLimit": 32_768,
+            "CapDrop": ["ALL"],
+            "Memory": memory,
+            "MemorySwap": memory,
+            "NanoCpus": policy.cpu_millis_per_gpu.saturating_mul(n).saturating_mul(1_000_000),
+            "PidsLimit": policy.pids_per_gpu.saturating_mul(n),
             "IpcMode": "private",
-            "ShmSize": 8_u64 << 30,
-            "NetworkMode": "bridge",
+            "PidMode": "",
+            "UTSMode": "",
+            "UsernsMode": "",
+            "ShmSize": (memory / 2).max(64 << 20),
+            "NetworkMode": policy.network,
             "RestartPolicy": {"Name": "no"},
             "AutoRemove": false,
+            "LogConfig": {"Type": "json-file", "Config": {"max-size": "16m", "max-file": "2"}},
         },
     });
     if !workload.command.is_empty() {
@@ -266,6 +375,9 @@ pub fn container_spec(rental_id: Uuid, gpus: &[String], workload: &Workload) -> 
     }
     spec
 }
+
+/// The label every job container carries: its rental.
+pub const JOB_LABEL: &str = "io.gpunex.rental_id";
 
 /// What Docker said in an error answer: its JSON `message`, else the start of the body.
 fn docker_message(bytes: &[u8]) -> String {
@@ -341,7 +453,7 @@ impl Docker {
             .json(
                 "POST",
                 &format!("/containers/create?name=gpunex-{rental_id}"),
-                Some(&container_spec(rental_id, gpus, workload)),
+                Some(&container_spec(rental_id, gpus, workload, &self.policy)),
             )
             .await?;
         let id = created["Id"]
@@ -421,7 +533,10 @@ impl Docker {
         }
         let mut detail = state["Error"].as_str().unwrap_or_default().to_owned();
         if state["OOMKilled"].as_bool() == Some(true) {
-            detail = "out of memory (OOM killed)".to_owned();
+            let limit = container["HostConfig"]["Memory"].as_u64().unwrap_or(0) >> 20;
+            detail = format!(
+                "out of memory: the job used all of its {limit} MiB and was killed (OOMKilled)"
+            );
         }
         Ok(Some(Exit {
             exit_code: state["ExitCode"]
@@ -430,6 +545,30 @@ impl Docker {
             signal: None,
             detail,
         }))
+    }
+
+    /// The container's log entries after `cursor` (both streams, with Docker's timestamps,
+    /// which are stripped): the answer is Docker's multiplexed stream, frames of an 8-byte
+    /// header (stream, 3 zero bytes, big-endian length) and one entry each.
+    async fn output(&self, handle: &str, cursor: &mut OutputCursor) -> anyhow::Result<Vec<u8>> {
+        let since = cursor
+            .since
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| format!("&since={}.{:09}", t.timestamp(), t.timestamp_subsec_nanos()))
+            .unwrap_or_default();
+        let path = format!("/containers/{handle}/logs?stdout=1&stderr=1&timestamps=1{since}");
+        let (status, bytes) = self.call("GET", &path, None).await?;
+        if status == 404 {
+            return Ok(Vec::new());
+        }
+        if !(200..300).contains(&status) {
+            anyhow::bail!(
+                "Docker answered {status} to reading the logs of {handle}: {}",
+                docker_message(&bytes)
+            );
+        }
+        Ok(take_log_entries(&bytes, cursor))
     }
 
     async fn stop(&self, handle: &str) -> anyhow::Result<Exit> {
@@ -446,6 +585,65 @@ impl Docker {
         }
         Ok(self.exited(handle).await?.unwrap_or_default())
     }
+}
+
+/// The entries of a multiplexed log answer after `cursor` (which moves past them), without
+/// their timestamps. A container with a TTY answers raw text: lines, each with its timestamp.
+fn take_log_entries(bytes: &[u8], cursor: &mut OutputCursor) -> Vec<u8> {
+    let mut entries: Vec<&[u8]> = Vec::new();
+    let multiplexed = bytes.first().is_some_and(|b| *b <= 2) && bytes.len() >= 8;
+    if multiplexed {
+        let mut rest = bytes;
+        while rest.len() >= 8 {
+            let len = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
+            let Some(frame) = rest.get(8..8 + len) else {
+                break;
+            };
+            entries.push(frame);
+            rest = &rest[8 + len..];
+        }
+    } else {
+        entries.extend(bytes.split_inclusive(|b| *b == b'\n'));
+    }
+    let last = cursor
+        .since
+        .as_deref()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    let mut out = Vec::new();
+    let mut seen_at_last = 0_u32;
+    for entry in entries {
+        let Some(space) = entry.iter().position(|b| *b == b' ') else {
+            continue;
+        };
+        let stamp_text = String::from_utf8_lossy(&entry[..space]).into_owned();
+        let Ok(stamp) = chrono::DateTime::parse_from_rfc3339(&stamp_text) else {
+            continue;
+        };
+        if let Some(last) = last {
+            if stamp < last {
+                continue;
+            }
+            if stamp == last {
+                seen_at_last += 1;
+                if seen_at_last <= cursor.at_since {
+                    continue;
+                }
+            }
+        }
+        out.extend_from_slice(&entry[space + 1..]);
+        let same = cursor
+            .since
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            == Some(stamp);
+        if same {
+            cursor.at_since += 1;
+        } else {
+            cursor.since = Some(stamp_text);
+            cursor.at_since = 1;
+        }
+    }
+    out
 }
 
 /// One HTTP/1.1 request on a Unix socket.
@@ -496,12 +694,28 @@ mod tests {
         }
     }
 
+    fn policy() -> JobPolicy {
+        JobPolicy::for_host(Some(64 * 1024), Some(16), 4)
+    }
+
     #[test]
     fn containers_get_only_their_gpus_and_no_host_directory() {
         let gpus = vec!["GPU-aa".to_owned(), "GPU-bb".to_owned()];
         let rental = Uuid::nil();
-        let spec = container_spec(rental, &gpus, &workload(&["python", "train.py"]));
+        let policy = policy();
+        // A quarter of 90 % of 64 GiB, and 4 CPUs, per GPU.
+        assert_eq!(policy.memory_mib_per_gpu, 14_745);
+        assert_eq!(policy.cpu_millis_per_gpu, 4_000);
+        let spec = container_spec(rental, &gpus, &workload(&["python", "train.py"]), &policy);
         let host = &spec["HostConfig"];
+        assert_eq!(host["Memory"], json!((2 * 14_745_u64) << 20));
+        assert_eq!(host["MemorySwap"], host["Memory"]);
+        assert_eq!(host["NanoCpus"], json!(8_000_000_000_u64));
+        assert_eq!(host["PidsLimit"], json!(2 * PIDS_PER_GPU));
+        assert_eq!(host["CapDrop"], json!(["ALL"]));
+        assert_eq!(host["SecurityOpt"], json!(["no-new-privileges:true"]));
+        assert_eq!(host["NetworkMode"], json!("bridge"));
+        assert_eq!(host["Devices"], json!([]));
         assert_eq!(
             host["DeviceRequests"][0]["DeviceIDs"],
             json!(["GPU-aa", "GPU-bb"])
@@ -510,7 +724,7 @@ mod tests {
         assert_eq!(host["Binds"], json!([]));
         assert_eq!(host["Mounts"], json!([]));
         assert_eq!(host["Privileged"], json!(false));
-        assert!(host.get("Devices").is_none() && host.get("VolumesFrom").is_none());
+        assert!(host.get("VolumesFrom").is_none() && host.get("CapAdd").is_none());
         assert_eq!(spec["Cmd"], json!(["python", "train.py"]));
         let env: Vec<&str> = spec["Env"]
             .as_array()
@@ -522,11 +736,43 @@ mod tests {
         assert!(env.contains(&"CUDA_VISIBLE_DEVICES=GPU-aa,GPU-bb"));
         // No command: the image's own.
         assert!(
-            container_spec(rental, &gpus, &workload(&[]))
+            container_spec(rental, &gpus, &workload(&[]), &policy)
                 .get("Cmd")
                 .is_none()
         );
         assert_eq!(escape("nvidia/cuda:12.4"), "nvidia%2Fcuda%3A12.4");
+    }
+
+    #[test]
+    fn log_entries_are_read_once_each_even_when_timestamps_repeat() {
+        fn frame(stream: u8, text: &str) -> Vec<u8> {
+            let mut f = vec![stream, 0, 0, 0];
+            f.extend_from_slice(&u32::try_from(text.len()).unwrap().to_be_bytes());
+            f.extend_from_slice(text.as_bytes());
+            f
+        }
+        let a = "2026-12-06T05:00:00.1Z";
+        let b = "2026-12-06T05:00:00.2Z";
+        let mut answer = frame(1, &format!("{a} one\n"));
+        answer.extend(frame(2, &format!("{b} two\n")));
+        answer.extend(frame(1, &format!("{b} three\n")));
+        let mut cursor = OutputCursor::default();
+        assert_eq!(take_log_entries(&answer, &mut cursor), b"one\ntwo\nthree\n");
+        assert_eq!((cursor.since.as_deref(), cursor.at_since), (Some(b), 2));
+        // Docker's `since` includes the last timestamp: the two entries already read at it are
+        // skipped, a third one at it is new.
+        let mut again = frame(2, &format!("{b} two\n"));
+        again.extend(frame(1, &format!("{b} three\n")));
+        again.extend(frame(1, &format!("{b} four\n")));
+        again.extend(frame(1, "2026-12-06T05:00:01.000000001Z five\n"));
+        assert_eq!(take_log_entries(&again, &mut cursor), b"four\nfive\n");
+        assert_eq!(cursor.at_since, 1);
+        // A TTY container's raw lines.
+        let mut cursor = OutputCursor::default();
+        let raw = format!("{a} x\n{b} y\n");
+        assert_eq!(take_log_entries(raw.as_bytes(), &mut cursor), b"x\ny\n");
+        // Garbage is skipped, never a panic.
+        assert!(take_log_entries(&[1, 0, 0, 0, 255, 255, 255, 255, 1], &mut cursor).is_empty());
     }
 
     #[tokio::test]
@@ -568,10 +814,10 @@ mod tests {
         assert!(error.to_string().contains("runs a command"), "{error}");
     }
 
-    /// A STAND-IN for the Docker Engine API (no Docker daemon runs where the tests run): it
-    /// answers the calls the runtime makes on a Unix socket and records them, so the requests
-    /// (paths, methods, the container specification) and the handling of the answers are checked.
-    /// The real daemon is exercised only on a provider's host.
+    /// A STAND-IN for the Docker Engine API: it answers the calls the runtime makes on a Unix
+    /// socket and records them, so the exact requests and the handling of answers a real daemon
+    /// gives only rarely (a pull refused mid-stream) are checked in a unit test. The real daemon
+    /// is exercised by `agent/tests/docker_engine.rs`.
     struct StandInDocker {
         calls: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>,
     }
@@ -697,7 +943,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("docker.sock");
         let docker = StandInDocker::start(&socket, Pull::Pulled);
-        let mut runtime = Runtime::docker(socket.clone());
+        let mut runtime = Runtime::docker(socket.clone(), policy());
         let rental = Uuid::now_v7();
         let gpus = vec!["GPU-aa".to_owned(), "GPU-bb".to_owned()];
         let handle = runtime
@@ -740,7 +986,7 @@ mod tests {
         let spec: Value = serde_json::from_str(&calls[2].2).unwrap();
         assert_eq!(
             spec,
-            container_spec(rental, &gpus, &workload(&["python", "train.py"]))
+            container_spec(rental, &gpus, &workload(&["python", "train.py"]), &policy())
         );
         assert_eq!(
             spec["HostConfig"]["DeviceRequests"][0]["DeviceIDs"],
@@ -750,7 +996,7 @@ mod tests {
         // An image the daemon has: no pull (a host runs it offline).
         let socket = dir.path().join("present.sock");
         let present = StandInDocker::start(&socket, Pull::Present);
-        Runtime::docker(socket)
+        Runtime::docker(socket, policy())
             .start(rental, &gpus, &workload(&[]))
             .await
             .unwrap();
@@ -771,7 +1017,7 @@ mod tests {
         ] {
             let socket = dir.path().join(format!("{pull:?}.sock"));
             let refusing = StandInDocker::start(&socket, pull);
-            let error = Runtime::docker(socket)
+            let error = Runtime::docker(socket, policy())
                 .start(rental, &gpus, &workload(&[]))
                 .await
                 .unwrap_err();
@@ -783,7 +1029,7 @@ mod tests {
             );
         }
         // No daemon at all: a clear error naming the socket.
-        let error = Runtime::docker(dir.path().join("absent.sock"))
+        let error = Runtime::docker(dir.path().join("absent.sock"), policy())
             .start(rental, &gpus, &workload(&[]))
             .await
             .unwrap_err();

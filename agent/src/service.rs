@@ -12,17 +12,24 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::client::{Client, SendError};
-use crate::clock::now_text;
+use crate::clock::{now_text, unix_ms};
 use crate::config::{Config, DEFAULT_HEARTBEAT_INTERVAL, RuntimeKind};
 use crate::detect::{GpuSource, Reading};
 use crate::jobs::Jobs;
 use crate::queue::Queue;
-use crate::runtime::Runtime;
+use crate::runtime::{JobPolicy, Runtime};
 
 const IDENTITY_KEY: &str = "identity";
 const REGISTERED_KEY: &str = "registered_fingerprint";
 const CONDITIONS_KEY: &str = "active_conditions";
 const LAST_HEARTBEAT_KEY: &str = "last_heartbeat";
+/// When the service's loop last ran, and when a heartbeat was last acknowledged (Unix ms).
+const ALIVE_KEY: &str = "alive_unix_ms";
+const REACHED_KEY: &str = "reached_unix_ms";
+/// `health` fails when the loop has not run for this long (a hung service)...
+pub const ALIVE_WITHIN: Duration = Duration::from_secs(120);
+/// ...or when no heartbeat was acknowledged for this long (the platform unreachable).
+pub const REACHED_WITHIN: Duration = Duration::from_secs(600);
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -219,6 +226,7 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
     };
     let gpus = source.inventory()?;
     let host = crate::host::detect(&config.state_dir);
+    let (host_ram_mib, host_cpus) = (host.ram_mib, host.cpu_cores);
     if queue_registration(
         &mut queue,
         identity.machine_id,
@@ -241,12 +249,24 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
         .heartbeat_interval
         .unwrap_or(DEFAULT_HEARTBEAT_INTERVAL);
     let runtime = match &config.runtime {
-        RuntimeKind::Docker { socket } => Runtime::docker(socket.clone()),
+        RuntimeKind::Docker { socket } => {
+            let mut policy = JobPolicy::for_host(host_ram_mib, host_cpus, gpus.len());
+            if let Some(memory) = config.jobs.memory_mib_per_gpu {
+                policy.memory_mib_per_gpu = memory;
+            }
+            if let Some(cpus) = config.jobs.cpu_millis_per_gpu {
+                policy.cpu_millis_per_gpu = cpus;
+            }
+            policy.network.clone_from(&config.jobs.network);
+            tracing::info!(?policy, "renters' containers");
+            Runtime::docker(socket.clone(), policy)
+        }
         RuntimeKind::Process => Runtime::process(config.state_dir.join("jobs")),
     };
     let mut jobs = Jobs::open(
         &mut queue,
         runtime,
+        crate::joblog::JobLogs::new(config.state_dir.join("job-logs"), config.jobs.log_bytes),
         identity.machine_id,
         config.usage_interval,
     )?;
@@ -272,6 +292,8 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
         };
         jobs.step(&mut queue, assignments.as_deref(), &active)
             .await?;
+        queue.set_state(ALIVE_KEY, &unix_ms().to_string())?;
+        jobs.ship_logs(&mut queue, &client).await?;
         let delivered = deliver(&mut queue, &client).await?;
         let registration_pending = queue
             .pending(1)?
@@ -287,6 +309,7 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
             match client.heartbeat(&beat).await {
                 Ok(ack) => {
                     queue.set_state(LAST_HEARTBEAT_KEY, &serde_json::to_string(&ack)?)?;
+                    queue.set_state(REACHED_KEY, &unix_ms().to_string())?;
                     if config.heartbeat_interval.is_none() {
                         interval =
                             Duration::from_secs(u64::from(ack.heartbeat_interval_seconds.max(1)));
@@ -400,6 +423,43 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = terminate => {},
+    }
+}
+
+/// The container's health at `now_ms`: the service's loop ran within [`ALIVE_WITHIN`] and a
+/// heartbeat was acknowledged within [`REACHED_WITHIN`] (both read from the state the service
+/// keeps in its queue's database).
+pub fn health(config: &Config, now_ms: i64) -> anyhow::Result<()> {
+    let queue = Queue::open(&config.state_dir)?;
+    let age = |key: &str| -> anyhow::Result<Option<Duration>> {
+        Ok(queue
+            .get_state(key)?
+            .and_then(|text| text.parse::<i64>().ok())
+            .map(|at| Duration::from_millis(u64::try_from(now_ms - at).unwrap_or(0))))
+    };
+    match age(ALIVE_KEY)? {
+        None => anyhow::bail!("the agent service has not run yet"),
+        Some(age) if age > ALIVE_WITHIN => anyhow::bail!(
+            "the agent service has not run for {} s (more than {} s): it is stuck",
+            age.as_secs(),
+            ALIVE_WITHIN.as_secs()
+        ),
+        Some(_) => {}
+    }
+    match age(REACHED_KEY)? {
+        None => anyhow::bail!("no heartbeat acknowledged by the platform yet"),
+        Some(age) if age > REACHED_WITHIN => anyhow::bail!(
+            "the platform has not acknowledged a heartbeat for {} s (more than {} s): check the network and the server URL",
+            age.as_secs(),
+            REACHED_WITHIN.as_secs()
+        ),
+        Some(age) => {
+            println!(
+                "healthy: last heartbeat acknowledged {} s ago",
+                age.as_secs()
+            );
+            Ok(())
+        }
     }
 }
 

@@ -10,7 +10,6 @@ use std::path::Path;
 use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
 use tokio::process::Command;
-use uuid::Uuid;
 
 conformance!(a_rented_job_is_metered_and_earned_to_the_micro_usdc);
 
@@ -47,107 +46,30 @@ async fn a_rented_job_is_metered_and_earned_to_the_micro_usdc(db: &TestDb) {
     // Development deployment: simulated GPUs may be listed.
     let _server = start_server_with(&db.url, port, dir.path(), &["--dev-mode"]).await;
 
-    // Apply and be approved (Community: 20% fee).
-    let credentials =
-        json!({"email": "ada@example.com", "password": "correct horse battery staple"});
-    let (status, _) = call(&base, "POST", "/v1/accounts", "", Some(credentials.clone())).await;
-    assert_eq!(status, 201);
-    let (_, session) = call(&base, "POST", "/v1/sessions", "", Some(credentials)).await;
-    let person = session["token"].as_str().unwrap().to_owned();
-    let form = json!({
-        "full_legal_name": "Ada Lovelace", "email": "ada@example.com",
-        "gpus": [{"model": "h100-80gb", "quantity": 2, "system_ram_gb": 512,
-                  "upload_gbps": "10", "download_gbps": "10",
-                  "availability": {"kind": "always_on"},
-                  "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}}],
-        "ups_protected": true, "commitment_months": 12, "maintenance_notes": "none planned"
-    });
-    let (status, application) = call(&base, "POST", "/v1/applications", &person, Some(form)).await;
-    assert_eq!(status, 201, "{application}");
-    let application_id = application["application_id"].as_str().unwrap().to_owned();
-    let (status, approved) = call(
-        &base,
-        "POST",
-        &format!("/v1/applications/{application_id}/approve"),
-        &admin,
-        Some(json!({"tier": "community"})),
-    )
-    .await;
-    assert_eq!(status, 200, "{approved}");
-    let provider: Uuid = approved["provider_id"].as_str().unwrap().parse().unwrap();
-    let (_, claimed) = call(
-        &base,
-        "POST",
-        &format!("/v1/applications/{application_id}/provider-token"),
-        &person,
-        None,
-    )
-    .await;
-    let provider_token = claimed["token"].as_str().unwrap().to_owned();
-
-    // The agent: simulated GPUs, the process runtime, quick polls and usage reports.
-    let (machine_id, agent_token) = common::agent_token(&base, &provider_token).await;
+    // An approved Community provider (20% fee), a renter, and the agent: simulated GPUs, the
+    // process runtime, quick polls and usage reports. Price: 2.50 USDC per GPU-hour (694.44...
+    // micro-USDC per GPU-second: rounding matters).
+    let market = market(&base, &admin).await;
+    let (provider, provider_token, renter) = (
+        market.provider,
+        market.provider_token.clone(),
+        market.renter.clone(),
+    );
     let state = dir.path().join("agent-state");
     let mut agent = Command::new(AGENT)
         .args(["--server", &base, "--state-dir", state.to_str().unwrap()])
         .args(["--simulate", "2xH100", "--runtime", "process"])
         .args(["--heartbeat-interval", "200ms", "--poll-interval", "200ms"])
         .args(["--usage-interval", "1s", "run"])
-        .env("GPUNEX_AGENT_TOKEN", &agent_token)
+        .env("GPUNEX_AGENT_TOKEN", &market.agent_token)
         .env("RUST_LOG", "error")
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    eventually("the machine online", 30, || async {
-        let (_, m) = call(
-            &base,
-            "GET",
-            &format!("/v1/machines/{machine_id}"),
-            &admin,
-            None,
-        )
-        .await;
-        m["status"] == "online"
-    })
-    .await;
-
-    // A price: 2.50 USDC per GPU-hour (694.44... micro-USDC per GPU-second: rounding matters).
-    let (status, price) = call(
-        &base,
-        "POST",
-        &format!("/v1/providers/{provider}/prices"),
-        &provider_token,
-        Some(json!({"model_id": "h100-80gb", "price_usdc": "2.50"})),
-    )
-    .await;
-    assert_eq!(status, 200, "{price}");
-    // A renter signs up and issues a renter token for themselves.
-    let renter_login =
-        json!({"email": "grace@example.com", "password": "correct horse battery staple"});
-    let (status, _) = call(
-        &base,
-        "POST",
-        "/v1/accounts",
-        "",
-        Some(renter_login.clone()),
-    )
-    .await;
-    assert_eq!(status, 201);
-    let (_, session) = call(&base, "POST", "/v1/sessions", "", Some(renter_login)).await;
-    let renter = token(
-        &base,
-        session["token"].as_str().unwrap(),
-        json!({"kind": "renter"}),
-    )
-    .await;
-    eventually("both GPUs listed", 30, || async {
-        let (_, page) = call(&base, "GET", "/v1/listings?model=h100-80gb", "", None).await;
-        page["listings"].as_array().map(Vec::len) == Some(2)
-    })
-    .await;
+    market.price_and_wait_listed(&base, &admin, 2).await;
 
     // Rent both GPUs for a job that records what it sees and runs about three seconds.
-    let script = "echo \"$CUDA_VISIBLE_DEVICES\" > visible.txt; sleep 3";
+    let script = "echo \"$CUDA_VISIBLE_DEVICES\" > visible.txt; echo 'hello from the job'; echo 'año, €' >&2; sleep 3";
     let (status, rental) = call(
         &base,
         "POST",
@@ -170,6 +92,43 @@ async fn a_rented_job_is_metered_and_earned_to_the_micro_usdc(db: &TestDb) {
     assert_eq!(done["cause"], "completed", "{done}");
     assert_eq!(done["job_status"], "ended");
     assert_eq!(done["job_evidence"]["exit_code"], 0);
+    // Its output, for the renter only (a provider sees the rental, not what it printed).
+    let logs_path = format!("{rental_path}/logs");
+    eventually("the job's output shipped", 30, || async {
+        let (_, log) = call(&base, "GET", &logs_path, &renter, None).await;
+        log["text"] == "hello from the job\naño, €\n" && log["job_ended"] == true
+    })
+    .await;
+    let (_, log) = call(&base, "GET", &logs_path, &renter, None).await;
+    assert_eq!(
+        (&log["from"], &log["next"], &log["end"], &log["truncated"]),
+        (&json!(0), &json!(29), &json!(29), &json!(false)),
+        "{log}"
+    );
+    // Paged by byte offset; a page never ends inside a character.
+    let (_, page) = call(
+        &base,
+        "GET",
+        &format!("{logs_path}?after=19&limit=7"),
+        &renter,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (&page["text"], &page["next"]),
+        (&json!("año, "), &json!(25)),
+        "{page}"
+    );
+    let (status, refused) = call(&base, "GET", &logs_path, &provider_token, None).await;
+    assert_eq!(status, 403, "{refused}");
+    let (status, bad) = call(&base, "GET", &format!("{logs_path}?limit=0"), &renter, None).await;
+    assert_eq!(
+        (status, &bad["code"]),
+        (400, &json!("invalid_request")),
+        "{bad}"
+    );
+    let (status, _) = call(&base, "GET", &logs_path, &admin, None).await;
+    assert_eq!(status, 200);
     // Only the rented GPUs were visible to the job.
     let visible =
         std::fs::read_to_string(state.join("jobs").join(&rental_id).join("visible.txt")).unwrap();

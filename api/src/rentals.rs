@@ -582,3 +582,199 @@ pub async fn assignments(
         }
     }
 }
+
+/// `POST /v1/agent/rentals/{rental_id}/logs`: the agent running a rental's job ships a chunk of
+/// its output. Kept outside the event log, the newest 16 MiB per rental
+/// (`gpunex_store::job_logs::KEEP_BYTES`).
+#[utoipa::path(
+    post,
+    path = "/v1/agent/rentals/{rental_id}/logs",
+    operation_id = "agent_job_log_append",
+    tag = "agent",
+    summary = "ship a chunk of a job's output",
+    request_body = gpunex_wire::fleet::JobLogChunk,
+    responses((status = 204, description = "stored (or already stored at that offset)")),
+)]
+pub async fn append_log(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(rental_id): Path<Uuid>,
+    Json(chunk): Json<gpunex_wire::fleet::JobLogChunk>,
+) -> Result<StatusCode, ApiError> {
+    use base64::Engine as _;
+    let (_, machine_id) = crate::agent::agent_of(&state, &caller)?;
+    let on_machine = app_rentals::rental_of(&state.store, &state.credentials, rental_id)
+        .await?
+        .map(|r| r.started.machine_id == machine_id);
+    if on_machine != Some(true) {
+        return Err(ApiError::path(
+            "rental_id",
+            ErrorCode::UnknownRental,
+            "not a rental on this machine",
+        ));
+    }
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(chunk.data_base64.as_bytes())
+        .map_err(|e| {
+            ApiError::body(
+                "/data_base64",
+                ErrorCode::InvalidValue,
+                format!("not standard base64 with padding: {e}"),
+            )
+        })?;
+    let max = gpunex_wire::fleet::JOB_LOG_CHUNK_MAX_BYTES;
+    if data.is_empty() || data.len() > max {
+        return Err(ApiError::body(
+            "/data_base64",
+            ErrorCode::InvalidLength,
+            format!("1 to {max} bytes once decoded"),
+        ));
+    }
+    if chunk.offset > i64::MAX as u64 / 2 {
+        return Err(ApiError::body(
+            "/offset",
+            ErrorCode::OutOfRange,
+            "an implausibly large offset",
+        ));
+    }
+    let at = state.clock.now();
+    state
+        .store
+        .append_job_log(rental_id, chunk.offset, &data, at.unix_micros())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The most bytes one page of `GET /v1/rentals/{id}/logs` holds, and its default.
+pub const LOG_PAGE_BYTES_MAX: usize = 256 * 1024;
+
+/// `GET /v1/rentals/{rental_id}/logs`: the job's output, one page at a time, while it runs and
+/// after it ends. Only the rental's renter and admins.
+#[utoipa::path(
+    get,
+    path = "/v1/rentals/{rental_id}/logs",
+    operation_id = "rentals_logs",
+    tag = "rentals",
+    summary = "a rental's job output, paged by byte offset",
+    params(
+        ("after" = Option<u64>, Query, description = "the byte offset to read from: 0 (the default) for the start, or the `next` of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 262144, description = "bytes in the page, 1 to 262,144 (default 262,144)"),
+    ),
+    responses((status = 200, description = "the output from `from` to `next`", body = wr::JobLog)),
+)]
+pub async fn logs(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(rental_id): Path<Uuid>,
+    Query(query): Query,
+) -> Result<Json<wr::JobLog>, ApiError> {
+    if let Some(key) = query
+        .keys()
+        .find(|k| !matches!(k.as_str(), "after" | "limit"))
+    {
+        return Err(ApiError::query(
+            key,
+            ErrorCode::UnknownParameter,
+            "known: after, limit",
+        ));
+    }
+    let after = match query.get("after") {
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= i64::MAX as u64)
+            .ok_or_else(|| {
+                ApiError::query(
+                    "after",
+                    ErrorCode::InvalidCursor,
+                    "a byte offset (0 or more)",
+                )
+            })?,
+        None => 0,
+    };
+    let limit = match query.get("limit") {
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=LOG_PAGE_BYTES_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::query(
+                    "limit",
+                    ErrorCode::InvalidLimit,
+                    format!("a whole number from 1 to {LOG_PAGE_BYTES_MAX}"),
+                )
+            })?,
+        None => LOG_PAGE_BYTES_MAX,
+    };
+    // A provider sees its rentals but not what renters' programs print.
+    let rental = app_rentals::rental_of(&state.store, &state.credentials, rental_id)
+        .await?
+        .filter(|r| match caller.role {
+            Role::Admin => true,
+            Role::Renter { user_id } | Role::User { user_id } => user_id == r.started.renter_id,
+            _ => false,
+        })
+        .ok_or(ApiError::NotFound("rental"))?;
+    let read = state.store.read_job_log(rental_id, after, limit).await?;
+    let cut = utf8_cut(&read.data, read.from + read.data.len() as u64 >= read.end);
+    Ok(Json(wr::JobLog {
+        rental_id,
+        from: read.from,
+        next: read.from + cut as u64,
+        text: String::from_utf8_lossy(&read.data[..cut]).into_owned(),
+        truncated: read.from > after,
+        first_kept: read.first_kept,
+        end: read.end,
+        job_ended: rental.job_ended.is_some()
+            || (rental.ended.is_some() && rental.job_started.is_none()),
+    }))
+}
+
+/// How many bytes of `data` a page returns: all of them, less an incomplete UTF-8 character at
+/// the end, unless the page reaches the end of what was shipped (where nothing will complete it)
+/// or holds nothing else.
+fn utf8_cut(data: &[u8], at_end: bool) -> usize {
+    if at_end {
+        return data.len();
+    }
+    match std::str::from_utf8(data) {
+        Ok(_) => data.len(),
+        // `error_len() == None`: the bytes end inside a character that may continue.
+        Err(error) if error.error_len().is_none() && error.valid_up_to() + 4 > data.len() => {
+            let valid = error.valid_up_to();
+            if valid == 0 { data.len() } else { valid }
+        }
+        Err(_) => {
+            // Invalid bytes in the middle stay (shown as U+FFFD); only a tail that may be the
+            // start of a character is held back.
+            let tail_start = data.len().saturating_sub(3);
+            (tail_start..data.len())
+                .find(|&i| {
+                    let b = data[i];
+                    b >= 0xC0
+                        && std::str::from_utf8(&data[i..]).is_err_and(|e| e.error_len().is_none())
+                })
+                .filter(|&i| i > 0)
+                .unwrap_or(data.len())
+        }
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::utf8_cut;
+
+    #[test]
+    fn a_page_never_ends_inside_a_character() {
+        let text = "año €".as_bytes();
+        assert_eq!(utf8_cut(text, false), text.len());
+        // "€" is three bytes: a page that holds two of them stops before it.
+        assert_eq!(utf8_cut(&text[..text.len() - 1], false), text.len() - 3);
+        // At the end of what was shipped, nothing will complete it: all of it.
+        assert_eq!(utf8_cut(&text[..text.len() - 1], true), text.len() - 1);
+        // Invalid bytes in the middle stay (replaced when shown).
+        let mixed = [b'a', 0xFF, b'b', 0xE2, 0x82];
+        assert_eq!(utf8_cut(&mixed, false), 3);
+        assert_eq!(utf8_cut(&[0xE2, 0x82], false), 2);
+    }
+}

@@ -96,6 +96,7 @@ pub fn endpoints() -> crate::routes::Routes {
         .add(ADMIN_FINANCE, routes!(crate::reconcile::endpoint))
         .add(ADMIN_FINANCE, routes!(earnings::finance))
         .add(AGENT, routes!(rentals::assignments))
+        .add(AGENT, routes!(rentals::append_log))
         .add(AGENT, routes!(fleet::agent_identity))
         .add(AGENT, routes!(fleet::agent_machine))
         .add(PROVIDER_DASHBOARD, routes!(fleet::provider_machines))
@@ -117,6 +118,7 @@ pub fn endpoints() -> crate::routes::Routes {
         .add(RENTAL_LISTERS, routes!(rentals::list))
         .add(RENTAL_READERS, routes!(rentals::read))
         .add(ADMIN_RENTER, routes!(rentals::end))
+        .add(ADMIN_RENTER, routes!(rentals::logs))
         .add(ADMIN_FINANCE, routes!(fleet::fleet_view))
 }
 

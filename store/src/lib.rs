@@ -150,6 +150,7 @@ pub mod earnings;
 pub mod envelope;
 pub mod fleet;
 pub mod idempotency;
+pub mod job_logs;
 mod key_scope;
 pub mod payouts;
 mod plan;

@@ -290,3 +290,18 @@ pub struct AgentIdentity {
     pub provider_id: Uuid,
     pub machine_id: Uuid,
 }
+
+/// `POST /v1/agent/rentals/{id}/logs`: a chunk of a job's output. `offset` is where it starts
+/// in the job's whole output (what the agent read before it); sending the same chunk again
+/// changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobLogChunk {
+    pub offset: u64,
+    /// The bytes, base64 (standard alphabet, with padding); at most 1 MiB once decoded.
+    pub data_base64: String,
+}
+
+/// The most bytes one [`JobLogChunk`] carries once decoded (its base64 fits the API's 1 MiB
+/// request bodies).
+pub const JOB_LOG_CHUNK_MAX_BYTES: usize = 512 * 1024;

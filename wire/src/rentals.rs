@@ -63,3 +63,25 @@ pub struct RentalView {
     pub gpu_seconds: u64,
     pub charged_micro_usdc: i64,
 }
+
+/// `GET /v1/rentals/{id}/logs`: the job's output from `from`, as text. The platform keeps the
+/// newest 16 MiB of each job's output and the agent ships the newest part it keeps (4 MiB by
+/// default), so a page may start after the offset asked for (`truncated`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobLog {
+    pub rental_id: Uuid,
+    /// Where `text` starts in the job's whole output, in bytes.
+    pub from: u64,
+    /// Pass as `after` for the next page: the byte after `text`.
+    pub next: u64,
+    /// The output from `from` to `next`, UTF-8 (bytes that are not valid UTF-8 are replaced by
+    /// U+FFFD; a page never ends inside a character).
+    pub text: String,
+    /// Whether output before `from` that was asked for is no longer kept.
+    pub truncated: bool,
+    /// The earliest byte kept and the end of what the agent shipped so far.
+    pub first_kept: u64,
+    pub end: u64,
+    /// Whether the job has ended: then no more output will come once `next` reaches `end`.
+    pub job_ended: bool,
+}

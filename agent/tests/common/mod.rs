@@ -253,3 +253,102 @@ pub fn terminate(child: &Child) {
         .unwrap();
     assert!(status.success());
 }
+
+/// A marketplace ready to rent: an approved Community provider (20 % fee) with a claimed
+/// provider token and an agent token for a new machine, a price of 2.50 USDC per H100-hour,
+/// and a renter with a renter token.
+pub struct Market {
+    pub provider: Uuid,
+    pub provider_token: String,
+    pub machine_id: Uuid,
+    pub agent_token: String,
+    pub renter: String,
+}
+
+/// Sets up a [`Market`] on the server at `base` (started with `--dev-mode`, so simulated GPUs
+/// are listed). The price is set once the machine's GPUs are known: call
+/// [`Market::price_and_wait_listed`] after the agent brought the machine online.
+pub async fn market(base: &str, admin: &str) -> Market {
+    let credentials =
+        json!({"email": "ada@example.com", "password": "correct horse battery staple"});
+    let (status, _) = call(base, "POST", "/v1/accounts", "", Some(credentials.clone())).await;
+    assert_eq!(status, 201);
+    let (_, session) = call(base, "POST", "/v1/sessions", "", Some(credentials)).await;
+    let person = session["token"].as_str().unwrap().to_owned();
+    let form = json!({
+        "full_legal_name": "Ada Lovelace", "email": "ada@example.com",
+        "gpus": [{"model": "h100-80gb", "quantity": 2, "system_ram_gb": 512,
+                  "upload_gbps": "10", "download_gbps": "10",
+                  "availability": {"kind": "always_on"},
+                  "location": {"city": "Madrid", "country": "ES", "region": "Madrid"}}],
+        "ups_protected": true, "commitment_months": 12, "maintenance_notes": "none planned"
+    });
+    let (status, application) = call(base, "POST", "/v1/applications", &person, Some(form)).await;
+    assert_eq!(status, 201, "{application}");
+    let application_id = application["application_id"].as_str().unwrap().to_owned();
+    let (status, approved) = call(
+        base,
+        "POST",
+        &format!("/v1/applications/{application_id}/approve"),
+        admin,
+        Some(json!({"tier": "community"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{approved}");
+    let provider: Uuid = approved["provider_id"].as_str().unwrap().parse().unwrap();
+    let (_, claimed) = call(
+        base,
+        "POST",
+        &format!("/v1/applications/{application_id}/provider-token"),
+        &person,
+        None,
+    )
+    .await;
+    let provider_token = claimed["token"].as_str().unwrap().to_owned();
+    let (machine_id, agent_token) = agent_token(base, &provider_token).await;
+    let renter_login =
+        json!({"email": "grace@example.com", "password": "correct horse battery staple"});
+    let (status, _) = call(base, "POST", "/v1/accounts", "", Some(renter_login.clone())).await;
+    assert_eq!(status, 201);
+    let (_, session) = call(base, "POST", "/v1/sessions", "", Some(renter_login)).await;
+    let renter = token(
+        base,
+        session["token"].as_str().unwrap(),
+        json!({"kind": "renter"}),
+    )
+    .await;
+    Market {
+        provider,
+        provider_token,
+        machine_id,
+        agent_token,
+        renter,
+    }
+}
+
+impl Market {
+    /// Waits until the machine is online, prices the H100s at 2.50 USDC per GPU-hour and waits
+    /// until `gpus` of them are listed.
+    pub async fn price_and_wait_listed(&self, base: &str, admin: &str, gpus: usize) {
+        let machine_path = format!("/v1/machines/{}", self.machine_id);
+        eventually("the machine online", 60, || async {
+            let (_, m) = call(base, "GET", &machine_path, admin, None).await;
+            m["status"] == "online"
+        })
+        .await;
+        let (status, price) = call(
+            base,
+            "POST",
+            &format!("/v1/providers/{}/prices", self.provider),
+            &self.provider_token,
+            Some(json!({"model_id": "h100-80gb", "price_usdc": "2.50"})),
+        )
+        .await;
+        assert_eq!(status, 200, "{price}");
+        eventually("the GPUs listed", 30, || async {
+            let (_, page) = call(base, "GET", "/v1/listings?model=h100-80gb", "", None).await;
+            page["listings"].as_array().map(Vec::len) == Some(gpus)
+        })
+        .await;
+    }
+}

@@ -1,0 +1,409 @@
+//! The agent against a real Docker Engine: the image builds offline from the local CUDA base,
+//! and renters' jobs run as real containers with only their GPUs and the rental's limits,
+//! complete, are cancelled, are OOM-killed, pull a missing image from a registry on 127.0.0.1,
+//! and leave their output readable after the container is gone.
+//!
+//! `scripts/docker.sh start` (run by scripts/test.sh, so by `.ci/run`) starts the daemon and the
+//! registry and exports `DOCKER_HOST` and `GPUNEX_TEST_REGISTRY`. Without them these tests say so
+//! and pass, except under `CI=true`, where they fail. Two stand-ins are used, both named in
+//! scripts/docker.sh: the NVIDIA hook that lets dockerd accept a GPU device request (the
+//! container gets no GPU), and the base image tagged as NVIDIA's CUDA base.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+mod common;
+
+use common::*;
+
+const CUDA_BASE: &str = "nvidia/cuda:12.4.0-base-ubuntu22.04";
+
+struct Engine {
+    socket: PathBuf,
+    registry: String,
+}
+
+/// The engine scripts/docker.sh started, or `None` (a failure under `CI=true`).
+fn engine() -> Option<Engine> {
+    let host = std::env::var("DOCKER_HOST").ok();
+    let registry = std::env::var("GPUNEX_TEST_REGISTRY").ok();
+    match (
+        host.as_deref().and_then(|h| h.strip_prefix("unix://")),
+        registry,
+    ) {
+        (Some(socket), Some(registry)) => Some(Engine {
+            socket: PathBuf::from(socket),
+            registry,
+        }),
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "no Docker Engine: run the tests through scripts/test.sh, which starts one (scripts/docker.sh)"
+            );
+            eprintln!(
+                "skipped: no Docker Engine (DOCKER_HOST and GPUNEX_TEST_REGISTRY unset; see scripts/docker.sh)"
+            );
+            None
+        }
+    }
+}
+
+fn docker(args: &[&str]) -> Output {
+    std::process::Command::new("docker")
+        .args(args)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .expect("the docker CLI runs")
+}
+
+fn docker_ok(args: &[&str]) -> String {
+    let out = docker(args);
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// The agent image, built once per test binary from the repository root with its
+/// `.dockerignore`, from the agent binary these tests run.
+fn agent_image() -> &'static str {
+    static BUILT: OnceLock<String> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = repo_root();
+        let binary = Path::new(AGENT);
+        let relative = binary.strip_prefix(&root).expect(
+            "the agent binary is built under the repository (no CARGO_TARGET_DIR outside it)",
+        );
+        let tag = "gpunex/agent:test".to_owned();
+        let out = std::process::Command::new("docker")
+            .args(["build", "-f", "agent/docker/Dockerfile"])
+            .args([
+                "--build-arg",
+                &format!("AGENT_BINARY={}", relative.display()),
+            ])
+            .args([
+                "--build-arg",
+                &format!("VERSION={}", env!("CARGO_PKG_VERSION")),
+            ])
+            .args(["-t", &tag, "."])
+            .current_dir(&root)
+            .env("DOCKER_BUILDKIT", "0")
+            .output()
+            .unwrap();
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "docker build: {log}");
+        // The context is the binary (and the two files the legacy builder always sends), not
+        // target/: "Sending build context to Docker daemon  123.4MB".
+        let sent = log
+            .lines()
+            .find_map(|l| l.strip_prefix("Sending build context to Docker daemon"))
+            .map(str::trim)
+            .expect("the legacy builder reports the context size");
+        let sent_kb = size_kb(sent);
+        let binary_kb = std::fs::metadata(binary).unwrap().len() / 1_000;
+        assert!(
+            sent_kb < binary_kb + 1_000,
+            "the build context is {sent}, the binary {binary_kb} kB: .dockerignore lets more in"
+        );
+        tag
+    })
+}
+
+/// `123.4MB`, `56.7kB`, `890B` (the legacy builder's context size) in whole kB.
+fn size_kb(text: &str) -> u64 {
+    let (number, scale) = if let Some(n) = text.strip_suffix("GB") {
+        (n, 1_000_000)
+    } else if let Some(n) = text.strip_suffix("MB") {
+        (n, 1_000)
+    } else if let Some(n) = text.strip_suffix("kB") {
+        (n, 1)
+    } else {
+        return 0;
+    };
+    let (whole, fraction) = number
+        .trim()
+        .split_once('.')
+        .unwrap_or((number.trim(), "0"));
+    let tenths: u64 = fraction.get(..1).and_then(|d| d.parse().ok()).unwrap_or(0);
+    whole.parse::<u64>().unwrap_or(u64::MAX / 2_000_000) * scale + tenths * scale / 10
+}
+
+#[test]
+fn the_agent_image_builds_offline_as_a_user_with_a_label_and_a_health_check() {
+    let Some(_engine) = engine() else { return };
+    let image = agent_image();
+    let config: Value = serde_json::from_str(&docker_ok(&[
+        "image",
+        "inspect",
+        image,
+        "--format",
+        "{{json .Config}}",
+    ]))
+    .unwrap();
+    assert_eq!(
+        config["Labels"]["org.opencontainers.image.version"],
+        env!("CARGO_PKG_VERSION"),
+        "{config}"
+    );
+    assert_eq!(config["User"], "10001:10001");
+    assert_eq!(
+        config["Healthcheck"]["Test"],
+        json!(["CMD", "/usr/local/bin/gpunex-agent", "health"])
+    );
+    assert_eq!(
+        config["Shell"],
+        json!(["/bin/bash", "-euo", "pipefail", "-c"])
+    );
+    assert_eq!(config["Entrypoint"], json!(["/usr/local/bin/gpunex-agent"]));
+    let version = docker_ok(&["run", "--rm", "--network", "none", image, "--version"]);
+    assert_eq!(
+        version.trim(),
+        format!("gpunex-agent {}", env!("CARGO_PKG_VERSION"))
+    );
+    // Unhealthy until the service has run and reached the platform, with the reason.
+    let out = docker(&["run", "--rm", "--network", "none", image, "health"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has not run yet"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A failing command inside a pipe fails the build (`pipefail`), as the base's shell runs it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!("FROM {image}\nUSER 0\nRUN false | cat\n"),
+    )
+    .unwrap();
+    let out = docker(&["build", "-q", dir.path().to_str().unwrap()]);
+    assert!(!out.status.success(), "a failing pipe must fail the build");
+}
+
+/// The container of a rental while it exists.
+fn container(rental_id: &str) -> Option<Value> {
+    let out = docker(&["inspect", &format!("gpunex-{rental_id}")]);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap()[0].clone())
+}
+
+async fn rent(base: &str, renter: &str, image: &str, script: &str) -> (String, Vec<String>) {
+    let (status, rental) = call(
+        base,
+        "POST",
+        "/v1/rentals",
+        renter,
+        Some(json!({"gpus": 1, "filter": {"model": "h100-80gb"},
+                    "workload": {"image": image, "command": ["sh", "-c", script]}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{rental}");
+    (
+        rental["rental_id"].as_str().unwrap().to_owned(),
+        serde_json::from_value(rental["gpu_uuids"].clone()).unwrap(),
+    )
+}
+
+async fn ended(base: &str, renter: &str, rental_id: &str) -> Value {
+    let path = format!("/v1/rentals/{rental_id}");
+    eventually(&format!("rental {rental_id} ended"), 90, || async {
+        let (_, view) = call(base, "GET", &path, renter, None).await;
+        view["status"] == "ended" && view["job_status"] == "ended"
+    })
+    .await;
+    call(base, "GET", &path, renter, None).await.1
+}
+
+async fn log_text(base: &str, renter: &str, rental_id: &str) -> String {
+    let (status, log) = call(
+        base,
+        "GET",
+        &format!("/v1/rentals/{rental_id}/logs"),
+        renter,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{log}");
+    log["text"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rented_jobs_run_as_real_containers_with_only_their_gpus_and_limits() {
+    let Some(engine) = engine() else { return };
+    let db = gpunex_tests::TestDb::sqlite();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let admin = admin_token(&db.url, dir.path());
+    let _server = start_server_with(&db.url, port, dir.path(), &["--dev-mode"]).await;
+    let market = market(&base, &admin).await;
+    let renter = market.renter.clone();
+    // The agent on this host, its jobs in the real daemon: 96 MiB and half a CPU per GPU, no
+    // network (this daemon runs without a bridge).
+    let state = dir.path().join("agent-state");
+    let _agent = Command::new(AGENT)
+        .args(["--server", &base, "--state-dir", state.to_str().unwrap()])
+        .args(["--simulate", "2xH100", "--runtime", "docker"])
+        .args(["--docker-socket", engine.socket.to_str().unwrap()])
+        .args([
+            "--job-memory-mib-per-gpu",
+            "96",
+            "--job-cpus-per-gpu",
+            "0.5",
+        ])
+        .args(["--job-network", "none", "--job-log-mib", "1"])
+        .args(["--heartbeat-interval", "500ms", "--poll-interval", "300ms"])
+        .args(["--usage-interval", "1s", "run"])
+        .env("GPUNEX_AGENT_TOKEN", &market.agent_token)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    market.price_and_wait_listed(&base, &admin, 2).await;
+
+    // 1. A job that completes, and one the renter cancels, side by side on the two GPUs.
+    let (done_id, done_gpus) = rent(
+        &base,
+        &renter,
+        CUDA_BASE,
+        "echo \"visible=$NVIDIA_VISIBLE_DEVICES uid=$(id -u)\"; sleep 3; echo finished",
+    )
+    .await;
+    let (cancel_id, _) = rent(
+        &base,
+        &renter,
+        CUDA_BASE,
+        "echo started; trap 'echo stopping; exit 143' TERM; while true; do sleep 1; done",
+    )
+    .await;
+    eventually("the first job's container", 60, || async {
+        container(&done_id).is_some()
+    })
+    .await;
+    // What the daemon was asked for, read back from the daemon.
+    let inspected = container(&done_id).unwrap();
+    let host = &inspected["HostConfig"];
+    assert_eq!(host["Memory"], json!(96_u64 << 20), "{host}");
+    assert_eq!(host["MemorySwap"], json!(96_u64 << 20));
+    assert_eq!(host["NanoCpus"], json!(500_000_000_u64));
+    assert_eq!(host["PidsLimit"], json!(4_096));
+    assert_eq!(host["CapDrop"], json!(["ALL"]));
+    assert_eq!(host["CapAdd"], Value::Null);
+    assert_eq!(host["SecurityOpt"], json!(["no-new-privileges:true"]));
+    assert_eq!(host["Privileged"], json!(false));
+    assert_eq!(host["NetworkMode"], json!("none"));
+    assert_eq!(host["PidMode"], json!(""));
+    assert_eq!(host["IpcMode"], json!("private"));
+    assert!(
+        host["Binds"].is_null() || host["Binds"] == json!([]),
+        "{host}"
+    );
+    assert!(inspected["Mounts"] == json!([]), "{inspected}");
+    assert!(host["Devices"].is_null() || host["Devices"] == json!([]));
+    assert_eq!(host["DeviceRequests"][0]["Driver"], "nvidia");
+    assert_eq!(host["DeviceRequests"][0]["DeviceIDs"], json!(done_gpus));
+    assert_eq!(
+        inspected["Config"]["Labels"]["io.gpunex.rental_id"],
+        json!(done_id)
+    );
+
+    let done = ended(&base, &renter, &done_id).await;
+    assert_eq!(done["cause"], "completed", "{done}");
+    assert_eq!(done["job_evidence"]["exit_code"], 0, "{done}");
+    // The container is removed; its output is kept for the renter.
+    assert!(container(&done_id).is_none(), "the container is removed");
+    let text = log_text(&base, &renter, &done_id).await;
+    assert_eq!(
+        text,
+        format!("visible={} uid=0\nfinished\n", done_gpus.join(",")),
+        "{text}"
+    );
+
+    eventually("the second job's output", 60, || async {
+        log_text(&base, &renter, &cancel_id).await == "started\n"
+    })
+    .await;
+    let (status, cancelled) = call(
+        &base,
+        "POST",
+        &format!("/v1/rentals/{cancel_id}/end"),
+        &renter,
+        Some(json!({"evidence": "enough"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{cancelled}");
+    let cancelled = ended(&base, &renter, &cancel_id).await;
+    assert_eq!(cancelled["cause"], "renter_cancelled", "{cancelled}");
+    assert_eq!(cancelled["job_evidence"]["exit_code"], 143, "{cancelled}");
+    assert!(container(&cancel_id).is_none());
+    eventually("the cancelled job's last words", 30, || async {
+        log_text(&base, &renter, &cancel_id).await == "started\nstopping\n"
+    })
+    .await;
+
+    // 2. A job that outgrows its memory is OOM-killed, and reported so.
+    let (oom_id, _) = rent(
+        &base,
+        &renter,
+        CUDA_BASE,
+        "echo filling; a=a; while true; do a=\"$a$a\"; done",
+    )
+    .await;
+    let oom = ended(&base, &renter, &oom_id).await;
+    assert_eq!(oom["cause"], "completed", "{oom}");
+    assert_eq!(oom["job_evidence"]["exit_code"], 137, "{oom}");
+    let detail = oom["job_evidence"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("out of memory") && detail.contains("96 MiB"),
+        "{detail}"
+    );
+    assert!(
+        oom["evidence"].as_str().unwrap().contains("out of memory"),
+        "{oom}"
+    );
+    assert_eq!(log_text(&base, &renter, &oom_id).await, "filling\n");
+
+    // 3. An image the daemon lacks is pulled from the registry; one the registry lacks fails
+    // the start with Docker's own words.
+    let pulled = format!("{}/gpunex/job:1", engine.registry);
+    docker_ok(&["tag", CUDA_BASE, &pulled]);
+    docker_ok(&["push", &pulled]);
+    docker_ok(&["rmi", &pulled]);
+    let (pulled_id, _) = rent(&base, &renter, &pulled, "echo pulled").await;
+    let view = ended(&base, &renter, &pulled_id).await;
+    assert_eq!(view["cause"], "completed", "{view}");
+    assert_eq!(log_text(&base, &renter, &pulled_id).await, "pulled\n");
+    docker_ok(&["image", "inspect", &pulled]);
+    let missing = format!("{}/gpunex/missing:1", engine.registry);
+    let (missing_id, _) = rent(&base, &renter, &missing, "true").await;
+    let path = format!("/v1/rentals/{missing_id}");
+    eventually("the missing image's rental ended", 90, || async {
+        call(&base, "GET", &path, &renter, None).await.1["status"] == "ended"
+    })
+    .await;
+    let (_, view) = call(&base, "GET", &path, &renter, None).await;
+    let evidence = view["evidence"].as_str().unwrap_or_default();
+    assert!(
+        evidence.contains("cannot pull") && evidence.contains("missing"),
+        "Docker's reason is kept: {view}"
+    );
+    db.cleanup().await;
+}
