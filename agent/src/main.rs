@@ -13,6 +13,7 @@ mod client;
 mod clock;
 mod config;
 mod detect;
+mod guard;
 mod host;
 mod joblog;
 mod jobs;
@@ -142,6 +143,21 @@ enum Command {
     /// [`service::ALIVE_WITHIN`] and a heartbeat was acknowledged in the last
     /// [`service::REACHED_WITHIN`]; 1 otherwise, with one sentence saying which.
     Health,
+    /// Serve the Docker guard (ADR 0010): the only way the agent reaches the host's Docker
+    /// Engine. Forwards to it only what renters' jobs need (job containers on the designated
+    /// GPUs, with no host directory, device, namespace or privilege), refuses the rest.
+    Guard {
+        /// The socket served to the agent.
+        #[arg(long, default_value = "/run/gpunex/docker.sock")]
+        listen: PathBuf,
+        /// The host's Docker Engine socket.
+        #[arg(long, default_value = "/var/run/docker.sock")]
+        upstream: PathBuf,
+        /// The GPUs the provider designated for GPUnex: their UUIDs, comma-separated (what
+        /// `nvidia-smi --query-gpu=uuid --format=csv,noheader` prints).
+        #[arg(long, value_delimiter = ',', required = true)]
+        gpus: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -208,6 +224,25 @@ fn source_for_command(config: &Config) -> anyhow::Result<(GpuSource, Option<Uuid
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Guard {
+        listen,
+        upstream,
+        gpus,
+    } = &cli.command
+    {
+        let gpus: std::collections::BTreeSet<String> =
+            gpus.iter().map(|g| g.trim().to_owned()).collect();
+        if let Some(bad) = gpus.iter().find(|g| {
+            g.is_empty()
+                || g.len() > 96
+                || !g.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        }) {
+            anyhow::bail!(
+                "`{bad}` is not a GPU UUID such as GPU-5a1d...; pass the UUIDs nvidia-smi prints"
+            );
+        }
+        return guard::serve(listen, upstream, guard::Policy { gpus }).await;
+    }
     let config = Config::load(Overrides {
         config: cli.config,
         server_url: cli.server_url,
@@ -232,6 +267,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status { json } => status_command(&config, json).await,
         Command::Ping => ping(&config).await,
         Command::Health => service::health(&config, crate::clock::unix_ms()),
+        Command::Guard { .. } => unreachable!("served above"),
     }
 }
 

@@ -60,6 +60,34 @@ fn docker(args: &[&str]) -> Output {
         .expect("the docker CLI runs")
 }
 
+/// The docker CLI talking to the guard's socket instead of the daemon's.
+fn through_guard(socket: &Path, args: &[&str]) -> Output {
+    std::process::Command::new("docker")
+        .args(args)
+        .env("DOCKER_HOST", format!("unix://{}", socket.display()))
+        .output()
+        .expect("the docker CLI runs")
+}
+
+/// `gpunex-agent guard` in front of the engine, for `gpus`; its socket once it listens.
+async fn start_guard(
+    engine: &Engine,
+    dir: &Path,
+    gpus: &[String],
+) -> (tokio::process::Child, PathBuf) {
+    let socket = dir.join("guard").join("docker.sock");
+    let child = Command::new(AGENT)
+        .args(["guard", "--listen", socket.to_str().unwrap()])
+        .args(["--upstream", engine.socket.to_str().unwrap()])
+        .args(["--gpus", &gpus.join(",")])
+        .env("RUST_LOG", "error")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    eventually("the guard listening", 30, || async { socket.exists() }).await;
+    (child, socket)
+}
+
 fn docker_ok(args: &[&str]) -> String {
     let out = docker(args);
     assert!(
@@ -193,7 +221,7 @@ fn the_agent_image_builds_offline_as_a_user_with_a_label_and_a_health_check() {
         format!("FROM {image}\nUSER 0\nRUN false | cat\n"),
     )
     .unwrap();
-    let out = docker(&["build", "-q", dir.path().to_str().unwrap()]);
+    let out = docker(&["build", "-q", "--force-rm", dir.path().to_str().unwrap()]);
     assert!(!out.status.success(), "a failing pipe must fail the build");
 }
 
@@ -258,11 +286,14 @@ async fn rented_jobs_run_as_real_containers_with_only_their_gpus_and_limits() {
     let renter = market.renter.clone();
     // The agent on this host, its jobs in the real daemon: 96 MiB and half a CPU per GPU, no
     // network (this daemon runs without a bridge).
+    // It reaches the daemon only through the guard (ADR 0010), started once the machine's GPUs
+    // are known.
     let state = dir.path().join("agent-state");
+    let guard_socket = dir.path().join("guard").join("docker.sock");
     let _agent = Command::new(AGENT)
         .args(["--server", &base, "--state-dir", state.to_str().unwrap()])
         .args(["--simulate", "2xH100", "--runtime", "docker"])
-        .args(["--docker-socket", engine.socket.to_str().unwrap()])
+        .args(["--docker-socket", guard_socket.to_str().unwrap()])
         .args([
             "--job-memory-mib-per-gpu",
             "96",
@@ -278,6 +309,16 @@ async fn rented_jobs_run_as_real_containers_with_only_their_gpus_and_limits() {
         .spawn()
         .unwrap();
     market.price_and_wait_listed(&base, &admin, 2).await;
+    let machine = machine(&base, &admin, market.machine_id).await;
+    let gpus: Vec<String> = machine["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["gpu_uuid"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(gpus.len(), 2, "{machine}");
+    let (_guard, started_at) = start_guard(&engine, dir.path(), &gpus).await;
+    assert_eq!(started_at, guard_socket);
 
     // 1. A job that completes, and one the renter cancels, side by side on the two GPUs.
     let (done_id, done_gpus) = rent(
@@ -406,4 +447,150 @@ async fn rented_jobs_run_as_real_containers_with_only_their_gpus_and_limits() {
         "Docker's reason is kept: {view}"
     );
     db.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_guard_refuses_what_would_reach_the_host_even_if_the_agent_asks() {
+    let Some(engine) = engine() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_guard, socket) = start_guard(&engine, dir.path(), &["GPU-aa".to_owned()]).await;
+    // What the agent's job containers look like, with the docker CLI's flags.
+    let job = [
+        "--label",
+        "io.gpunex.rental_id=test",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges:true",
+        "--memory",
+        "64m",
+        "--memory-swap",
+        "64m",
+        "--cpus",
+        "0.5",
+        "--pids-limit",
+        "100",
+        "--network",
+        "none",
+    ];
+    let create = |extra: &[&str], command: &[&str]| {
+        let mut args = vec!["create"];
+        args.extend(job);
+        args.extend(extra);
+        args.push(CUDA_BASE);
+        args.extend(command);
+        through_guard(&socket, &args)
+    };
+    // Allowed: a job container on a designated GPU; started, waited for, its logs read, removed.
+    let out = create(&["--gpus", "device=GPU-aa"], &["sh", "-c", "echo inside"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    for args in [vec!["start", &id], vec!["wait", &id]] {
+        let out = through_guard(&socket, &args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let logs = through_guard(&socket, &["logs", &id]);
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "inside\n");
+    assert!(through_guard(&socket, &["rm", &id]).status.success());
+
+    // Refused, each with its reason, and nothing created.
+    let before = docker_ok(&["ps", "-aq"]);
+    for (extra, said) in [
+        (vec!["-v", "/:/host"], "Binds is not allowed"),
+        (
+            vec!["--mount", "type=bind,src=/,dst=/host"],
+            "Mounts is not allowed",
+        ),
+        (vec!["--privileged"], "privileged"),
+        (vec!["--device", "/dev/null"], "Devices is not allowed"),
+        (vec!["--pid", "host"], "PidMode"),
+        (vec!["--ipc", "host"], "IpcMode"),
+        (vec!["--uts", "host"], "UTSMode"),
+        (vec!["--userns", "host"], "UsernsMode"),
+        (vec!["--cap-add", "SYS_ADMIN"], "CapAdd"),
+        (
+            vec!["--security-opt", "seccomp=unconfined"],
+            "seccomp=unconfined",
+        ),
+        (
+            vec!["--security-opt", "apparmor=unconfined"],
+            "apparmor=unconfined",
+        ),
+        (vec!["--sysctl", "net.ipv4.ip_forward=1"], "Sysctls"),
+        (vec!["--gpus", "all"], "never a count or all"),
+        (
+            vec!["--gpus", "device=GPU-zz"],
+            "GPU-zz is not one the provider designated",
+        ),
+        (vec!["--restart", "always"], "never restarts"),
+    ] {
+        let out = create(&extra, &["true"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} must be refused");
+        assert!(
+            stderr.contains("refused by the GPUnex guard") && stderr.contains(said),
+            "{extra:?}: {stderr}"
+        );
+    }
+    // The host's network, through the agent's own flags' path too.
+    let mut args = vec!["create"];
+    args.extend(job.iter().take(job.len() - 2));
+    args.extend(["--network", "host", CUDA_BASE, "true"]);
+    let out = through_guard(&socket, &args);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NetworkMode host"),
+        "{out:?}"
+    );
+    // Without the limits or the label.
+    let out = through_guard(&socket, &["create", CUDA_BASE, "true"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("label"),
+        "{out:?}"
+    );
+    assert_eq!(docker_ok(&["ps", "-aq"]), before, "nothing was created");
+
+    // The host's other containers are out of reach: not listed, stopped, entered or removed.
+    let other = format!("gpunex-guard-other-{}", std::process::id());
+    docker_ok(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--name",
+        &other,
+        CUDA_BASE,
+        "sleep",
+        "60",
+    ]);
+    for args in [
+        vec!["ps"],
+        vec!["stop", &other],
+        vec!["kill", &other],
+        vec!["rm", "-f", &other],
+        vec!["exec", &other, "true"],
+        vec!["cp", &format!("{other}:/etc/passwd"), "-"],
+        vec!["commit", &other],
+        vec!["volume", "create"],
+        vec!["network", "ls"],
+        vec!["info"],
+    ] {
+        let out = through_guard(&socket, &args);
+        assert!(!out.status.success(), "{args:?} must be refused");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("refused by the GPUnex guard"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let state = docker_ok(&["inspect", "-f", "{{.State.Running}}", &other]);
+    assert_eq!(state.trim(), "true", "the other container still runs");
+    docker_ok(&["rm", "-f", &other]);
 }
