@@ -502,7 +502,6 @@ async fn the_guard_refuses_what_would_reach_the_host_even_if_the_agent_asks() {
     assert!(through_guard(&socket, &["rm", &id]).status.success());
 
     // Refused, each with its reason, and nothing created.
-    let before = docker_ok(&["ps", "-aq"]);
     for (extra, said) in [
         (vec!["-v", "/:/host"], "Binds is not allowed"),
         (
@@ -555,7 +554,8 @@ async fn the_guard_refuses_what_would_reach_the_host_even_if_the_agent_asks() {
         String::from_utf8_lossy(&out.stderr).contains("label"),
         "{out:?}"
     );
-    assert_eq!(docker_ok(&["ps", "-aq"]), before, "nothing was created");
+    let created = docker_ok(&["ps", "-aq", "--filter", "label=io.gpunex.rental_id=test"]);
+    assert_eq!(created, "", "nothing was created");
 
     // The host's other containers are out of reach: not listed, stopped, entered or removed.
     let other = format!("gpunex-guard-other-{}", std::process::id());
@@ -593,4 +593,290 @@ async fn the_guard_refuses_what_would_reach_the_host_even_if_the_agent_asks() {
     let state = docker_ok(&["inspect", "-f", "{{.State.Running}}", &other]);
     assert_eq!(state.trim(), "true", "the other container still runs");
     docker_ok(&["rm", "-f", &other]);
+}
+
+const UNKNOWN_TOKEN: &str = "gpnx_0190a1b2c3d4e5f60718293a4b5c6d7e_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// A host's NVIDIA driver, as far as the installer asks: GPUNEX STAND-IN (no GPU here) that
+/// lists the same two GPUs as the base image's stand-in.
+fn driver_stand_in(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("driver-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let path = bin.join("nvidia-smi");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\n# GPUNEX STAND-IN for the NVIDIA driver's nvidia-smi.\ncase \"$*\" in\n  *uuid*) printf 'GPU-00000000-0000-4000-8000-0000000000a1\\nGPU-00000000-0000-4000-8000-0000000000a2\\n' ;;\n  *) echo 'GPUNEX STAND-IN nvidia-smi (no real GPU)' ;;\nesac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// `curl -fsSL <base>/agent/install.sh | bash -s -- ARGS` without a terminal (its own session,
+/// standard input empty), in `env`.
+fn install_without_terminal(base: &str, args: &str, env: &[(&str, String)]) -> Output {
+    let mut command = std::process::Command::new("setsid");
+    command
+        .args(["bash", "-c"])
+        .arg(format!(
+            "curl -fsSL {base}/agent/install.sh | bash -s -- {args}"
+        ))
+        .stdin(std::process::Stdio::null())
+        .env_remove("GPUNEX_AGENT_TOKEN");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().unwrap()
+}
+
+fn containers() -> Vec<String> {
+    docker_ok(&[
+        "ps",
+        "-a",
+        "--filter",
+        "name=gpunex-agent",
+        "--format",
+        "{{.Names}} {{.Status}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_installer_one_liner_takes_a_machine_online_then_upgrades_and_uninstalls() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(_engine) = engine() else { return };
+    let image = agent_image();
+    let db = gpunex_tests::TestDb::sqlite();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let admin = admin_token(&db.url, dir.path());
+    let _server = start_server_with(
+        &db.url,
+        port,
+        dir.path(),
+        &["--dev-mode", "--public-url", &base, "--agent-image", image],
+    )
+    .await;
+    let market = market(&base, &admin).await;
+    let root = dir.path().join("host-root");
+    let path = format!(
+        "{}:{}",
+        driver_stand_in(dir.path()).display(),
+        std::env::var("PATH").unwrap()
+    );
+    let env = [
+        ("PATH", path.clone()),
+        ("GPUNEX_INSTALL_ROOT", root.display().to_string()),
+        // DEVELOPMENT ONLY: simulated GPUs on a development platform; the agent reaches the
+        // platform on this host's loopback.
+        ("GPUNEX_AGENT_SIMULATE", "2xH100".to_owned()),
+        ("GPUNEX_AGENT_NETWORK", "host".to_owned()),
+        ("LANG", "C.UTF-8".to_owned()),
+    ];
+
+    // Failures say what to do, before anything is installed.
+    let mut no_driver = env.clone();
+    no_driver[0].1 = std::env::var("PATH").unwrap();
+    for (env, said) in [
+        (
+            no_driver.to_vec(),
+            "nvidia-smi not found. Install the NVIDIA driver",
+        ),
+        (
+            [
+                &env[..],
+                &[("DOCKER_HOST", "unix:///nonexistent.sock".to_owned())],
+            ]
+            .concat(),
+            "Docker does not answer: make sure Docker is installed and running",
+        ),
+        (
+            env.to_vec(),
+            "no token: run this in a terminal so it can ask, or set GPUNEX_AGENT_TOKEN",
+        ),
+        (
+            [
+                &env[..],
+                &[("GPUNEX_AGENT_TOKEN", UNKNOWN_TOKEN.to_owned())],
+            ]
+            .concat(),
+            "the platform refused the token (401)",
+        ),
+        (
+            [
+                &env[..],
+                &[("GPUNEX_AGENT_TOKEN", "not-a-token".to_owned())],
+            ]
+            .concat(),
+            "that is not a GPUnex token",
+        ),
+    ] {
+        let out = install_without_terminal(&base, "", &env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(said),
+            "{said}: {stderr}"
+        );
+    }
+    let out = install_without_terminal(
+        &base,
+        "--gpus GPU-zz",
+        &[
+            &env[..],
+            &[("GPUNEX_AGENT_TOKEN", market.agent_token.clone())],
+        ]
+        .concat(),
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GPU GPU-zz is not on this machine"));
+    assert!(
+        containers().is_empty(),
+        "nothing started: {:?}",
+        containers()
+    );
+
+    // The guide's one-liner, in a terminal: the installer asks for the token there (its standard
+    // input is the pipe) without echoing it.
+    let started = std::time::Instant::now();
+    let mut child = Command::new("script")
+        .args([
+            "-qfec",
+            &format!("curl -fsSL {base}/agent/install.sh | bash"),
+            "/dev/null",
+        ])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env_remove("GPUNEX_AGENT_TOKEN")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut seen = Vec::new();
+    let mut chunk = [0_u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("GPUnex agent token") {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(120), stdout.read(&mut chunk))
+            .await
+            .expect("the installer asks for the token")
+            .unwrap();
+        assert!(
+            n > 0,
+            "the installer ended before asking: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    stdin
+        .write_all(format!("{}\n", market.agent_token).as_bytes())
+        .await
+        .unwrap();
+    stdin.flush().await.unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(240), async {
+        let mut rest = Vec::new();
+        stdout.read_to_end(&mut rest).await.unwrap();
+        seen.extend(rest);
+        child.wait().await.unwrap()
+    })
+    .await
+    .expect("the installer finishes");
+    let output = String::from_utf8_lossy(&seen).into_owned();
+    let to_online = started.elapsed();
+    eprintln!("installer: one-liner to online in {:.1?}", to_online);
+    assert!(status.success(), "{output}");
+    assert!(output.contains("the machine is online"), "{output}");
+    assert!(
+        !output.contains(&market.agent_token),
+        "the token is not echoed"
+    );
+    for step in ["1/6", "2/6", "3/6", "4/6", "5/6", "6/6"] {
+        assert!(output.contains(step), "{step}: {output}");
+    }
+
+    // `docker ps | grep gpunex-agent` shows it Up, beside its guard.
+    let listed = containers();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    for name in ["gpunex-agent ", "gpunex-agent-guard "] {
+        assert!(
+            listed
+                .iter()
+                .any(|l| l.starts_with(name) && l[name.len()..].starts_with("Up")),
+            "{name}: {listed:?}"
+        );
+    }
+    let view = machine(&base, &admin, market.machine_id).await;
+    assert_eq!(view["status"], "online", "{view}");
+    // The agent: an unprivileged user, restarting with the host, no Docker socket; the guard
+    // holds it.
+    let agent: Value = serde_json::from_str(&docker_ok(&["inspect", "gpunex-agent"])).unwrap();
+    let agent = &agent[0];
+    assert_eq!(agent["Config"]["User"], "10001:10001");
+    assert_eq!(
+        agent["HostConfig"]["RestartPolicy"]["Name"],
+        "unless-stopped"
+    );
+    assert_eq!(agent["HostConfig"]["CapDrop"], json!(["ALL"]));
+    let mounts = agent["Mounts"].to_string();
+    assert!(!mounts.contains("docker.sock"), "{mounts}");
+    assert_eq!(
+        agent["HostConfig"]["DeviceRequests"][0]["DeviceIDs"],
+        json!([
+            "GPU-00000000-0000-4000-8000-0000000000a1",
+            "GPU-00000000-0000-4000-8000-0000000000a2"
+        ])
+    );
+    let guard: Value =
+        serde_json::from_str(&docker_ok(&["inspect", "gpunex-agent-guard"])).unwrap();
+    assert!(
+        guard[0]["Mounts"]
+            .to_string()
+            .contains("/var/run/docker.sock")
+    );
+    assert_eq!(guard[0]["HostConfig"]["NetworkMode"], "none");
+    assert_eq!(guard[0]["HostConfig"]["ReadonlyRootfs"], true);
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let config = std::fs::metadata(root.join("etc/gpunex/agent.toml")).unwrap();
+        assert_eq!(config.permissions().mode() & 0o777, 0o600);
+        assert_eq!(config.uid(), 10001);
+        let folder = std::fs::metadata(root.join("etc/gpunex")).unwrap();
+        assert_eq!(folder.permissions().mode() & 0o777, 0o700);
+    }
+    let first_id = agent["Id"].as_str().unwrap().to_owned();
+
+    // A second run upgrades in place: no question (the token is kept), a new container, the
+    // same machine, online again.
+    let out = install_without_terminal(&base, "", &env);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("upgrade: the token and the machine's identity are kept"),
+        "{said}"
+    );
+    let again: Value = serde_json::from_str(&docker_ok(&["inspect", "gpunex-agent"])).unwrap();
+    assert_ne!(again[0]["Id"].as_str().unwrap(), first_id);
+    let status = docker_ok(&["exec", "gpunex-agent", "gpunex-agent", "status"]);
+    assert!(status.contains(&market.machine_id.to_string()), "{status}");
+    assert!(status.contains("platform  online"), "{status}");
+
+    // `--uninstall` removes the containers, their volumes and the config.
+    let out = install_without_terminal(&base, "--uninstall", &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(containers().is_empty(), "{:?}", containers());
+    let volumes = docker_ok(&["volume", "ls", "-q"]);
+    assert!(!volumes.contains("gpunex-agent"), "{volumes}");
+    assert!(!root.join("etc/gpunex").exists());
+    db.cleanup().await;
 }

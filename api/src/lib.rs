@@ -22,6 +22,7 @@ pub mod error;
 pub mod fleet;
 pub mod http_server;
 pub mod idempotency;
+pub mod installer;
 pub mod json;
 pub mod login_limit;
 pub mod market;

@@ -127,6 +127,10 @@ pub fn router(state: AppState) -> Router {
     endpoints()
         .into_router(&state)
         .merge(crate::console::router())
+        .route(
+            "/agent/install.sh",
+            axum::routing::get(crate::installer::script),
+        )
         .fallback(|| async { ApiError::NoRoute })
         .with_state(state)
         .layer(axum::middleware::from_fn(crate::error::problem_bodies))
@@ -435,11 +439,13 @@ pub struct Payouts {
 }
 
 /// How the HTTP side runs: its limits, and who reads `/metrics`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Http {
     pub limits: crate::http_server::ServerLimits,
     /// `GET /metrics` admits loopback requests without credentials.
     pub metrics_loopback: bool,
+    /// The agent image `/agent/install.sh` installs (`None`: [`crate::installer::default_image`]).
+    pub agent_image: Option<String>,
 }
 
 /// Serves the API until SIGTERM or Ctrl-C, with the projection runner in the background.
@@ -456,6 +462,7 @@ pub async fn serve(
     let Http {
         limits,
         metrics_loopback,
+        agent_image,
     } = http;
     let runner = tokio::spawn(gpunex_app::runner::run_projections(store.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
@@ -479,7 +486,11 @@ pub async fn serve(
         .with_payout_config(payouts.config.clone())
         .with_limits(limits)
         .with_metrics_loopback(metrics_loopback)
-        .with_secure_cookies(public_url.starts_with("https://"));
+        .with_secure_cookies(public_url.starts_with("https://"))
+        .with_installer(crate::installer::Installer::new(
+            &public_url,
+            &agent_image.unwrap_or_else(crate::installer::default_image),
+        )?);
     let scheduler = payouts.scheduler.then(|| {
         tokio::spawn(gpunex_app::payout_run::run_scheduler(
             state.store.clone(),

@@ -25,6 +25,8 @@ pub struct AppState {
     pub metrics_loopback: bool,
     /// Whether the browser session cookie is `Secure` (the platform is reached over https).
     pub secure_cookies: bool,
+    /// The agent installer served at `/agent/install.sh`.
+    pub installer: crate::installer::Installer,
 }
 
 impl AppState {
@@ -53,7 +55,14 @@ impl AppState {
             metrics,
             metrics_loopback: true,
             secure_cookies: false,
+            installer: crate::installer::Installer::default(),
         })
+    }
+
+    /// Sets the agent installer served at `/agent/install.sh`.
+    pub fn with_installer(mut self, installer: crate::installer::Installer) -> AppState {
+        self.installer = installer;
+        self
     }
 
     /// The command executor over this process's store and read models, deciding at its clock.

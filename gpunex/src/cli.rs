@@ -231,6 +231,10 @@ pub struct ServerArgs {
     /// outside traffic: every request would then come from loopback. Admins always may.
     #[arg(long, env = "GPUNEX_METRICS_LOOPBACK", default_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub metrics_loopback: bool,
+    /// The agent image the installer at `/agent/install.sh` starts [default:
+    /// gpunex/agent:<this version>].
+    #[arg(long, env = "GPUNEX_AGENT_IMAGE")]
+    pub agent_image: Option<String>,
 }
 
 impl ServerArgs {

@@ -60,6 +60,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let http = gpunex_api::server::Http {
                 limits: server.limits()?,
                 metrics_loopback: server.metrics_loopback,
+                agent_image: server.agent_image.clone(),
             };
             let payouts = gpunex_api::server::Payouts {
                 config: gpunex_api::payout_run::PayoutConfig::new(
