@@ -214,6 +214,11 @@ if ! $online; then
     die "el agente está en ejecución pero la plataforma aún no ve la máquina en línea: revise el registro de arriba y 'docker exec gpunex-agent gpunex-agent status'." \
         "the agent runs but the platform does not see the machine online yet: check the log above and 'docker exec gpunex-agent gpunex-agent status'."
 fi
+if ! docker exec gpunex-agent gpunex-agent status 2>/dev/null | grep -q '^docker    API'; then
+    docker logs --tail 20 gpunex-agent-guard >&2 || true
+    die "el agente no llega a Docker a través de su guardia (gpunex-agent-guard); su registro está arriba." \
+        "the agent cannot reach Docker through its guard (gpunex-agent-guard); its log is above."
+fi
 elapsed=$(($(date +%s) - started))
 echo
 say "Listo en ${elapsed} s: la máquina está En línea. Compruébelo con:  docker ps | grep gpunex-agent" \

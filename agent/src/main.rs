@@ -467,8 +467,22 @@ async fn status_command(config: &Config, json: bool) -> anyhow::Result<()> {
         },
         Err(error) => Err(error.to_string()),
     };
+    let docker = match &config.runtime {
+        config::RuntimeKind::Docker { socket } => Some((
+            socket.clone(),
+            runtime::docker_version(socket)
+                .await
+                .map_err(|e| format!("{e:#}")),
+        )),
+        config::RuntimeKind::Process => None,
+    };
     if json {
         let document = serde_json::json!({
+            "docker": docker.as_ref().map(|(socket, answer)| serde_json::json!({
+                "socket": socket,
+                "api_version": answer.as_ref().ok(),
+                "error": answer.as_ref().err(),
+            })),
             "identity": identity,
             "queue": {
                 "pending": counts.pending,
@@ -521,6 +535,15 @@ async fn status_command(config: &Config, json: bool) -> anyhow::Result<()> {
             view.last_seen.as_deref().unwrap_or("never")
         ),
         Err(error) => println!("platform  unknown: {error}"),
+    }
+    match &docker {
+        Some((socket, Ok(version))) => {
+            println!("docker    API {version} at {}", socket.display());
+        }
+        Some((socket, Err(error))) => {
+            println!("docker    unreachable at {}: {error}", socket.display());
+        }
+        None => println!("docker    not used (process runtime)"),
     }
     Ok(())
 }

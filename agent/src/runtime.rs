@@ -646,6 +646,21 @@ fn take_log_entries(bytes: &[u8], cursor: &mut OutputCursor) -> Vec<u8> {
     out
 }
 
+/// The Docker Engine API version answering on `socket` (the guard's, in the installed agent).
+pub async fn docker_version(socket: &Path) -> anyhow::Result<String> {
+    let (status, bytes) = call_unix(socket, "GET", "/version", None).await?;
+    anyhow::ensure!(
+        status == 200,
+        "Docker answered {status}: {}",
+        docker_message(&bytes)
+    );
+    let version: Value = serde_json::from_slice(&bytes)?;
+    Ok(version["ApiVersion"]
+        .as_str()
+        .unwrap_or("unknown")
+        .to_owned())
+}
+
 /// One HTTP/1.1 request on a Unix socket.
 async fn call_unix(
     socket: &Path,

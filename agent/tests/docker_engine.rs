@@ -866,6 +866,14 @@ async fn the_installer_one_liner_takes_a_machine_online_then_upgrades_and_uninst
     let status = docker_ok(&["exec", "gpunex-agent", "gpunex-agent", "status"]);
     assert!(status.contains(&market.machine_id.to_string()), "{status}");
     assert!(status.contains("platform  online"), "{status}");
+    // It reaches Docker through the guard, and its health check passes.
+    let docker_line = status.lines().find(|l| l.starts_with("docker")).unwrap();
+    assert!(
+        docker_line.starts_with("docker    API 1.")
+            && docker_line.ends_with(" at /run/gpunex/docker.sock"),
+        "{status}"
+    );
+    docker_ok(&["exec", "gpunex-agent", "gpunex-agent", "health"]);
 
     // `--uninstall` removes the containers, their volumes and the config.
     let out = install_without_terminal(&base, "--uninstall", &env);

@@ -117,6 +117,13 @@ pub async fn watch_once(
         if deleted > 0 {
             tracing::debug!(deleted, "old telemetry pruned");
         }
+        let day = 24 * 3_600 * MICROS_PER_SECOND;
+        let deleted = store
+            .prune_job_logs(at.unix_micros() - gpunex_store::job_logs::RETENTION_DAYS * day)
+            .await?;
+        if deleted > 0 {
+            tracing::debug!(deleted, "old job output pruned");
+        }
         *last_prune = at.unix_micros();
     }
     Ok(())

@@ -10,8 +10,8 @@ use crate::{Store, StoreError, to_i64};
 /// ends more than this many bytes before the newest byte is deleted.
 pub const KEEP_BYTES: u64 = 16 << 20;
 
-/// The largest chunk one request may carry.
-pub const CHUNK_MAX_BYTES: usize = 1 << 20;
+/// How long output is kept after it arrived: the watchdog deletes older chunks.
+pub const RETENTION_DAYS: i64 = 30;
 
 /// Contiguous output read from a rental's stored chunks.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -67,6 +67,19 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes the chunks received before `before_us`; returns how many.
+    pub async fn prune_job_logs(&self, before_us: i64) -> Result<u64, StoreError> {
+        let sql = "DELETE FROM job_log_chunks WHERE received_us < $1";
+        let deleted = in_transaction!(self, |tx| {
+            sqlx::query(sql)
+                .bind(before_us)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+        });
+        Ok(deleted)
+    }
+
     /// Up to `limit` contiguous bytes of `rental_id`'s output from `from` (or from the earliest
     /// byte kept after it), stopping at a gap in what was shipped.
     pub async fn read_job_log(
@@ -77,8 +90,7 @@ impl Store {
     ) -> Result<JobLogRead, StoreError> {
         let bounds = "SELECT MIN(byte_offset), MAX(byte_offset + length(data)) \
                       FROM job_log_chunks WHERE rental_id = $1";
-        // Chunks are at most CHUNK_MAX_BYTES, so limit / 1 KiB + 2 chunks hold `limit` bytes
-        // unless the agent shipped many small ones; the loop below reads on until it has them.
+        // 64 chunks a query; the loop reads on until it has `limit` bytes or reaches the end.
         let chunks = "SELECT byte_offset, data FROM job_log_chunks \
                       WHERE rental_id = $1 AND byte_offset + length(data) > $2 \
                       ORDER BY byte_offset LIMIT 64";
