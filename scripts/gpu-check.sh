@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Checks gpunex-agent on a real NVIDIA GPU in under 5 minutes: NVML detection, registration
-# against a local server (embedded SQLite), and heartbeats carrying real telemetry.
+# against a local server (embedded SQLite), and heartbeats carrying real telemetry; then, where
+# Docker and the NVIDIA Container Toolkit run and the CUDA base image is present, the agent in its
+# own image as its unprivileged user with `--gpus all` (every GPU seen) and with one GPU's UUID
+# (only that GPU seen: what a rented job gets).
 #
 #   scripts/gpu-check.sh [OUTPUT_DIR]
 #
@@ -88,6 +91,35 @@ for gpu in view["gpus"]:
           f'temp={t.get("temperature_c")} C power={t.get("power_draw_mw")} mW sm={t.get("sm_clock_mhz")} MHz '
           f'clock events={t.get("clock_event_reasons")} ecc={t.get("ecc_corrected")}/{t.get("ecc_uncorrected")}')
 PY
+
+step "the agent in its container (Docker, --gpus)"
+cuda_base=nvidia/cuda:12.4.0-base-ubuntu22.04
+if ! command -v docker >/dev/null || ! docker info >/dev/null 2>&1; then
+    echo "skipped: no Docker Engine answers here"
+elif ! docker image inspect "$cuda_base" >/dev/null 2>&1; then
+    echo "skipped: the base image $cuda_base is not on this machine (nothing can be pulled here)"
+else
+    context=$(mktemp -d)
+    mkdir -p "$context/target/release" "$context/agent/docker"
+    cp "$agent_bin" "$context/target/release/gpunex-agent"
+    cp agent/docker/Dockerfile "$context/agent/docker/Dockerfile"
+    cp .dockerignore "$context/.dockerignore"
+    DOCKER_BUILDKIT=0 docker build -q -f "$context/agent/docker/Dockerfile" -t gpunex/agent:gpu-check "$context"
+    docker run --rm --gpus all "$cuda_base" nvidia-smi -L
+    docker run --rm --gpus all gpunex/agent:gpu-check detect --json | tee "$out/detect-container.json"
+    first=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n 1 | tr -d ' ')
+    docker run --rm --gpus "device=$first" gpunex/agent:gpu-check detect --json >"$out/detect-one-gpu.json"
+    python3 - "$out/detect.json" "$out/detect-container.json" "$out/detect-one-gpu.json" "$first" <<'PY'
+import json, sys
+host, every, one = (json.load(open(p))["gpus"] for p in sys.argv[1:4])
+uuid = lambda g: g.get("gpu_uuid") or g.get("uuid")
+print(f"host sees {len(host)} GPU(s); the container with --gpus all sees {len(every)}; "
+      f"with --gpus device={sys.argv[4]} it sees {[uuid(g) for g in one]}")
+assert len(every) == len(host), "the container does not see every GPU"
+assert [uuid(g) for g in one] == [sys.argv[4]], "a one-GPU container sees other GPUs"
+PY
+    rm -rf "$context"
+fi
 
 step "server log (last lines)"
 tail -n 20 "$work/server.log"
