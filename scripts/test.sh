@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 bash scripts/tools.sh >/dev/null
 # A real Docker Engine and a registry on 127.0.0.1 for the agent's tests (scripts/docker.sh:
 # installs Debian's docker.io when missing, starts dockerd in a temporary folder), stopped on exit.
-eval "$(bash scripts/docker.sh start)"
+docker_env=$(bash scripts/docker.sh start)
+eval "$docker_env"
 trap 'bash scripts/docker.sh stop "$GPUNEX_TEST_DOCKER_DIR"' EXIT
 cargo test --workspace --locked
 bash scripts/contract.sh
