@@ -201,9 +201,12 @@ pub(crate) fn simulated_source(config: &Config, machine_id: Uuid) -> anyhow::Res
         .simulate
         .clone()
         .ok_or_else(|| anyhow::anyhow!("no --simulate given"))?;
-    Ok(GpuSource::Simulated(simulate::Simulated::new(
-        spec, machine_id,
-    )))
+    // In the agent's container, the GPUs the runtime was told to give it (see
+    // `Simulated::with_runtime_uuids`).
+    let visible = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
+    Ok(GpuSource::Simulated(
+        simulate::Simulated::new(spec, machine_id).with_runtime_uuids(visible.as_deref()),
+    ))
 }
 
 /// The GPU source for one-shot commands: NVML, or the simulation keyed by the machine id this

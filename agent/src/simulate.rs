@@ -93,6 +93,10 @@ fn resolve_model(text: &str) -> Result<&'static GpuModel, String> {
 pub struct Simulated {
     spec: SimSpec,
     machine_id: Uuid,
+    /// The UUIDs the container runtime gave the agent's container (`NVIDIA_VISIBLE_DEVICES`,
+    /// which `docker run --gpus "device=..."` sets), used for the first GPUs: a simulated agent
+    /// in its container then names the GPUs the guard was told to allow, as NVML would.
+    runtime_uuids: Vec<String>,
     tick: u64,
 }
 
@@ -101,8 +105,26 @@ impl Simulated {
         Simulated {
             spec,
             machine_id,
+            runtime_uuids: Vec::new(),
             tick: 0,
         }
+    }
+
+    /// Names the first GPUs after the container runtime's `NVIDIA_VISIBLE_DEVICES` value: its
+    /// `GPU-...` UUIDs, in order (`all`, indexes and anything else are ignored).
+    pub fn with_runtime_uuids(mut self, visible: Option<&str>) -> Simulated {
+        self.runtime_uuids = visible
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|id| {
+                id.len() <= 96
+                    && id.starts_with("GPU-")
+                    && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+            .map(str::to_owned)
+            .collect();
+        self
     }
 
     pub fn inventory(&self) -> Vec<DetectedGpu> {
@@ -114,7 +136,11 @@ impl Simulated {
             let generation = if model.id.starts_with('h') { 5 } else { 4 };
             for _ in 0..*count {
                 gpus.push(DetectedGpu {
-                    gpu_uuid: simulated_gpu_uuid(self.machine_id, index),
+                    gpu_uuid: self
+                        .runtime_uuids
+                        .get(index as usize)
+                        .cloned()
+                        .unwrap_or_else(|| simulated_gpu_uuid(self.machine_id, index)),
                     index,
                     name: model.name.to_owned(),
                     pci_device_id: variant.and_then(|v| v.pci_device_id),
@@ -246,6 +272,13 @@ mod tests {
             gpus,
             Simulated::new(SimSpec::parse("2xH100,1xrtx-4090,1xL4").unwrap(), machine).inventory()
         );
+        // In a container given two GPUs by UUID, the first two are named after them.
+        let named = Simulated::new(SimSpec::parse("2xH100,1xL4").unwrap(), machine)
+            .with_runtime_uuids(Some("GPU-aaaa-1, GPU-bbbb-2,3,all"))
+            .inventory();
+        let uuids: Vec<&str> = named.iter().map(|g| g.gpu_uuid.as_str()).collect();
+        assert_eq!(uuids[..2], ["GPU-aaaa-1", "GPU-bbbb-2"]);
+        assert_eq!(uuids[2], gpus[2].gpu_uuid);
         let other = Simulated::new(SimSpec::parse("1xH100").unwrap(), Uuid::now_v7()).inventory();
         assert_ne!(other[0].gpu_uuid, gpus[0].gpu_uuid);
     }

@@ -848,6 +848,31 @@ async fn the_installer_one_liner_takes_a_machine_online_then_upgrades_and_uninst
     }
     let first_id = agent["Id"].as_str().unwrap().to_owned();
 
+    // A rented job on the installed machine: the agent in its container, which holds no Docker
+    // socket, starts it through the guard (the simulated GPUs carry the UUIDs Docker gave the
+    // agent's container, which are the ones the guard allows), and the renter reads its output.
+    market.price_and_wait_listed(&base, &admin, 2).await;
+    let (job_id, job_gpus) = rent(
+        &base,
+        &market.renter,
+        CUDA_BASE,
+        "echo \"from the installed agent on $NVIDIA_VISIBLE_DEVICES\"",
+    )
+    .await;
+    assert!(
+        job_gpus[0].starts_with("GPU-00000000-0000-4000-8000-0000000000a"),
+        "{job_gpus:?}"
+    );
+    let job = ended(&base, &market.renter, &job_id).await;
+    assert_eq!(job["cause"], "completed", "{job}");
+    assert_eq!(job["job_evidence"]["exit_code"], 0, "{job}");
+    let path = format!("/v1/rentals/{job_id}/logs");
+    eventually("the installed agent's job output", 30, || async {
+        call(&base, "GET", &path, &market.renter, None).await.1["text"]
+            == format!("from the installed agent on {}\n", job_gpus[0])
+    })
+    .await;
+
     // A second run upgrades in place: no question (the token is kept), a new container, the
     // same machine, online again.
     let out = install_without_terminal(&base, "", &env);

@@ -62,11 +62,15 @@ impl Default for Installer {
     }
 }
 
-/// `GET /agent/install.sh`
-pub async fn script(
-    axum::extract::State(state): axum::extract::State<crate::state::AppState>,
-) -> Response {
-    let mut response = state.installer.script.to_string().into_response();
+impl Installer {
+    /// The answer to `GET /agent/install.sh`.
+    pub fn response(&self) -> Response {
+        script_response(&self.script)
+    }
+}
+
+fn script_response(script: &str) -> Response {
+    let mut response = script.to_owned().into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

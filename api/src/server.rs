@@ -122,15 +122,17 @@ pub fn endpoints() -> crate::routes::Routes {
         .add(ADMIN_FINANCE, routes!(fleet::fleet_view))
 }
 
+/// `GET /agent/install.sh`: the agent installer for this platform (`crate::installer`).
+async fn agent_installer(State(state): State<AppState>) -> axum::response::Response {
+    state.installer.response()
+}
+
 pub fn router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
     endpoints()
         .into_router(&state)
         .merge(crate::console::router())
-        .route(
-            "/agent/install.sh",
-            axum::routing::get(crate::installer::script),
-        )
+        .route("/agent/install.sh", axum::routing::get(agent_installer))
         .fallback(|| async { ApiError::NoRoute })
         .with_state(state)
         .layer(axum::middleware::from_fn(crate::error::problem_bodies))
