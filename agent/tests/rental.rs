@@ -121,6 +121,23 @@ async fn a_rented_job_is_metered_and_earned_to_the_micro_usdc(db: &TestDb) {
     );
     let (status, refused) = call(&base, "GET", &logs_path, &provider_token, None).await;
     assert_eq!(status, 403, "{refused}");
+    // Another renter does not learn the rental exists.
+    let other = json!({"email": "mallory@example.com", "password": "correct horse battery staple"});
+    let (status, _) = call(&base, "POST", "/v1/accounts", "", Some(other.clone())).await;
+    assert_eq!(status, 201);
+    let (_, session) = call(&base, "POST", "/v1/sessions", "", Some(other)).await;
+    let mallory = token(
+        &base,
+        session["token"].as_str().unwrap(),
+        json!({"kind": "renter"}),
+    )
+    .await;
+    let (status, hidden) = call(&base, "GET", &logs_path, &mallory, None).await;
+    assert_eq!(
+        (status, &hidden["code"]),
+        (404, &json!("not_found")),
+        "{hidden}"
+    );
     let (status, bad) = call(&base, "GET", &format!("{logs_path}?limit=0"), &renter, None).await;
     assert_eq!(
         (status, &bad["code"]),

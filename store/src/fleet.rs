@@ -275,9 +275,19 @@ impl Store {
 
     /// Deletes samples received before `before_us`; returns how many.
     pub async fn prune_telemetry(&self, before_us: i64) -> Result<u64, StoreError> {
-        let sql = "DELETE FROM gpu_telemetry WHERE at_us < $1";
+        self.delete_before("DELETE FROM gpu_telemetry WHERE at_us < $1", before_us)
+            .await
+    }
+
+    /// Runs `delete` (one `DELETE` with `$1` the instant) in a transaction; returns how many
+    /// rows went.
+    pub(crate) async fn delete_before(
+        &self,
+        delete: &'static str,
+        before_us: i64,
+    ) -> Result<u64, StoreError> {
         let deleted = in_transaction!(self, |tx| {
-            sqlx::query(sql)
+            sqlx::query(delete)
                 .bind(before_us)
                 .execute(&mut *tx)
                 .await?

@@ -69,15 +69,11 @@ impl Store {
 
     /// Deletes the chunks received before `before_us`; returns how many.
     pub async fn prune_job_logs(&self, before_us: i64) -> Result<u64, StoreError> {
-        let sql = "DELETE FROM job_log_chunks WHERE received_us < $1";
-        let deleted = in_transaction!(self, |tx| {
-            sqlx::query(sql)
-                .bind(before_us)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-        });
-        Ok(deleted)
+        self.delete_before(
+            "DELETE FROM job_log_chunks WHERE received_us < $1",
+            before_us,
+        )
+        .await
     }
 
     /// Up to `limit` contiguous bytes of `rental_id`'s output from `from` (or from the earliest

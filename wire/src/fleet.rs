@@ -296,6 +296,7 @@ pub struct AgentIdentity {
 /// changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"offset": 0, "data_base64": "aGVsbG8gZnJvbSB0aGUgam9iCg=="})))]
 pub struct JobLogChunk {
     pub offset: u64,
     /// The bytes, base64 (standard alphabet, with padding); at most 1 MiB once decoded.
