@@ -10,6 +10,7 @@
 
 pub mod accounts;
 pub mod adjustments;
+pub mod benchmark;
 pub mod calendar;
 pub mod clock;
 pub mod codes;
