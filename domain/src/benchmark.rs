@@ -767,16 +767,12 @@ pub mod simulated {
         }
     }
 
-    /// SplitMix64: a small, good, deterministic generator.
-    struct Noise(u64);
+    /// The runs' noise, from a seed.
+    struct Noise(crate::splitmix::SplitMix64);
 
     impl Noise {
         fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
+            self.0.next_u64()
         }
 
         /// About normal, mean 0, standard deviation `sigma_bp` basis points (Irwin-Hall of 12
@@ -804,7 +800,7 @@ pub mod simulated {
         profile: Profile,
         seed: u64,
     ) -> Run {
-        let mut noise = Noise(seed);
+        let mut noise = Noise(crate::splitmix::SplitMix64(seed));
         let gpu_offset = noise.normal_bp(200);
         let pcie_max = PcieUnderLoad {
             generation: if model.id.starts_with('h') { 5 } else { 4 },

@@ -27,6 +27,7 @@ pub mod payouts;
 pub mod pricing;
 pub mod rental;
 pub mod sepa_calendar;
+pub mod splitmix;
 pub mod stream;
 pub mod time;
 

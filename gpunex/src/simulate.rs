@@ -105,16 +105,12 @@ pub struct SimReport {
     pub seconds: f64,
 }
 
-/// splitmix64: small, fast, and the same everywhere.
-struct Rng(u64);
+/// The simulation's randomness: SplitMix64, the same everywhere.
+struct Rng(gpunex_domain::splitmix::SplitMix64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: u64) -> u64 {
@@ -887,7 +883,7 @@ pub async fn simulate(
     let mut sim = Simulation {
         platform: &platform,
         config,
-        rng: Rng(config.seed),
+        rng: Rng(gpunex_domain::splitmix::SplitMix64(config.seed)),
         providers: Vec::new(),
         renters: Vec::new(),
         rentals: BTreeMap::new(),
