@@ -190,16 +190,20 @@ pub const fn status_of(code: ErrorCode) -> StatusCode {
         | C::MachineNotRegistered
         | C::MachineRegisteredElsewhere
         | C::NoMatch
+        | C::NoOverride
         | C::NoSuchMaintenance
         | C::NotABankPayout
         | C::NotApproved
         | C::NotDelisted
+        | C::NotPaused
         | C::NothingToFile
+        | C::NothingToOverride
         | C::PayoutNotSubmitted
         | C::ReportContradictsPayout
         | C::RequestCommitted
         | C::RequestInProgress
         | C::ResponseTooLarge
+        | C::RetestPending
         | C::SelfReview
         | C::TierRulesBroken
         | C::TooManyTokens
@@ -215,11 +219,12 @@ pub const fn status_of(code: ErrorCode) -> StatusCode {
         | C::InvalidAppend
         | C::MachineIdUnknown
         | C::NotAPayoutDate
+        | C::NotBenchmarkable
         | C::ReportAmountMismatch
         | C::ReportTransactionUnknown
         | C::UndecodableEvent
         | C::UsageOutOfRange => StatusCode::UNPROCESSABLE_ENTITY,
-        C::TooManyAttempts | C::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+        C::RetestTooSoon | C::TooManyAttempts | C::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
         C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         C::DatabaseUnavailable
         | C::CredentialsUnavailable

@@ -162,6 +162,18 @@ pub async fn agent_events(
                 gpunex_domain::rental::check_job_end(&job)
                     .map_err(|e| ApiError::body(&at("body/evidence"), e.code(), e.to_string()))?;
             }
+            wf::AgentEventBody::BenchmarkRun(report) => {
+                if report.machine_id != machine_id {
+                    return Err(not_owned(report.machine_id));
+                }
+                crate::benchmarks::check_report(
+                    &state,
+                    machine_id,
+                    &format!("/events/{i}/body"),
+                    report,
+                    event.event_id,
+                )?;
+            }
             wf::AgentEventBody::GpuCondition(report) => {
                 if report.machine_id != machine_id {
                     return Err(not_owned(report.machine_id));
@@ -220,7 +232,7 @@ pub async fn agent_events(
         ));
     }
     let mut results = Vec::with_capacity(checked.len());
-    for (event, occurred, delivery, stored) in checked {
+    for (i, (event, occurred, delivery, stored)) in checked.into_iter().enumerate() {
         let position = stored.map(|position| (Some(position), "duplicate"));
         let (position, status) = match position {
             Some(found) => found,
@@ -253,6 +265,10 @@ pub async fn agent_events(
                 wf::AgentEventBody::JobEnded(report) => {
                     let (p, s) =
                         crate::rentals::job_ended(&state, &delivery, occurred, report).await?;
+                    (Some(p), s)
+                }
+                wf::AgentEventBody::BenchmarkRun(report) => {
+                    let (p, s) = benchmark_run(&state, &delivery, machine_id, i, report).await?;
                     (Some(p), s)
                 }
             },
@@ -409,6 +425,46 @@ async fn condition(
     let meta = agent_metadata(report.machine_id, delivery);
     let outcome = app_fleet::condition(&exec, delivery.event_id, &meta, &changed).await;
     delivered(state, delivery, outcome).await
+}
+
+/// Records a benchmark run under the agent's event id (the run id).
+async fn benchmark_run(
+    state: &AppState,
+    delivery: &Delivery,
+    machine_id: Uuid,
+    i: usize,
+    report: &gpunex_wire::benchmarks::BenchmarkRunReport,
+) -> Result<(u64, &'static str), ApiError> {
+    let field = format!("/events/{i}/body");
+    let (gpu, submitted) =
+        crate::benchmarks::check_report(state, machine_id, &field, report, delivery.event_id)?;
+    let exec = Executor::new(&state.store, &state.credentials);
+    let meta = agent_metadata(machine_id, delivery);
+    let outcome =
+        gpunex_app::benchmarks::record_run(&exec, delivery.event_id, &meta, &gpu, &submitted)
+            .await?;
+    let outcome = match outcome {
+        Ok(done) => match done {
+            gpunex_app::command::Done::Committed(committed) => Ok(Recorded {
+                position: committed.last_position(),
+                replayed: committed.replayed,
+            }),
+            gpunex_app::command::Done::Nothing => Err(Rejection::Contended {
+                retry: "benchmark run",
+                attempts: 1,
+            }),
+        },
+        Err(Rejection::Rule(error)) => {
+            return Err(crate::benchmarks::rejection(&field, error));
+        }
+        Err(Rejection::Contended { retry, attempts }) => {
+            Err(Rejection::Contended { retry, attempts })
+        }
+        Err(Rejection::IdTaken { event_id, reason }) => {
+            Err(Rejection::IdTaken { event_id, reason })
+        }
+    };
+    delivered(state, delivery, Ok(outcome)).await
 }
 
 /// `POST /v1/agent/heartbeat`: presence and one telemetry sample per GPU. The first heartbeat

@@ -13,6 +13,7 @@ pub mod adjustments;
 pub mod agent;
 pub mod applications;
 pub mod auth;
+pub mod benchmarks;
 pub mod catalog;
 pub mod console;
 pub mod convert;

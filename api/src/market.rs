@@ -497,7 +497,15 @@ fn listing_view(listing: &Listing) -> wm::ListingView {
         commitment_months: listing.commitment_months,
         uptime_pct: percent_bp(listing.uptime_bp),
         fp16_tflops: tenths(u64::from(listing.fp16_tflops_tenths)),
-        performance_source: "datasheet".to_owned(),
+        performance_source: if listing.fp16_measured {
+            "benchmark"
+        } else {
+            "datasheet"
+        }
+        .to_owned(),
+        performance_score: listing
+            .performance_score_bp
+            .map(|bp| format!("{}.{:02}", bp / 100, bp % 100)),
         tflops_per_usdc_hour: format!(
             "{}.{:03}",
             listing.tflops_per_usdc_milli / 1_000,
@@ -534,6 +542,7 @@ fn sort_name(sort: SortBy) -> &'static str {
         SortBy::Rank => "rank",
         SortBy::Price => "price",
         SortBy::PerfPerDollar => "perf_per_dollar",
+        SortBy::Performance => "performance",
     }
 }
 
@@ -560,7 +569,7 @@ pub(crate) fn parse_search(
             message,
         ));
     };
-    const KNOWN: [&str; 11] = [
+    const KNOWN: [&str; 12] = [
         "model",
         "min_vram_gb",
         "country",
@@ -569,6 +578,7 @@ pub(crate) fn parse_search(
         "tier",
         "min_gpus",
         "min_reliability",
+        "min_performance",
         "sort",
         "after",
         "limit",
@@ -609,6 +619,23 @@ pub(crate) fn parse_search(
                     "min_reliability",
                     ErrorCode::OutOfRange,
                     "a score from 0 to 1".to_owned(),
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    // A percentage of the model's reference, up to the score's cap (110).
+    let min_performance_bp = match query.get("min_performance") {
+        Some(text) => match text.parse::<rust_decimal::Decimal>() {
+            Ok(d) if d >= rust_decimal::Decimal::ZERO && d <= rust_decimal::Decimal::from(110) => {
+                u64::try_from((d * rust_decimal::Decimal::from(100)).trunc().mantissa()).ok()
+            }
+            _ => {
+                bad(
+                    "min_performance",
+                    ErrorCode::OutOfRange,
+                    "a benchmark score from 0 to 110 (percent of the model's reference)".to_owned(),
                 );
                 None
             }
@@ -656,11 +683,12 @@ pub(crate) fn parse_search(
         None | Some("rank") => SortBy::Rank,
         Some("price") => SortBy::Price,
         Some("perf_per_dollar") => SortBy::PerfPerDollar,
+        Some("performance") => SortBy::Performance,
         Some(_) => {
             bad(
                 "sort",
                 ErrorCode::InvalidSort,
-                "rank, price or perf_per_dollar".to_owned(),
+                "rank, price, perf_per_dollar or performance".to_owned(),
             );
             SortBy::Rank
         }
@@ -691,6 +719,7 @@ pub(crate) fn parse_search(
         tier,
         min_gpus_on_machine: min_gpus,
         min_reliability_bp,
+        min_performance_bp,
     };
     Ok(SearchRequest {
         filter,
@@ -700,7 +729,7 @@ pub(crate) fn parse_search(
     })
 }
 
-/// `GET /v1/listings?model=&min_vram_gb=&country=&region=&max_price_usdc=&tier=&min_gpus=&min_reliability=&sort=&after=&limit=`
+/// `GET /v1/listings?model=&min_vram_gb=&country=&region=&max_price_usdc=&tier=&min_gpus=&min_reliability=&min_performance=&sort=&after=&limit=`
 #[utoipa::path(
     get,
     path = "/v1/listings",
@@ -716,7 +745,8 @@ pub(crate) fn parse_search(
         ("tier" = Option<String>, Query, pattern = "^(enterprise|community)$", description = "`enterprise` or `community`"),
         ("min_gpus" = Option<u64>, Query, maximum = 64, description = "machines with at least this many such GPUs listed"),
         ("min_reliability" = Option<String>, Query, description = "reliability score at least this (0 to 100)"),
-        ("sort" = Option<String>, Query, pattern = "^(rank|price|price_desc|performance|value)$", description = "`rank` (default), `price`, `price_desc`, `performance`, `value`"),
+        ("min_performance" = Option<String>, Query, description = "benchmark score at least this, percent of the model's reference (0 to 110); GPUs not benchmarked yet do not match"),
+        ("sort" = Option<String>, Query, pattern = "^(rank|price|perf_per_dollar|performance)$", description = "`rank` (default), `price`, `perf_per_dollar`, `performance` (benchmark score, highest first)"),
         ("after" = Option<String>, Query, description = "the cursor from `next_after`"),
         ("limit" = Option<u64>, Query, minimum = 1, maximum = 200, description = "1 to 200 (default 50)"),
     ),

@@ -120,6 +120,11 @@ pub fn endpoints() -> crate::routes::Routes {
         .add(ADMIN_RENTER, routes!(rentals::end))
         .add(ADMIN_RENTER, routes!(rentals::logs))
         .add(ADMIN_FINANCE, routes!(fleet::fleet_view))
+        .add(PUBLIC, routes!(crate::benchmarks::read))
+        .add(ADMIN_PROVIDER, routes!(crate::benchmarks::retest))
+        .add(ADMIN, routes!(crate::benchmarks::override_verdict))
+        .add(ADMIN, routes!(crate::benchmarks::delisting_state))
+        .add(ADMIN, routes!(crate::benchmarks::resume))
 }
 
 /// `GET /agent/install.sh`: the agent installer for this platform (`crate::installer`).
@@ -517,6 +522,10 @@ pub async fn serve(
         state.credentials.clone(),
         fleet,
     ));
+    let benchmark_actions = tokio::spawn(gpunex_app::benchmarks::run_actions(
+        state.store.clone(),
+        state.credentials.clone(),
+    ));
     let outbox = notifications.map(|transport| {
         tokio::spawn(gpunex_app::outbox::run(
             state.store.clone(),
@@ -530,6 +539,7 @@ pub async fn serve(
     crate::http_server::serve(listener, app, limits, connections, shutdown_signal()).await?;
     runner.abort();
     watchdog.abort();
+    benchmark_actions.abort();
     for task in [scheduler, sender].into_iter().flatten() {
         task.abort();
     }

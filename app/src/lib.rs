@@ -10,6 +10,7 @@
 pub mod accounts;
 pub mod adjustments;
 pub mod applications;
+pub mod benchmarks;
 pub mod catalog;
 pub mod command;
 pub mod credentials;

@@ -148,6 +148,97 @@ pub fn notification(
     })
 }
 
+/// The benchmark events that notify someone.
+const BENCHMARK_NOTICES: [&str; 3] = [
+    gpunex_domain::events::BENCHMARK_GPU_DELISTED,
+    gpunex_domain::events::BENCHMARK_GPU_RELISTED,
+    gpunex_domain::events::BENCHMARK_DELISTING_PAUSED,
+];
+
+/// The messages a benchmark event sends: the provider hears that a GPU was delisted (with the
+/// reasons, the evidence and what to fix) or relisted; every admin hears that automatic
+/// delisting paused. A provider with no address on file, or no admin, gets nothing.
+pub fn benchmark_notifications(
+    event_id: Uuid,
+    event: &gpunex_domain::benchmark_log::BenchmarkEvent,
+    registry: &ReadModels,
+    public_url: &str,
+) -> Vec<Email> {
+    use gpunex_domain::benchmark_log::BenchmarkEvent;
+    let url = public_url.trim_end_matches('/');
+    let provider_email = |provider_id: &Uuid| {
+        registry
+            .provider_application(provider_id)
+            .map(|a| a.form.email)
+    };
+    let percent = |bp: u64| format!("{}.{}", bp / 100, (bp % 100) / 10);
+    match event {
+        BenchmarkEvent::GpuDelisted(acted) => {
+            let Some(to) = provider_email(&acted.provider_id) else {
+                return Vec::new();
+            };
+            let reasons: String = acted
+                .verdict
+                .reasons
+                .iter()
+                .filter(|r| r.outcome == gpunex_domain::benchmark::Outcome::Fail)
+                .map(|r| {
+                    format!(
+                        "- {}: {}\n  What to do: {}\n",
+                        r.code, r.evidence, r.guidance
+                    )
+                })
+                .collect();
+            vec![Email {
+                message_id: event_id,
+                to,
+                subject: format!(
+                    "GPUnex: GPU {} is off the marketplace after its benchmark",
+                    acted.gpu_uuid
+                ),
+                body: format!(
+                    "Your {model} GPU {gpu} failed its automated benchmark (score {score} % of the model's reference) and is no longer listed. Renters' running jobs are not affected.\n\nWhat needs attention:\n\n{reasons}\nOnce it is fixed, ask for a re-test (once an hour) from the Panel de proveedor, Pruebas de rendimiento, or with the API:\n\n\x20  curl -X POST {url}/v1/gpus/{gpu}/benchmarks/retest -H 'Authorization: Bearer <provider token>' -H 'Content-Type: application/json' -d '{{\"reason\": \"...\"}}'\n\nA passing re-test lists it again. The runs and the verdict: {url}/console/provider/{provider}/benchmarks",
+                    model = acted.model_id,
+                    gpu = acted.gpu_uuid,
+                    score = percent(acted.score_bp),
+                    provider = acted.provider_id,
+                ),
+            }]
+        }
+        BenchmarkEvent::GpuRelisted(acted) => {
+            let Some(to) = provider_email(&acted.provider_id) else {
+                return Vec::new();
+            };
+            vec![Email {
+                message_id: event_id,
+                to,
+                subject: format!("GPUnex: GPU {} is listed again", acted.gpu_uuid),
+                body: format!(
+                    "Your {} GPU {} passed its re-test (score {} % of the model's reference) and is back on the marketplace.",
+                    acted.model_id,
+                    acted.gpu_uuid,
+                    percent(acted.score_bp)
+                ),
+            }]
+        }
+        BenchmarkEvent::DelistingPaused(paused) => registry
+            .staff_emails(gpunex_domain::accounts::StaffRole::Admin)
+            .into_iter()
+            .map(|to| Email {
+                message_id: Uuid::new_v5(&event_id, to.as_bytes()),
+                subject: "GPUnex: automatic delisting paused (fleet-wide benchmark anomaly)"
+                    .to_owned(),
+                body: format!(
+                    "{}\n\nNo GPU is delisted automatically until an admin resumes it, after looking at the runs:\n\n\x20  curl -X POST {url}/v1/admin/benchmarks/resume -H 'Authorization: Bearer <admin token>' -H 'Content-Type: application/json' -d '{{\"reason\": \"...\"}}'",
+                    paused.evidence
+                ),
+                to,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// A Maildir-style directory: `tmp/` for writes in progress, `new/` for delivered messages.
 #[derive(Debug, Clone)]
 pub struct Mailbox {
@@ -336,10 +427,29 @@ pub async fn deliver_pending(
         let Some(last) = events.last().map(|e| e.position) else {
             return Ok(delivered);
         };
-        for event in events
-            .iter()
-            .filter(|e| e.event_type.starts_with("provider.application_"))
-        {
+        for event in events.iter().filter(|e| {
+            e.event_type.starts_with("provider.application_")
+                || BENCHMARK_NOTICES.contains(&e.event_type.as_str())
+        }) {
+            if BENCHMARK_NOTICES.contains(&event.event_type.as_str()) {
+                let decoded = event.decode().map_err(|e| OutboxError::Undecodable {
+                    position: event.position,
+                    reason: e.to_string(),
+                })?;
+                let DomainEvent::Benchmark(benchmark_event) = decoded else {
+                    continue;
+                };
+                registry
+                    .wait_for(event.position)
+                    .await
+                    .map_err(|_| OutboxError::RegistryBehind(event.position))?;
+                for email in
+                    benchmark_notifications(event.event_id, &benchmark_event, registry, public_url)
+                {
+                    delivered += u64::from(transport.deliver(store, email).await?);
+                }
+                continue;
+            }
             let decoded = event.decode().map_err(|e| OutboxError::Undecodable {
                 position: event.position,
                 reason: e.to_string(),

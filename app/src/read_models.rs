@@ -367,6 +367,7 @@ impl ReadModels {
                 || e.event_type.starts_with("fleet.")
                 || e.event_type.starts_with("platform.")
                 || e.event_type.starts_with("market.")
+                || e.event_type.starts_with("benchmark.")
                 || e.event_type.starts_with("rental.")
                 || e.event_type.starts_with("payout.")
                 || e.event_type.starts_with("ledger.adjustment_")
@@ -552,6 +553,14 @@ impl ReadModels {
         self.users
             .read()
             .map(|users| users.staff_roles(user_id))
+            .unwrap_or_default()
+    }
+
+    /// The addresses of everyone who holds the staff role `role` now.
+    pub fn staff_emails(&self, role: gpunex_domain::accounts::StaffRole) -> Vec<String> {
+        self.users
+            .read()
+            .map(|users| users.emails_with(role))
             .unwrap_or_default()
     }
 

@@ -61,6 +61,7 @@ pub const FATAL_XIDS: &[u32] = &[
 ];
 
 /// One figure the suite measures.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
@@ -157,6 +158,7 @@ impl Metric {
 }
 
 /// A GPU's PCIe link as the suite read it under load.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PcieUnderLoad {
     pub generation: u32,
@@ -240,6 +242,7 @@ pub fn weight_bp(metric: Metric) -> u64 {
 }
 
 /// One measured figure: the median of its trials and their 10th and 90th percentiles.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Figure {
     pub metric: Metric,
@@ -250,6 +253,7 @@ pub struct Figure {
 }
 
 /// What the suite read of the GPU's health, before and after its load.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthSignals {
     /// Whether two identical GEMMs gave the same result (and a slice matched the host's).
@@ -275,6 +279,7 @@ pub struct HealthSignals {
 }
 
 /// One run of the suite on one GPU, as its machine's agent reports it.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Run {
     pub gpu_uuid: String,
@@ -290,7 +295,9 @@ impl Run {
 }
 
 /// Why a run is refused before it is scored.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Implausible {
     /// A figure above what the hardware can do.
     AbovePhysicalLimit {
@@ -342,6 +349,7 @@ pub fn check_plausible(variant: &GpuVariant, run: &Run) -> Result<(), Implausibl
 }
 
 /// Where a reference comes from.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ReferenceSource {
@@ -351,6 +359,7 @@ pub enum ReferenceSource {
     Datasheet,
 }
 
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reference {
     pub value_milli: u64,
@@ -375,11 +384,33 @@ pub fn reference(
     pcie: Option<&PcieUnderLoad>,
     fleet: &[u64],
 ) -> Option<Reference> {
-    if fleet.len() >= FLEET_MIN_GPUS {
-        let mut values = fleet.to_vec();
-        return median(&mut values).map(|value_milli| Reference {
+    let mut values = fleet.to_vec();
+    reference_of_median(
+        model,
+        variant,
+        metric,
+        pcie,
+        fleet.len(),
+        median(&mut values),
+    )
+}
+
+/// [`reference`] given the fleet's size and median (a fold keeps them sorted rather than
+/// sorting them again for every run).
+pub fn reference_of_median(
+    model: &GpuModel,
+    variant: &GpuVariant,
+    metric: Metric,
+    pcie: Option<&PcieUnderLoad>,
+    fleet_gpus: usize,
+    fleet_median: Option<u64>,
+) -> Option<Reference> {
+    if fleet_gpus >= FLEET_MIN_GPUS
+        && let Some(value_milli) = fleet_median
+    {
+        return Some(Reference {
             value_milli,
-            source: ReferenceSource::Fleet { gpus: fleet.len() },
+            source: ReferenceSource::Fleet { gpus: fleet_gpus },
         });
     }
     let peak = peak_milli(variant, metric, pcie)?;
@@ -390,6 +421,7 @@ pub fn reference(
 }
 
 /// One scored figure: measured against its reference.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Part {
     pub metric: Metric,
@@ -401,6 +433,7 @@ pub struct Part {
 
 /// A run's score: the weighted mean of its parts' capped ratios, basis points of the reference
 /// (10,000 is exactly the reference; renters see it as a percentage).
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Score {
     pub score_bp: u64,
@@ -443,6 +476,7 @@ pub fn score(run: &Run, reference_of: impl Fn(Metric) -> Option<Reference>) -> S
 }
 
 /// The outcome of a verdict.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -452,6 +486,7 @@ pub enum Outcome {
 }
 
 /// One reason for a verdict: a stable code, its weight, what was seen and what to do.
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reason {
     pub code: String,
@@ -460,6 +495,7 @@ pub struct Reason {
     pub guidance: String,
 }
 
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verdict {
     pub outcome: Outcome,

@@ -12,6 +12,10 @@ use uuid::Uuid;
 
 use crate::accounts::{AccountEvent, EmailClaimed, RoleGranted, RoleRevoked, UserRegistered};
 pub use crate::adjustments::AdjustmentPosted;
+use crate::benchmark_log::{
+    BenchmarkEvent, DelistingPaused, DelistingResumed, ListingActed, OverrideCleared, OverrideSet,
+    RetestRequested, RunRecorded, RunRefused,
+};
 use crate::credentials::{CredentialEvent, ProviderTokenClaimed, TokenIssued, TokenRevoked};
 use crate::fleet::{
     DeclarationCompared, FleetEvent, GpuConditionChanged, GpuDetected, MachineOffline,
@@ -101,7 +105,26 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(PAYOUT_BANK_FILE_CREATED),
     v1(PAYOUT_CONFIRMED),
     v1(PAYOUT_FAILED),
+    v1(BENCHMARK_RUN_RECORDED),
+    v1(BENCHMARK_RUN_REFUSED),
+    v1(BENCHMARK_RETEST_REQUESTED),
+    v1(BENCHMARK_OVERRIDE_SET),
+    v1(BENCHMARK_OVERRIDE_CLEARED),
+    v1(BENCHMARK_GPU_DELISTED),
+    v1(BENCHMARK_GPU_RELISTED),
+    v1(BENCHMARK_DELISTING_PAUSED),
+    v1(BENCHMARK_DELISTING_RESUMED),
 ];
+
+pub const BENCHMARK_RUN_RECORDED: &str = "benchmark.run_recorded";
+pub const BENCHMARK_RUN_REFUSED: &str = "benchmark.run_refused";
+pub const BENCHMARK_RETEST_REQUESTED: &str = "benchmark.retest_requested";
+pub const BENCHMARK_OVERRIDE_SET: &str = "benchmark.override_set";
+pub const BENCHMARK_OVERRIDE_CLEARED: &str = "benchmark.override_cleared";
+pub const BENCHMARK_GPU_DELISTED: &str = "benchmark.gpu_delisted";
+pub const BENCHMARK_GPU_RELISTED: &str = "benchmark.gpu_relisted";
+pub const BENCHMARK_DELISTING_PAUSED: &str = "benchmark.delisting_paused";
+pub const BENCHMARK_DELISTING_RESUMED: &str = "benchmark.delisting_resumed";
 
 pub const USAGE_METERED: &str = "rental.usage_metered";
 
@@ -207,6 +230,7 @@ pub enum DomainEvent {
     Market(MarketEvent),
     Rental(RentalEvent),
     Payout(crate::payouts::PayoutEvent),
+    Benchmark(BenchmarkEvent),
 }
 
 /// v1 of `ledger.adjustment_posted`: a single debit/credit pair. Kept so rows written with it
@@ -286,6 +310,17 @@ impl DomainEvent {
                 PayoutEvent::Confirmed(_) => PAYOUT_CONFIRMED,
                 PayoutEvent::Failed(_) => PAYOUT_FAILED,
             },
+            DomainEvent::Benchmark(event) => match event {
+                BenchmarkEvent::RunRecorded(_) => BENCHMARK_RUN_RECORDED,
+                BenchmarkEvent::RunRefused(_) => BENCHMARK_RUN_REFUSED,
+                BenchmarkEvent::RetestRequested(_) => BENCHMARK_RETEST_REQUESTED,
+                BenchmarkEvent::OverrideSet(_) => BENCHMARK_OVERRIDE_SET,
+                BenchmarkEvent::OverrideCleared(_) => BENCHMARK_OVERRIDE_CLEARED,
+                BenchmarkEvent::GpuDelisted(_) => BENCHMARK_GPU_DELISTED,
+                BenchmarkEvent::GpuRelisted(_) => BENCHMARK_GPU_RELISTED,
+                BenchmarkEvent::DelistingPaused(_) => BENCHMARK_DELISTING_PAUSED,
+                BenchmarkEvent::DelistingResumed(_) => BENCHMARK_DELISTING_RESUMED,
+            },
         }
     }
 
@@ -358,6 +393,18 @@ impl DomainEvent {
                 PayoutEvent::Confirmed(e) => serde_json::to_value(e),
                 PayoutEvent::Failed(e) => serde_json::to_value(e),
             },
+            DomainEvent::Benchmark(event) => match event {
+                BenchmarkEvent::RunRecorded(e) => serde_json::to_value(e),
+                BenchmarkEvent::RunRefused(e) => serde_json::to_value(e),
+                BenchmarkEvent::RetestRequested(e) => serde_json::to_value(e),
+                BenchmarkEvent::OverrideSet(e) => serde_json::to_value(e),
+                BenchmarkEvent::OverrideCleared(e) => serde_json::to_value(e),
+                BenchmarkEvent::GpuDelisted(e) | BenchmarkEvent::GpuRelisted(e) => {
+                    serde_json::to_value(e)
+                }
+                BenchmarkEvent::DelistingPaused(e) => serde_json::to_value(e),
+                BenchmarkEvent::DelistingResumed(e) => serde_json::to_value(e),
+            },
         };
         // Serializing these plain structs into a Value cannot fail: no maps with non-string keys.
         encoded.unwrap_or(Value::Null)
@@ -394,7 +441,8 @@ impl DomainEvent {
             | DomainEvent::Fleet(_)
             | DomainEvent::Market(_)
             | DomainEvent::Rental(_)
-            | DomainEvent::Payout(_) => None,
+            | DomainEvent::Payout(_)
+            | DomainEvent::Benchmark(_) => None,
         }
     }
 
@@ -463,6 +511,7 @@ fn decode_with(
     let application = DomainEvent::Application;
     let fleet = DomainEvent::Fleet;
     let market = DomainEvent::Market;
+    let benchmark = DomainEvent::Benchmark;
     let event = match (spec.event_type, version) {
         (ADJUSTMENT_POSTED, 1) => {
             let event = upcast_adjustment_v1(source.parse().map_err(json)?).map_err(malformed)?;
@@ -596,6 +645,33 @@ fn decode_with(
         )),
         (JOB_STARTED, _) => DomainEvent::Rental(RentalEvent::JobStarted(
             source.parse::<JobStarted>().map_err(json)?,
+        )),
+        (BENCHMARK_RUN_RECORDED, _) => benchmark(BenchmarkEvent::RunRecorded(Box::new(
+            source.parse::<RunRecorded>().map_err(json)?,
+        ))),
+        (BENCHMARK_RUN_REFUSED, _) => benchmark(BenchmarkEvent::RunRefused(Box::new(
+            source.parse::<RunRefused>().map_err(json)?,
+        ))),
+        (BENCHMARK_RETEST_REQUESTED, _) => benchmark(BenchmarkEvent::RetestRequested(
+            source.parse::<RetestRequested>().map_err(json)?,
+        )),
+        (BENCHMARK_OVERRIDE_SET, _) => benchmark(BenchmarkEvent::OverrideSet(
+            source.parse::<OverrideSet>().map_err(json)?,
+        )),
+        (BENCHMARK_OVERRIDE_CLEARED, _) => benchmark(BenchmarkEvent::OverrideCleared(
+            source.parse::<OverrideCleared>().map_err(json)?,
+        )),
+        (BENCHMARK_GPU_DELISTED, _) => benchmark(BenchmarkEvent::GpuDelisted(
+            source.parse::<ListingActed>().map_err(json)?,
+        )),
+        (BENCHMARK_GPU_RELISTED, _) => benchmark(BenchmarkEvent::GpuRelisted(
+            source.parse::<ListingActed>().map_err(json)?,
+        )),
+        (BENCHMARK_DELISTING_PAUSED, _) => benchmark(BenchmarkEvent::DelistingPaused(
+            source.parse::<DelistingPaused>().map_err(json)?,
+        )),
+        (BENCHMARK_DELISTING_RESUMED, _) => benchmark(BenchmarkEvent::DelistingResumed(
+            source.parse::<DelistingResumed>().map_err(json)?,
         )),
         (JOB_ENDED, _) => DomainEvent::Rental(RentalEvent::JobEnded(
             source.parse::<JobEnded>().map_err(json)?,

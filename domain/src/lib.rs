@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod adjustments;
 pub mod benchmark;
+pub mod benchmark_log;
 pub mod calendar;
 pub mod clock;
 pub mod codes;

@@ -557,6 +557,9 @@ pub enum Hidden {
     OutsideAvailability,
     Maintenance,
     Delisted,
+    /// Its latest benchmark verdict failed: off the marketplace until a re-test passes (or an
+    /// admin overrides it).
+    BenchmarkFailed,
     /// A renter has it.
     Rented,
     /// The GPU is not a catalog model, so it has no market and no price.

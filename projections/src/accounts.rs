@@ -73,6 +73,18 @@ impl Users {
         self.by_id.get(user_id)
     }
 
+    /// The addresses of everyone who holds `role` now, sorted.
+    pub fn emails_with(&self, role: StaffRole) -> Vec<String> {
+        let mut emails: Vec<String> = self
+            .staff
+            .iter()
+            .filter(|(_, roles)| roles.contains(&role))
+            .filter_map(|(id, _)| self.by_id.get(id).map(|u| u.email.clone()))
+            .collect();
+        emails.sort();
+        emails
+    }
+
     pub fn by_email(&self, email: &str) -> Option<&UserRecord> {
         self.by_email
             .get(&email.to_lowercase())

@@ -13,6 +13,7 @@
 pub mod accounts;
 pub mod adjustments;
 pub mod applications;
+pub mod benchmarks;
 pub mod credentials;
 pub mod earnings;
 pub mod earnings_lines;

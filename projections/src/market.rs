@@ -3,6 +3,7 @@
 //! instant. Building is pure (`ListingSnapshot::build(.., now)`); the API rebuilds the snapshot
 //! whenever the log moves and at least once a second, and answers searches from it.
 
+use gpunex_domain::benchmark::Metric;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -44,6 +45,9 @@ pub struct Market {
     open_by_machine: HashMap<Uuid, BTreeSet<Uuid>>,
     /// Each provider's market stream version: the expected version of its next market event.
     market_versions: HashMap<Uuid, u64>,
+    /// Benchmark runs, scores, verdicts and the automatic listing state.
+    #[serde(default)]
+    benchmarks: crate::benchmarks::Benchmarks,
 }
 
 /// A rental as folded: how it started and, once over, how it ended.
@@ -123,6 +127,10 @@ impl Market {
     pub fn apply(&mut self, stream_version: u64, event: &DomainEvent) {
         if let DomainEvent::Rental(event) = event {
             self.apply_rental(stream_version, event);
+            return;
+        }
+        if let DomainEvent::Benchmark(_) = event {
+            self.benchmarks.apply(stream_version, event);
             return;
         }
         let DomainEvent::Market(event) = event else {
@@ -297,6 +305,10 @@ impl Market {
         self.delisted.get(gpu_uuid)
     }
 
+    pub fn benchmarks(&self) -> &crate::benchmarks::Benchmarks {
+        &self.benchmarks
+    }
+
     /// The next instant after `now` at which the market alone (no new event) changes what is
     /// listed: a price or maintenance starting or ending, or a schedule opening or closing.
     pub fn next_boundary(&self, now: Timestamp) -> Option<Timestamp> {
@@ -350,9 +362,13 @@ pub struct Listing {
     pub tier: Tier,
     pub commitment_months: u32,
     pub uptime_bp: u32,
-    /// Datasheet dense FP16 tensor TFLOPS, in tenths: the performance figure until benchmarks
-    /// exist.
+    /// Dense FP16 tensor TFLOPS, in tenths: the GPU's latest accepted benchmark figure, else
+    /// the datasheet's.
     pub fp16_tflops_tenths: u32,
+    /// Whether `fp16_tflops_tenths` was measured on this GPU (else it is the datasheet's).
+    pub fp16_measured: bool,
+    /// The latest accepted benchmark run's score, basis points of the model's reference.
+    pub performance_score_bp: Option<u64>,
     /// FP16 TFLOPS per USDC per hour, in thousandths.
     pub tflops_per_usdc_milli: u64,
     pub rank: RankBreakdown,
@@ -390,10 +406,17 @@ pub enum SortBy {
     Price,
     /// FP16 TFLOPS per USDC per hour, highest first.
     PerfPerDollar,
+    /// Benchmark score, highest first; GPUs not benchmarked yet last.
+    Performance,
 }
 
 impl SortBy {
-    pub const ALL: [SortBy; 3] = [SortBy::Rank, SortBy::Price, SortBy::PerfPerDollar];
+    pub const ALL: [SortBy; 4] = [
+        SortBy::Rank,
+        SortBy::Price,
+        SortBy::PerfPerDollar,
+        SortBy::Performance,
+    ];
 
     /// The ordering key: smaller sorts first; ties go by GPU UUID.
     pub fn key(self, listing: &Listing) -> i64 {
@@ -403,6 +426,9 @@ impl SortBy {
             SortBy::PerfPerDollar => {
                 -i64::try_from(listing.tflops_per_usdc_milli).unwrap_or(i64::MAX)
             }
+            SortBy::Performance => listing
+                .performance_score_bp
+                .map_or(1, |score| -i64::try_from(score).unwrap_or(i64::MAX)),
         }
     }
 }
@@ -429,6 +455,7 @@ impl From<SortBy> for SortByKey {
             SortBy::Rank => 0,
             SortBy::Price => 1,
             SortBy::PerfPerDollar => 2,
+            SortBy::Performance => 3,
         })
     }
 }
@@ -616,6 +643,14 @@ impl ListingSnapshot {
                 if inputs.market.delisting(&gpu.gpu.gpu_uuid).is_some() {
                     hidden.push(Hidden::Delisted);
                 }
+                let benchmarked = inputs.market.benchmarks().gpu(&gpu.gpu.gpu_uuid);
+                if benchmarked.is_some_and(|b| b.hidden()) {
+                    hidden.push(Hidden::BenchmarkFailed);
+                }
+                let measured_fp16 = benchmarked
+                    .and_then(|b| b.latest.as_ref())
+                    .and_then(|l| l.recorded.run.figure(Metric::Fp16Tflops))
+                    .map(|f| u32::try_from(f.median_milli / 100).unwrap_or(u32::MAX));
                 if inputs.market.lease_of(&gpu.gpu.gpu_uuid).is_some() {
                     hidden.push(Hidden::Rented);
                 }
@@ -642,28 +677,33 @@ impl ListingSnapshot {
                     Some(_) => {}
                 }
                 let listing = match (offer.as_deref(), provider) {
-                    (Some(offer), Some(provider)) => offer.price.map(|price| Listing {
-                        gpu_uuid: Arc::clone(&uuid),
-                        machine_id: machine.machine_id,
-                        provider_id: machine.provider_id,
-                        model_id: Arc::clone(&offer.model_id),
-                        model_name: Arc::clone(&offer.model_name),
-                        vram_gb: offer.vram_gb,
-                        vram_mib: gpu.gpu.vram_mib,
-                        gpus_on_machine: 0,
-                        price,
-                        country: Arc::clone(&offer.country),
-                        region: Arc::clone(&offer.region),
-                        city: Arc::clone(&offer.city),
-                        region_key: Arc::clone(&offer.region_key),
-                        tier: provider.tier,
-                        commitment_months: provider.commitment_months,
-                        uptime_bp: machine_uptime,
-                        fp16_tflops_tenths: offer.fp16_tflops_tenths,
-                        tflops_per_usdc_milli: u64::from(offer.fp16_tflops_tenths) * 100_000_000
-                            / u64::try_from(price.micros().max(1)).unwrap_or(1),
-                        rank: RankBreakdown::default(),
-                        simulated: machine.simulated,
+                    (Some(offer), Some(provider)) => offer.price.map(|price| {
+                        let fp16_tflops_tenths = measured_fp16.unwrap_or(offer.fp16_tflops_tenths);
+                        Listing {
+                            gpu_uuid: Arc::clone(&uuid),
+                            machine_id: machine.machine_id,
+                            provider_id: machine.provider_id,
+                            model_id: Arc::clone(&offer.model_id),
+                            model_name: Arc::clone(&offer.model_name),
+                            vram_gb: offer.vram_gb,
+                            vram_mib: gpu.gpu.vram_mib,
+                            gpus_on_machine: 0,
+                            price,
+                            country: Arc::clone(&offer.country),
+                            region: Arc::clone(&offer.region),
+                            city: Arc::clone(&offer.city),
+                            region_key: Arc::clone(&offer.region_key),
+                            tier: provider.tier,
+                            commitment_months: provider.commitment_months,
+                            uptime_bp: machine_uptime,
+                            fp16_tflops_tenths,
+                            fp16_measured: measured_fp16.is_some(),
+                            performance_score_bp: benchmarked.and_then(|b| b.score_bp()),
+                            tflops_per_usdc_milli: u64::from(fp16_tflops_tenths) * 100_000_000
+                                / u64::try_from(price.micros().max(1)).unwrap_or(1),
+                            rank: RankBreakdown::default(),
+                            simulated: machine.simulated,
+                        }
                     }),
                     _ => None,
                 };
@@ -847,6 +887,8 @@ pub struct SearchFilter {
     pub min_gpus_on_machine: Option<u32>,
     /// Basis points; no listing has a reliability score yet, so any value above 0 matches none.
     pub min_reliability_bp: Option<u32>,
+    /// Basis points of the benchmark score; GPUs not benchmarked yet do not match.
+    pub min_performance_bp: Option<u64>,
 }
 
 impl SearchFilter {
@@ -866,6 +908,9 @@ impl SearchFilter {
                 .min_gpus_on_machine
                 .is_none_or(|n| listing.gpus_on_machine >= n)
             && self.min_reliability_bp.is_none_or(|r| r == 0)
+            && self
+                .min_performance_bp
+                .is_none_or(|p| listing.performance_score_bp.is_some_and(|s| s >= p))
     }
 }
 

@@ -35,6 +35,8 @@ pub enum AgentEventBody {
     JobStarted(JobStartedReport),
     /// A rental's workload stopped: completed, or interrupted with a cause and its evidence.
     JobEnded(JobEndedReport),
+    /// One run of the benchmark suite on one GPU (the event id is the run id).
+    BenchmarkRun(crate::benchmarks::BenchmarkRunReport),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -341,6 +341,7 @@ pub struct Approval {
     pub tier: String,
 }
 
+pub mod benchmarks;
 pub mod earnings;
 pub mod fleet;
 

@@ -144,9 +144,13 @@ pub struct ListingView {
     pub commitment_months: u32,
     /// Over the last 30 days, platform outages excluded.
     pub uptime_pct: String,
-    /// Datasheet dense FP16 tensor TFLOPS until benchmarks exist.
+    /// Dense FP16 tensor TFLOPS: the GPU's latest accepted benchmark figure, else the datasheet's.
     pub fp16_tflops: String,
+    /// `benchmark` (measured on this GPU) or `datasheet`.
     pub performance_source: String,
+    /// The benchmark score, percent of the model's reference (two decimals); `null` until the
+    /// GPU has an accepted run. `GET /v1/gpus/{gpu_uuid}/benchmarks` has its breakdown.
+    pub performance_score: Option<String>,
     pub tflops_per_usdc_hour: String,
     /// `null` until reliability scores exist.
     pub reliability_score: Option<String>,
