@@ -46,6 +46,9 @@ pub struct FileConfig {
     pub job_cpus_per_gpu: Option<String>,
     pub job_network: Option<String>,
     pub job_log_mib: Option<u64>,
+    pub benchmark_interval: Option<String>,
+    pub benchmark_suite_duration: Option<String>,
+    pub simulate_profiles: Option<String>,
 }
 
 /// What flags and the environment gave (clap fills these).
@@ -66,6 +69,9 @@ pub struct Overrides {
     pub job_cpus_per_gpu: Option<String>,
     pub job_network: Option<String>,
     pub job_log_mib: Option<u64>,
+    pub benchmark_interval: Option<String>,
+    pub benchmark_suite_duration: Option<String>,
+    pub simulate_profiles: Option<String>,
 }
 
 /// What the provider set for renters' containers; what is unset follows the host
@@ -95,6 +101,14 @@ pub struct Config {
     /// How often running jobs' usage counters are reported.
     pub usage_interval: Duration,
     pub jobs: JobSettings,
+    /// Re-tests of an idle GPU; `None`: only the first suite, re-tests on request and after a
+    /// driver change.
+    pub benchmark_interval: Option<Duration>,
+    /// How long a simulated suite holds its GPU.
+    pub simulated_suite: Duration,
+    /// Simulated GPUs' benchmark profiles by index (the others are healthy).
+    pub simulate_profiles:
+        std::collections::BTreeMap<u32, gpunex_domain::benchmark::simulated::Profile>,
 }
 
 impl Config {
@@ -179,6 +193,33 @@ impl Config {
         if !(1..=MAX_JOB_LOG_MIB).contains(&log_mib) {
             anyhow::bail!("job log bound must be 1 to {MAX_JOB_LOG_MIB} MiB, got {log_mib}");
         }
+        let benchmark_interval = match overrides
+            .benchmark_interval
+            .or(file.benchmark_interval)
+            .as_deref()
+        {
+            None => Some(crate::benchmarks::DEFAULT_BENCHMARK_INTERVAL),
+            Some("off") => None,
+            Some(text) => Some(
+                parse_duration(text)
+                    .map_err(|e| anyhow::anyhow!("benchmark interval: {e} (or `off`)"))?,
+            ),
+        };
+        let simulated_suite = interval(
+            overrides
+                .benchmark_suite_duration
+                .or(file.benchmark_suite_duration),
+            crate::benchmarks::DEFAULT_SIMULATED_SUITE,
+            "simulated benchmark suite duration",
+        )?;
+        let simulate_profiles = match overrides.simulate_profiles.or(file.simulate_profiles) {
+            Some(text) => crate::benchmarks::parse_profiles(&text)
+                .map_err(|e| anyhow::anyhow!("--simulate-profiles {e}"))?,
+            None => std::collections::BTreeMap::new(),
+        };
+        if !simulate_profiles.is_empty() && simulate.is_none() {
+            anyhow::bail!("--simulate-profiles needs --simulate");
+        }
         let jobs = JobSettings {
             memory_mib_per_gpu,
             cpu_millis_per_gpu,
@@ -186,6 +227,9 @@ impl Config {
             log_bytes: log_mib << 20,
         };
         Ok(Config {
+            benchmark_interval,
+            simulated_suite,
+            simulate_profiles,
             jobs,
             runtime,
             poll_interval,
@@ -245,7 +289,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("`{text}` needs a unit: ms, s or m"))?;
+        .ok_or_else(|| format!("`{text}` needs a unit: ms, s, m or h"))?;
     let (number, unit) = text.split_at(split);
     let number: u64 = number
         .parse()
@@ -254,7 +298,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "ms" => Duration::from_millis(number),
         "s" => Duration::from_secs(number),
         "m" => Duration::from_secs(number.saturating_mul(60)),
-        _ => return Err(format!("`{unit}` is not a unit: use ms, s or m")),
+        "h" => Duration::from_secs(number.saturating_mul(3_600)),
+        _ => return Err(format!("`{unit}` is not a unit: use ms, s, m or h")),
     };
     if duration < Duration::from_millis(100) {
         return Err("must be at least 100ms".to_owned());

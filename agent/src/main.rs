@@ -9,6 +9,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod benchmarks;
 mod client;
 mod clock;
 mod config;
@@ -41,7 +42,7 @@ use crate::detect::GpuSource;
     after_help = "Settings come from flags, then environment variables, then the config file \
                   (TOML; keys server_url, token, state_dir, heartbeat_interval, simulate, runtime, \
                   docker_socket, poll_interval, usage_interval, job_memory_mib_per_gpu, job_cpus_per_gpu, \
-                  job_network, job_log_mib), then defaults."
+                  job_network, job_log_mib, benchmark_interval, benchmark_suite_duration, simulate_profiles), then defaults."
 )]
 struct Cli {
     /// Config file (TOML). Default: /etc/gpunex/agent.toml when it exists.
@@ -107,6 +108,19 @@ struct Cli {
     /// MiB (1 to 64) [default: 4].
     #[arg(long, env = "GPUNEX_JOB_LOG_MIB", global = true)]
     job_log_mib: Option<u64>,
+    /// How often an idle GPU's benchmark suite runs again, e.g. `168h`, or `off` (the first
+    /// suite, re-tests asked for on the platform and after a driver change still run)
+    /// [default: 168h].
+    #[arg(long, env = "GPUNEX_BENCHMARK_INTERVAL", global = true)]
+    benchmark_interval: Option<String>,
+    /// With --simulate: how long a simulated benchmark suite holds its GPU [default: 150s].
+    #[arg(long, env = "GPUNEX_BENCHMARK_SUITE_DURATION", global = true)]
+    benchmark_suite_duration: Option<String>,
+    /// With --simulate: benchmark profiles of simulated GPUs by index, e.g.
+    /// `3:wrong_results,1:pcie_x8` (healthy, thermal_throttling, pcie_x8, low_memory_bandwidth,
+    /// lowered_power_limit, ecc_double_bit, fatal_xid, wrong_results); the others are healthy.
+    #[arg(long, env = "GPUNEX_SIMULATE_PROFILES", global = true)]
+    simulate_profiles: Option<String>,
     /// Log as one JSON object per line.
     #[arg(long, env = "GPUNEX_LOG_JSON", global = true)]
     log_json: bool,
@@ -262,6 +276,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         job_cpus_per_gpu: cli.job_cpus_per_gpu,
         job_network: cli.job_network,
         job_log_mib: cli.job_log_mib,
+        benchmark_interval: cli.benchmark_interval,
+        benchmark_suite_duration: cli.benchmark_suite_duration,
+        simulate_profiles: cli.simulate_profiles,
     })?;
     match cli.command {
         Command::Detect { json } => detect_command(&config, json),
@@ -460,6 +477,7 @@ async fn status_command(config: &Config, json: bool) -> anyhow::Result<()> {
         .transpose()?;
     let last = service::last_heartbeat(&queue)?;
     let rejected = queue.rejected(5)?;
+    let schedule = benchmarks::stored_schedule(&queue)?;
     let remote = match config.token() {
         Ok(token) => match client::Client::new(&config.server_url, token)?
             .machine()
@@ -497,6 +515,7 @@ async fn status_command(config: &Config, json: bool) -> anyhow::Result<()> {
                 "event_id": r.event_id, "kind": r.kind, "error": r.error,
             })).collect::<Vec<_>>(),
             "last_heartbeat": last,
+            "benchmarks": schedule,
             "platform": match &remote {
                 Ok(view) => serde_json::to_value(view)?,
                 Err(error) => serde_json::json!({ "error": error }),
@@ -539,6 +558,19 @@ async fn status_command(config: &Config, json: bool) -> anyhow::Result<()> {
         ),
         Err(error) => println!("platform  unknown: {error}"),
     }
+    let runs: u64 = schedule.gpus.values().map(|g| g.runs).sum();
+    let aborted: u64 = schedule.gpus.values().map(|g| g.aborted).sum();
+    println!(
+        "benchmark {} run(s) on {} GPU(s), {} aborted by rentals{}",
+        runs,
+        schedule.gpus.values().filter(|g| g.runs > 0).count(),
+        aborted,
+        schedule
+            .running
+            .as_deref()
+            .map(|gpu| format!("; running on {gpu}"))
+            .unwrap_or_default()
+    );
     match &docker {
         Some((socket, Ok(version))) => {
             println!("docker    API {version} at {}", socket.display());

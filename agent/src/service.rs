@@ -270,6 +270,25 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
         identity.machine_id,
         config.usage_interval,
     )?;
+    let suite = if source.is_simulated() {
+        crate::benchmarks::Suite::Simulated {
+            profiles: config.simulate_profiles.clone(),
+            duration: config.simulated_suite,
+        }
+    } else {
+        crate::benchmarks::Suite::Unavailable(
+            "this build of the agent has no benchmark suite for real GPUs yet (cuBLAS, NVML, storage and network); no run is reported, and the platform lists the GPU by its datasheet figures".to_owned(),
+        )
+    };
+    let mut benchmarks = crate::benchmarks::Benchmarks::open(
+        &queue,
+        suite,
+        identity.machine_id,
+        config.benchmark_interval,
+    )?;
+    // The GPUs renters hold, as the last answered assignments said.
+    let mut rented: BTreeSet<String> = BTreeSet::new();
+    let mut retests: Vec<gpunex_wire::fleet::RetestAssignment> = Vec::new();
     let mut previous: Vec<GpuSample> = Vec::new();
     let mut last_beat: Option<std::time::Instant> = None;
     let mut shutdown = std::pin::pin!(shutdown_signal());
@@ -284,12 +303,31 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
             &mut active,
         )?;
         let assignments = match client.assignments().await {
-            Ok(answer) => Some(answer.assignments),
+            Ok(answer) => {
+                rented = answer
+                    .assignments
+                    .iter()
+                    .filter(|a| a.status == "active")
+                    .flat_map(|a| a.gpu_uuids.iter().cloned())
+                    .collect();
+                retests = answer.retests;
+                Some(answer.assignments)
+            }
             Err(error) => {
                 tracing::warn!(%error, "cannot fetch assignments");
                 None
             }
         };
+        // Customers first: a rental that arrived stops a suite on its GPUs before its job starts.
+        if let Err(error) = benchmarks.step(
+            &mut queue,
+            crate::benchmarks::now_ms(),
+            &gpus,
+            &rented,
+            &retests,
+        ) {
+            tracing::warn!(%error, "benchmark suite step failed");
+        }
         jobs.step(&mut queue, assignments.as_deref(), &active)
             .await?;
         queue.set_state(ALIVE_KEY, &unix_ms().to_string())?;

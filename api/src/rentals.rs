@@ -507,13 +507,40 @@ fn assignments_of(state: &AppState, machine_id: Uuid) -> Vec<gpunex_wire::fleet:
 }
 
 /// A fingerprint of an answer, for long polls (change detection only).
-fn version_of(assignments: &[gpunex_wire::fleet::Assignment]) -> String {
+fn version_of(
+    assignments: &[gpunex_wire::fleet::Assignment],
+    retests: &[gpunex_wire::fleet::RetestAssignment],
+) -> String {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     serde_json::to_string(assignments)
         .unwrap_or_default()
         .hash(&mut hasher);
+    if !retests.is_empty() {
+        serde_json::to_string(retests)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+    }
     format!("{:016x}", hasher.finish())
+}
+
+/// The benchmark re-tests waiting for `machine_id`'s agent.
+fn retests_of(state: &AppState, machine_id: Uuid) -> Vec<gpunex_wire::fleet::RetestAssignment> {
+    let gpus: Vec<String> = state.credentials.with_fleet(|f| {
+        f.machine(&machine_id)
+            .map(|m| m.gpus.iter().map(|g| g.gpu.gpu_uuid.clone()).collect())
+            .unwrap_or_default()
+    });
+    state.credentials.with_market(|m| {
+        m.benchmarks()
+            .retests_of(&gpus)
+            .into_iter()
+            .map(|r| gpunex_wire::fleet::RetestAssignment {
+                gpu_uuid: r.gpu_uuid.clone(),
+                requested_at: crate::convert::timestamp(r.at.unix_micros()),
+            })
+            .collect()
+    })
 }
 
 /// `GET /v1/agent/assignments?since=V&wait_seconds=W`: the rentals this machine must run
@@ -567,7 +594,8 @@ pub async fn assignments(
     loop {
         positions.borrow_and_update();
         let now = assignments_of(&state, machine_id);
-        let version = version_of(&now);
+        let retests = retests_of(&state, machine_id);
+        let version = version_of(&now, &retests);
         if since != Some(&version)
             || wait == 0
             || !matches!(
@@ -577,6 +605,7 @@ pub async fn assignments(
         {
             return Ok(Json(gpunex_wire::fleet::Assignments {
                 assignments: now,
+                retests,
                 version,
             }));
         }

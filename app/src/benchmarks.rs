@@ -38,9 +38,15 @@ pub const ACTIONS_INTERVAL: Duration = Duration::from_secs(30);
 /// The answer of a benchmark command.
 pub type Outcome = Result<Result<Done, Rejection<BenchmarkRejection>>, AppError>;
 
-pub fn gpu_stream(gpu_uuid: &str) -> StreamId {
-    StreamId::parse(benchmark_log::gpu_stream_name(gpu_uuid))
-        .unwrap_or_else(|_| unreachable!("registered GPU UUIDs are valid in stream ids"))
+/// The GPU's benchmark stream, or a refusal naming the GPU when its UUID cannot name a stream
+/// (registration accepts only UUIDs that can).
+pub fn gpu_stream(gpu_uuid: &str) -> Result<StreamId, Rejection<BenchmarkRejection>> {
+    StreamId::parse(benchmark_log::gpu_stream_name(gpu_uuid)).map_err(|e| {
+        Rejection::Rule(BenchmarkRejection::Invalid {
+            field: "gpu_uuid".to_owned(),
+            reason: e.to_string(),
+        })
+    })
 }
 
 pub fn actions_stream() -> StreamId {
@@ -75,6 +81,10 @@ pub async fn record_run(
 ) -> Outcome {
     let models = exec.models();
     let stream = gpu_stream(&gpu.gpu_uuid);
+    let stream = match stream {
+        Ok(stream) => stream,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
     exec.execute(
         GPU_RETRY,
         || {
@@ -116,6 +126,10 @@ pub async fn request_retest(
 ) -> Outcome {
     let models = exec.models();
     let stream = gpu_stream(gpu_uuid);
+    let stream = match stream {
+        Ok(stream) => stream,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
     exec.execute(
         GPU_RETRY,
         || {
@@ -149,6 +163,10 @@ pub async fn change_override(
 ) -> Outcome {
     let models = exec.models();
     let stream = gpu_stream(gpu_uuid);
+    let stream = match stream {
+        Ok(stream) => stream,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
     exec.execute(
         GPU_RETRY,
         || {

@@ -275,6 +275,7 @@ try {
   agent = spawn(process.env.AGENT, [
     "run", "--server", base, "--state-dir", join(WORK, `agent-${label}`), "--simulate", "2xH100",
     "--runtime", "process", "--heartbeat-interval", "1s", "--poll-interval", "1s", "--usage-interval", "2s",
+    "--benchmark-suite-duration", "2s",
   ], { env: { ...process.env, GPUNEX_AGENT_TOKEN: agentToken }, stdio: ["ignore", "ignore", "pipe"] });
   let agentLog = "";
   agent.stderr.on("data", (chunk) => { agentLog = (agentLog + chunk).slice(-4000); });
@@ -475,8 +476,16 @@ try {
   await check(page, "payout-proof");
 
   // ---- The other tabs show what exists, and the marketplace. ----------------------------------
+  // Pruebas de rendimiento: the agent's suite ran on both GPUs (simulated, healthy): scores,
+  // verdicts, the figures against the reference, and a re-test asked for from the tab.
   await page.getByRole("link", { name: "Pruebas de rendimiento" }).click();
-  await page.getByText("TFLOPS FP16 (ficha técnica)").first().waitFor();
+  await page.getByRole("table", { name: "Puntuación de rendimiento por GPU" }).waitFor();
+  await page.getByRole("table", { name: /Últimas cifras de .* frente a la referencia/ }).first().waitFor();
+  assert.equal(await page.getByRole("table", { name: /Últimas cifras de/ }).count(), 2, "both GPUs benchmarked");
+  assert.ok(await page.locator(".badge").filter({ hasText: "Aprobada" }).first().isVisible());
+  assert.ok(await page.getByRole("cell", { name: "Productos de matrices FP16" }).first().isVisible());
+  await page.getByRole("button", { name: "Pedir una nueva prueba" }).first().click();
+  await page.getByText("Nueva prueba pedida").first().waitFor();
   await check(page, "benchmarks");
   await page.getByRole("link", { name: "Rendimiento", exact: true }).click();
   await page.getByRole("table", { name: "Tiempo en línea por máquina" }).waitFor();

@@ -43,6 +43,8 @@ pub struct SearchBenchArgs {
 
 const GPUS_PER_MACHINE: usize = 8;
 const MACHINES_PER_PROVIDER: usize = 5;
+/// GPUs of one provider ([`provider_events`]).
+pub(crate) const GPUS_PER_PROVIDER: usize = GPUS_PER_MACHINE * MACHINES_PER_PROVIDER;
 const REGIONS: [(&str, &str, &str); 12] = [
     ("Frankfurt", "DE", "Hesse"),
     ("Berlin", "DE", "Berlin"),
@@ -106,7 +108,7 @@ pub(crate) fn latency(clients: usize, mut samples: Vec<u64>, elapsed: Duration) 
 
 /// The events of one provider: an approved application for its model and region, its machines
 /// registered and online, a price, and (for one provider in four) a weekday schedule.
-fn provider_events(index: usize, at: Timestamp) -> Vec<StreamAppend> {
+pub(crate) fn provider_events(index: usize, at: Timestamp) -> Vec<StreamAppend> {
     let provider_id = Uuid::now_v7();
     let application_id = Uuid::now_v7();
     let model = &GPU_CATALOG[index % GPU_CATALOG.len()];

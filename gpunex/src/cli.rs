@@ -202,6 +202,13 @@ pub async fn simulate(database_url: &str, args: &SimulateArgs) -> anyhow::Result
         usdc(report.platform_fees_micro_usdc),
         report.invariant_checks
     );
+    println!(
+        "{} benchmark runs ({} GPUs degraded, repaired later): {} automatic delistings, {} relistings",
+        report.benchmark_runs,
+        report.degraded_gpus,
+        report.benchmark_delistings,
+        report.benchmark_relistings
+    );
     println!("content digest {}", report.content_digest);
     Ok(())
 }
@@ -515,6 +522,10 @@ pub enum BenchCommand {
     /// resident memory after the start and after load, dashboard and statement latency over
     /// HTTP, and the stored projection's catch-up beside a bare read of the log.
     Scale(crate::bench_scale::ScaleBenchArgs),
+    /// Benchmark scoring at fleet scale, in one process: 100,000 GPUs' runs decided, folded and
+    /// scored (beside decoding them alone), the automatic-action pass over the whole fleet, and
+    /// a listing search by score (beside the same search without it).
+    Benchmarks(crate::bench_benchmarks::BenchmarksBenchArgs),
     /// The server's time for each page of the web console (its API calls, in the stages the page
     /// makes them, and its shell) on a simulated database, acting as the busiest provider.
     Console(crate::bench_console::ConsoleBenchArgs),

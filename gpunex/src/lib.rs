@@ -8,6 +8,7 @@
 )]
 
 pub mod bench;
+pub mod bench_benchmarks;
 pub mod bench_console;
 pub mod bench_earnings;
 pub mod bench_payouts;

@@ -337,6 +337,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command: BenchCommand::Search(args),
         } => gpunex::bench_search::run(args).await?,
         Command::Bench {
+            command: BenchCommand::Benchmarks(args),
+        } => gpunex::bench_benchmarks::run(args).await?,
+        Command::Bench {
             command: BenchCommand::Earnings(args),
         } => gpunex::bench_earnings::run(&cli.database_url, args).await?,
         Command::Bench {

@@ -31,6 +31,8 @@ use gpunex_app::listings::ListingIndex;
 use gpunex_app::presence::FleetConfig;
 use gpunex_app::{AppError, ReadModels};
 use gpunex_domain::DomainEvent;
+use gpunex_domain::benchmark::simulated::{self, Profile};
+use gpunex_domain::benchmark_log::{Environment, Submitted};
 use gpunex_domain::clock::{ManualClock, SharedClock};
 use gpunex_domain::fleet::{
     DetectedGpu, FleetEvent, GpuCondition, GpuConditionChanged, HostInfo, PcieLink, Registration,
@@ -99,6 +101,14 @@ pub struct SimReport {
     pub platform_fees_micro_usdc: i64,
     /// Hourly reconciliations run, all clean.
     pub invariant_checks: u64,
+    /// Benchmark suites run on simulated GPUs (the first after registration, weekly re-tests of
+    /// idle GPUs, re-tests after a repair).
+    pub benchmark_runs: u64,
+    /// GPUs given a degraded benchmark profile at registration (repaired 1 to 3 days later).
+    pub degraded_gpus: u64,
+    /// Automatic delistings and relistings on the verdicts.
+    pub benchmark_delistings: u64,
+    pub benchmark_relistings: u64,
     /// SHA-256 over every stream (in name order) of its name and the SHA-256 of its events'
     /// types and payloads in stream order: equal for equal inputs.
     pub content_digest: String,
@@ -162,6 +172,18 @@ struct SimProvider {
     back_at: Option<Timestamp>,
     /// A GPU with an active fault, and when it clears.
     fault: Option<(String, Timestamp)>,
+    /// Each GPU's benchmark state.
+    bench: Vec<SimBench>,
+}
+
+/// A simulated GPU's benchmark profile and schedule.
+struct SimBench {
+    gpu_uuid: String,
+    profile: Profile,
+    /// When the provider repairs a degraded GPU (and asks for a re-test).
+    repair_at: Option<Timestamp>,
+    /// The next periodic suite.
+    next_at: Timestamp,
 }
 
 struct SimRental {
@@ -217,6 +239,8 @@ struct Simulation<'a> {
     platform: &'a Platform<'a>,
     config: &'a SimConfig,
     rng: Rng,
+    /// The benchmarks' own randomness, so the rest of a run draws what it drew before them.
+    bench_rng: Rng,
     providers: Vec<SimProvider>,
     renters: Vec<Uuid>,
     rentals: BTreeMap<Uuid, SimRental>,
@@ -398,6 +422,7 @@ impl Simulation<'_> {
             online: true,
             back_at: None,
             fault: None,
+            bench: Vec::new(),
         });
         let p = self.providers.len() - 1;
         let platform = self.platform;
@@ -413,7 +438,140 @@ impl Simulation<'_> {
         gpunex_app::fleet::heartbeat_online(&platform.exec(), machine_id).await?;
         // A price near the model's typical one, to the cent.
         let cents = base_price / 10_000 * (80 + self.rng.below(46) as i64) / 100;
-        self.set_price(p, cents).await
+        self.set_price(p, cents).await?;
+        // The agent's first suite on each GPU; about one GPU in twelve is degraded, and its
+        // provider repairs it one to three days later.
+        for gpu in &detected {
+            let degraded = self.bench_rng.chance(83_000);
+            let profile = if degraded {
+                Profile::ALL[1 + self.bench_rng.below(Profile::ALL.len() as u64 - 1) as usize]
+            } else {
+                Profile::Healthy
+            };
+            let repair_at =
+                degraded.then(|| at_plus(t0, 86_400 * (1 + self.bench_rng.below(3) as i64)));
+            let next_at = at_plus(
+                t0,
+                7 * 86_400 + self.bench_rng.below(7 * 86_400 / 10) as i64,
+            );
+            self.report.degraded_gpus += u64::from(degraded);
+            self.providers[p].bench.push(SimBench {
+                gpu_uuid: gpu.gpu_uuid.clone(),
+                profile,
+                repair_at,
+                next_at,
+            });
+            self.benchmark(p, self.providers[p].bench.len() - 1, t0)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The provider's agent runs the suite on GPU `g` at `at` (a run of its profile).
+    async fn benchmark(&mut self, p: usize, g: usize, at: Timestamp) -> anyhow::Result<()> {
+        let platform = self.platform;
+        let provider = &self.providers[p];
+        let bench = &provider.bench[g];
+        let Some(gpu) = gpunex_app::benchmarks::benched_gpu(
+            &platform.models,
+            provider.machine_id,
+            &bench.gpu_uuid,
+        ) else {
+            anyhow::bail!("simulated GPU {} is not registered", bench.gpu_uuid);
+        };
+        let catalog = GPU_CATALOG
+            .iter()
+            .find(|m| m.id == provider.model_id)
+            .ok_or_else(|| anyhow::anyhow!("{} is not in the catalog", provider.model_id))?;
+        let run = simulated::run(
+            catalog,
+            &catalog.variants[0],
+            &bench.gpu_uuid,
+            bench.profile,
+            self.bench_rng.next(),
+        );
+        let submitted = Submitted {
+            run_id: self.bench_rng.uuid(at),
+            simulated_profile: Some(bench.profile.name().to_owned()),
+            environment: Environment {
+                driver_version: "550.54.15".to_owned(),
+                cuda_version: "12.4".to_owned(),
+                sm_clock_mhz: 1_755,
+                memory_clock_mhz: 2_619,
+                idle_temperature_c: 34,
+                mig_enabled: false,
+                sustained_seconds: 60,
+            },
+            run,
+            started_at: at_plus(at, -150),
+            finished_at: at,
+        };
+        let machine_id = provider.machine_id;
+        match gpunex_app::benchmarks::record_run(
+            &platform.exec(),
+            submitted.run_id,
+            &agent(machine_id),
+            &gpu,
+            &submitted,
+        )
+        .await?
+        {
+            Ok(_) => self.report.benchmark_runs += 1,
+            Err(rejection) => refused(&mut self.report, "benchmark run", &rejection),
+        }
+        Ok(())
+    }
+
+    /// Benchmarks at `at`: repaired GPUs' providers ask for a re-test, which runs; idle GPUs
+    /// whose week is up run their periodic suite; on the hour, the automatic listing actions.
+    async fn benchmarks(&mut self, at: Timestamp, on_the_hour: bool) -> anyhow::Result<()> {
+        let platform = self.platform;
+        for p in 0..self.providers.len() {
+            if !self.providers[p].online {
+                continue;
+            }
+            for g in 0..self.providers[p].bench.len() {
+                let (gpu_uuid, repair_at, next_at) = {
+                    let b = &self.providers[p].bench[g];
+                    (b.gpu_uuid.clone(), b.repair_at, b.next_at)
+                };
+                let rented = platform
+                    .models
+                    .with_market(|m| m.lease_of(&gpu_uuid).is_some());
+                if rented {
+                    continue;
+                }
+                if repair_at.is_some_and(|r| r <= at) {
+                    let bench = &mut self.providers[p].bench[g];
+                    bench.profile = Profile::Healthy;
+                    bench.repair_at = None;
+                    let provider_id = self.providers[p].provider_id;
+                    let meta = Metadata::actor(format!("provider:{provider_id}"));
+                    if let Err(rejection) = gpunex_app::benchmarks::request_retest(
+                        &platform.exec(),
+                        &gpu_uuid,
+                        provider_id,
+                        false,
+                        "repaired: replaced the part the benchmark named",
+                        &meta,
+                    )
+                    .await?
+                    {
+                        refused(&mut self.report, "re-test request", &rejection);
+                    }
+                    self.benchmark(p, g, at).await?;
+                } else if next_at <= at {
+                    self.providers[p].bench[g].next_at = at_plus(at, 7 * 86_400);
+                    self.benchmark(p, g, at).await?;
+                }
+            }
+        }
+        if on_the_hour {
+            let done = gpunex_app::benchmarks::actions_pass(&platform.exec()).await?;
+            self.report.benchmark_delistings += done.delisted as u64;
+            self.report.benchmark_relistings += done.relisted as u64;
+        }
+        Ok(())
     }
 
     /// Every online provider's agent heartbeats at the clock's now, the step's heartbeats
@@ -581,6 +739,7 @@ impl Simulation<'_> {
             }
         }
 
+        self.benchmarks(at, on_the_hour).await?;
         if on_the_hour {
             self.rent(at).await?;
         }
@@ -884,6 +1043,9 @@ pub async fn simulate(
         platform: &platform,
         config,
         rng: Rng(gpunex_domain::splitmix::SplitMix64(config.seed)),
+        bench_rng: Rng(gpunex_domain::splitmix::SplitMix64(
+            config.seed ^ 0x6265_6e63_6821_0018,
+        )),
         providers: Vec::new(),
         renters: Vec::new(),
         rentals: BTreeMap::new(),

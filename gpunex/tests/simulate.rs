@@ -29,6 +29,13 @@ async fn a_simulated_marketplace_is_deterministic_and_reconciles(db: &TestDb) {
     // Every command the simulated parties sent was taken: they ask only for what is offered.
     assert_eq!(report.refused, 0, "{report:?}");
     assert!(report.completed > 0 && report.outages > 0, "{report:?}");
+    // Every GPU ran its first suite; a delisting needs a degraded GPU, a relisting a delisting.
+    assert!(report.benchmark_runs >= 24, "{report:?}");
+    assert!(
+        report.benchmark_delistings <= report.degraded_gpus
+            && report.benchmark_relistings <= report.benchmark_delistings,
+        "{report:?}"
+    );
     assert!(
         report.rentals > 10 && report.invariant_checks == 48,
         "{report:?}"

@@ -68,8 +68,19 @@ pub struct JobEndedReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Assignments {
     pub assignments: Vec<Assignment>,
+    /// Benchmark re-tests the provider or an admin asked for on this machine's GPUs, not yet
+    /// answered by a run: the agent runs the suite on each when the GPU is free.
+    #[serde(default)]
+    pub retests: Vec<RetestAssignment>,
     /// Identifies this answer: pass it as `since` to wait for a different one.
     pub version: String,
+}
+
+/// A waiting re-test of one GPU; `requested_at` identifies the request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RetestAssignment {
+    pub gpu_uuid: String,
+    pub requested_at: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -1,0 +1,450 @@
+//! The benchmark suite's schedule on this machine (issue 18): the first suite on each GPU right
+//! after registration, then a re-test every `--benchmark-interval` (spread by a per-GPU offset
+//! so a fleet never tests at once), after a driver change, and when the platform asks for one
+//! (the provider or an admin); only while the GPU is not rented, and a rental that arrives
+//! aborts a running suite at once (customers first). Results go through the durable queue like
+//! every report, so a platform that cannot be reached loses none.
+//!
+//! Simulated GPUs (`--simulate`) produce runs from named profiles
+//! (`gpunex_domain::benchmark::simulated`, `--simulate-profiles 3:wrong_results`), each marked
+//! with its profile. The suite on real GPUs (cuBLAS GEMMs, device and host-device bandwidth,
+//! the sustained phase, storage and network) is not in this build: on a real machine the agent
+//! says so once and reports no run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use gpunex_domain::benchmark::simulated::{self, Profile};
+use gpunex_domain::fleet::DetectedGpu;
+use gpunex_domain::gpu::{GPU_CATALOG, GpuModel, GpuVariant, find_model};
+use gpunex_wire::benchmarks::{BenchmarkRunReport, Environment};
+use gpunex_wire::fleet::{AgentEvent, AgentEventBody, RetestAssignment};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::clock::unix_ms;
+use crate::queue::Queue;
+
+/// The agent state key of the schedule.
+pub const BENCHMARKS_KEY: &str = "benchmarks";
+/// Re-tests of an idle GPU: weekly.
+pub const DEFAULT_BENCHMARK_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3_600);
+/// How long a simulated suite holds its GPU (the standard suite's target on a real one).
+pub const DEFAULT_SIMULATED_SUITE: Duration = Duration::from_secs(150);
+
+/// What the agent remembers between runs, per GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuSchedule {
+    pub last_finished_ms: Option<i64>,
+    /// The driver the last suite ran under.
+    pub driver: Option<String>,
+    /// The platform's re-test request the last suite answered (its `requested_at`).
+    pub answered_request: Option<String>,
+    /// Suites a rental interrupted.
+    pub aborted: u64,
+    pub runs: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub gpus: BTreeMap<String, GpuSchedule>,
+    /// The GPU a suite runs on now (`gpunex-agent status` shows it). A suite does not survive a
+    /// restart: it starts again from the beginning.
+    #[serde(default)]
+    pub running: Option<String>,
+}
+
+/// Why a GPU's suite is due now, if it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// The GPU has never been tested.
+    First,
+    /// The platform asked (its provider or an admin).
+    Requested,
+    /// The driver changed since the last suite.
+    DriverChanged,
+    /// The interval (with its per-GPU offset) has passed.
+    Periodic,
+}
+
+/// A GPU's offset in `[0, interval / 10)`, from its UUID: the same GPU always waits the same
+/// extra time, and GPUs registered together test apart.
+pub fn spread_ms(gpu_uuid: &str, interval_ms: i64) -> i64 {
+    // FNV-1a: stable across builds and platforms.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in gpu_uuid.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let window = u64::try_from(interval_ms / 10).unwrap_or(0).max(1);
+    i64::try_from(hash % window).unwrap_or(0)
+}
+
+/// Whether `gpu`'s suite is due at `now_ms`, and why. `interval_ms` 0: no periodic re-test.
+pub fn due(
+    schedule: &GpuSchedule,
+    gpu_uuid: &str,
+    driver: &str,
+    request: Option<&str>,
+    now_ms: i64,
+    interval_ms: i64,
+) -> Option<Due> {
+    let Some(last) = schedule.last_finished_ms else {
+        return Some(Due::First);
+    };
+    if let Some(requested_at) = request
+        && schedule.answered_request.as_deref() != Some(requested_at)
+    {
+        return Some(Due::Requested);
+    }
+    if schedule.driver.as_deref() != Some(driver) {
+        return Some(Due::DriverChanged);
+    }
+    if interval_ms > 0 && now_ms >= last + interval_ms + spread_ms(gpu_uuid, interval_ms) {
+        return Some(Due::Periodic);
+    }
+    None
+}
+
+/// A suite running on one GPU.
+#[derive(Debug, Clone)]
+struct Running {
+    gpu: DetectedGpu,
+    why: Due,
+    request: Option<String>,
+    started_ms: i64,
+    started_at: String,
+}
+
+/// What the suite runs on: simulated GPUs and their profiles, or nothing (with why).
+#[derive(Debug, Clone)]
+pub enum Suite {
+    Simulated {
+        /// Profiles by GPU index; the others are healthy.
+        profiles: BTreeMap<u32, Profile>,
+        duration: Duration,
+    },
+    Unavailable(String),
+}
+
+/// What one step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Idle,
+    Started { gpu_uuid: String, why: Due },
+    Running,
+    Finished { gpu_uuid: String, run_id: Uuid },
+    Aborted { gpu_uuid: String },
+}
+
+pub struct Benchmarks {
+    schedule: Schedule,
+    running: Option<Running>,
+    suite: Suite,
+    machine_id: Uuid,
+    interval_ms: i64,
+    told_unavailable: bool,
+}
+
+impl Benchmarks {
+    /// Loads the schedule from the agent's state.
+    pub fn open(
+        queue: &Queue,
+        suite: Suite,
+        machine_id: Uuid,
+        interval: Option<Duration>,
+    ) -> anyhow::Result<Benchmarks> {
+        let mut schedule = stored_schedule(queue)?;
+        schedule.running = None;
+        Ok(Benchmarks {
+            schedule,
+            running: None,
+            suite,
+            machine_id,
+            interval_ms: interval.map_or(0, |i| i64::try_from(i.as_millis()).unwrap_or(i64::MAX)),
+            told_unavailable: false,
+        })
+    }
+
+    /// One step at `now_ms`: a running suite is aborted when its GPU is rented (`busy`), or
+    /// finished and queued when its time is up; otherwise the first due GPU that is not rented
+    /// starts. `retests`: the platform's waiting requests for this machine.
+    pub fn step(
+        &mut self,
+        queue: &mut Queue,
+        now_ms: i64,
+        gpus: &[DetectedGpu],
+        busy: &BTreeSet<String>,
+        retests: &[RetestAssignment],
+    ) -> anyhow::Result<Step> {
+        let (profiles, duration) = match &self.suite {
+            Suite::Simulated { profiles, duration } => (profiles.clone(), *duration),
+            Suite::Unavailable(why) => {
+                if !self.told_unavailable {
+                    self.told_unavailable = true;
+                    tracing::warn!("no benchmark suite: {why}");
+                }
+                return Ok(Step::Idle);
+            }
+        };
+        if let Some(running) = self.running.clone() {
+            let gpu_uuid = running.gpu.gpu_uuid.clone();
+            if busy.contains(&gpu_uuid) {
+                self.running = None;
+                self.schedule.running = None;
+                self.schedule
+                    .gpus
+                    .entry(gpu_uuid.clone())
+                    .or_default()
+                    .aborted += 1;
+                queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
+                tracing::info!(gpu = %gpu_uuid, "a rental arrived: benchmark suite aborted (customers first); it runs again when the GPU is free");
+                return Ok(Step::Aborted { gpu_uuid });
+            }
+            let duration_ms = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+            if now_ms < running.started_ms.saturating_add(duration_ms) {
+                return Ok(Step::Running);
+            }
+            let run_id = Uuid::now_v7();
+            let profile = profiles
+                .get(&running.gpu.index)
+                .copied()
+                .unwrap_or(Profile::Healthy);
+            let entry = self.schedule.gpus.entry(gpu_uuid.clone()).or_default();
+            let report =
+                simulated_report(self.machine_id, &running, profile, entry.runs, duration)?;
+            entry.runs += 1;
+            entry.last_finished_ms = Some(now_ms);
+            entry.driver = Some(driver_of(&running.gpu));
+            if running.why == Due::Requested {
+                entry.answered_request.clone_from(&running.request);
+            }
+            self.schedule.running = None;
+            let event = AgentEvent {
+                event_id: run_id,
+                occurred_at: crate::clock::now_text(),
+                body: AgentEventBody::BenchmarkRun(report),
+            };
+            // The result and the schedule that counts it, in one transaction.
+            queue.enqueue_with_state(
+                &event,
+                BENCHMARKS_KEY,
+                &serde_json::to_string(&self.schedule)?,
+            )?;
+            self.running = None;
+            tracing::info!(gpu = %gpu_uuid, profile = profile.name(), "benchmark suite finished: result queued");
+            return Ok(Step::Finished { gpu_uuid, run_id });
+        }
+        for gpu in gpus {
+            if busy.contains(&gpu.gpu_uuid) {
+                continue;
+            }
+            let request = retests
+                .iter()
+                .find(|r| r.gpu_uuid == gpu.gpu_uuid)
+                .map(|r| r.requested_at.clone());
+            let schedule = self
+                .schedule
+                .gpus
+                .get(&gpu.gpu_uuid)
+                .cloned()
+                .unwrap_or_default();
+            let Some(why) = due(
+                &schedule,
+                &gpu.gpu_uuid,
+                &driver_of(gpu),
+                request.as_deref(),
+                now_ms,
+                self.interval_ms,
+            ) else {
+                continue;
+            };
+            tracing::info!(gpu = %gpu.gpu_uuid, ?why, "benchmark suite started");
+            self.schedule.running = Some(gpu.gpu_uuid.clone());
+            queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
+            self.running = Some(Running {
+                gpu: gpu.clone(),
+                why,
+                request,
+                started_ms: now_ms,
+                started_at: crate::clock::now_text(),
+            });
+            return Ok(Step::Started {
+                gpu_uuid: gpu.gpu_uuid.clone(),
+                why,
+            });
+        }
+        Ok(Step::Idle)
+    }
+}
+
+/// The schedule as the state file keeps it (`gpunex-agent status` reads it).
+pub fn stored_schedule(queue: &Queue) -> anyhow::Result<Schedule> {
+    Ok(queue
+        .get_state(BENCHMARKS_KEY)?
+        .map(|text| serde_json::from_str(&text))
+        .transpose()?
+        .unwrap_or_default())
+}
+
+fn driver_of(gpu: &DetectedGpu) -> String {
+    gpu.driver_version
+        .clone()
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The catalog model and variant a detected GPU is: by PCI device id, else by name.
+fn model_of(gpu: &DetectedGpu) -> Option<(&'static GpuModel, &'static GpuVariant)> {
+    if let Some(device) = gpu.pci_device_id {
+        for model in GPU_CATALOG {
+            if let Some(variant) = model
+                .variants
+                .iter()
+                .find(|v| v.pci_device_id == Some(device))
+            {
+                return Some((model, variant));
+            }
+        }
+    }
+    let model = find_model(&gpu.name)?;
+    Some((model, model.variants.first()?))
+}
+
+/// A simulated run's report, marked with its profile.
+fn simulated_report(
+    machine_id: Uuid,
+    running: &Running,
+    profile: Profile,
+    runs_before: u64,
+    duration: Duration,
+) -> anyhow::Result<BenchmarkRunReport> {
+    let gpu = &running.gpu;
+    let (model, variant) = model_of(gpu).ok_or_else(|| {
+        anyhow::anyhow!(
+            "simulated GPU {} is not a catalog model: nothing to simulate",
+            gpu.name
+        )
+    })?;
+    // A different seed each run of each GPU: healthy runs vary like real ones.
+    let seed =
+        spread_ms(&gpu.gpu_uuid, i64::MAX).unsigned_abs() ^ runs_before.wrapping_mul(0x9e37_79b9);
+    let run = simulated::run(model, variant, &gpu.gpu_uuid, profile, seed);
+    Ok(BenchmarkRunReport {
+        machine_id,
+        gpu_uuid: gpu.gpu_uuid.clone(),
+        simulated_profile: Some(profile.name().to_owned()),
+        environment: Environment {
+            driver_version: driver_of(gpu),
+            cuda_version: gpu
+                .cuda_driver_version
+                .clone()
+                .unwrap_or_else(|| "unknown".to_owned()),
+            sm_clock_mhz: 1_755,
+            memory_clock_mhz: 2_619,
+            idle_temperature_c: 34,
+            mig_enabled: gpu.mig_enabled.unwrap_or(false),
+            sustained_seconds: u32::try_from(duration.as_secs() / 2).unwrap_or(u32::MAX),
+        },
+        run,
+        started_at: running.started_at.clone(),
+        finished_at: crate::clock::now_text(),
+    })
+}
+
+/// `3:wrong_results,1:pcie_x8`: profiles by simulated GPU index.
+pub fn parse_profiles(text: &str) -> Result<BTreeMap<u32, Profile>, String> {
+    let mut profiles = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (index, name) = part
+            .split_once(':')
+            .ok_or_else(|| format!("`{part}`: write INDEX:PROFILE, e.g. 3:wrong_results"))?;
+        let index: u32 = index
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{part}`: the GPU index is not a whole number"))?;
+        let profile = Profile::parse(name.trim()).ok_or_else(|| {
+            format!(
+                "`{name}` is not a profile; choose from {}",
+                Profile::ALL.map(Profile::name).join(", ")
+            )
+        })?;
+        if profiles.insert(index, profile).is_some() {
+            return Err(format!("GPU {index} is given twice"));
+        }
+    }
+    Ok(profiles)
+}
+
+/// Now, for the service loop.
+pub fn now_ms() -> i64 {
+    unix_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: i64 = 3_600_000;
+
+    #[test]
+    fn a_gpu_is_due_first_then_on_request_driver_change_or_after_its_interval() {
+        let fresh = GpuSchedule::default();
+        assert_eq!(
+            due(&fresh, "GPU-a", "550", None, 0, 168 * HOUR),
+            Some(Due::First)
+        );
+        let tested = GpuSchedule {
+            last_finished_ms: Some(0),
+            driver: Some("550".to_owned()),
+            ..GpuSchedule::default()
+        };
+        assert_eq!(due(&tested, "GPU-a", "550", None, HOUR, 168 * HOUR), None);
+        assert_eq!(
+            due(&tested, "GPU-a", "555", None, HOUR, 168 * HOUR),
+            Some(Due::DriverChanged)
+        );
+        assert_eq!(
+            due(&tested, "GPU-a", "550", Some("t1"), HOUR, 168 * HOUR),
+            Some(Due::Requested)
+        );
+        let answered = GpuSchedule {
+            answered_request: Some("t1".to_owned()),
+            ..tested.clone()
+        };
+        assert_eq!(
+            due(&answered, "GPU-a", "550", Some("t1"), HOUR, 168 * HOUR),
+            None
+        );
+        let after = 168 * HOUR + spread_ms("GPU-a", 168 * HOUR);
+        assert_eq!(
+            due(&tested, "GPU-a", "550", None, after - 1, 168 * HOUR),
+            None
+        );
+        assert_eq!(
+            due(&tested, "GPU-a", "550", None, after, 168 * HOUR),
+            Some(Due::Periodic)
+        );
+        // Periodic re-tests off.
+        assert_eq!(due(&tested, "GPU-a", "550", None, 1_000 * HOUR, 0), None);
+    }
+
+    #[test]
+    fn gpus_registered_together_test_apart() {
+        let interval = 168 * HOUR;
+        let offsets: BTreeSet<i64> = (0..64)
+            .map(|i| spread_ms(&format!("GPU-{i:04}"), interval))
+            .collect();
+        assert!(offsets.len() > 60, "{offsets:?}");
+        assert!(offsets.iter().all(|o| (0..interval / 10).contains(o)));
+    }
+
+    #[test]
+    fn profiles_parse_by_index() {
+        let profiles = parse_profiles("3:wrong_results, 1:pcie_x8").unwrap();
+        assert_eq!(profiles.get(&3), Some(&Profile::WrongResults));
+        assert_eq!(profiles.get(&1), Some(&Profile::PcieX8));
+        assert!(parse_profiles("3:broken").is_err());
+        assert!(parse_profiles("x:healthy").is_err());
+        assert!(parse_profiles("1:healthy,1:pcie_x8").is_err());
+    }
+}
