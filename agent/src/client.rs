@@ -133,6 +133,45 @@ impl Client {
         }
     }
 
+    /// One small round trip to the platform (`GET /healthz`), for the network figures.
+    pub async fn ping(&self) -> Result<(), SendError> {
+        self.call_bytes(reqwest::Method::GET, "/healthz", None::<&()>)
+            .await
+            .map(|_| ())
+    }
+
+    /// Downloads `bytes` from the platform's speed test; answers how many arrived. A download
+    /// may take longer than other requests: up to a minute.
+    pub async fn speedtest(&self, bytes: u64) -> Result<u64, SendError> {
+        let url = format!("{}/v1/agent/speedtest?bytes={bytes}", self.base);
+        let unreachable = |e: reqwest::Error| SendError::Unreachable {
+            url: url.clone(),
+            reason: e.without_url().to_string(),
+        };
+        let mut response = self
+            .http
+            .get(&url)
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(unreachable)?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(SendError::Refused {
+                url: url.clone(),
+                status: status.as_u16(),
+                code: String::new(),
+                detail: format!("the speed test answered {status}"),
+            });
+        }
+        let mut received = 0_u64;
+        while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+            received += chunk.len() as u64;
+        }
+        Ok(received)
+    }
+
     pub async fn identity(&self) -> Result<AgentIdentity, SendError> {
         self.call(reqwest::Method::GET, "/v1/agent/identity", None::<&()>)
             .await

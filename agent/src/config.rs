@@ -374,6 +374,7 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("15").is_err());
         assert!(parse_duration("10ms").is_err());
-        assert!(parse_duration("1h").is_err());
+        assert_eq!(parse_duration("168h"), Ok(Duration::from_secs(168 * 3_600)));
+        assert!(parse_duration("1d").is_err());
     }
 }

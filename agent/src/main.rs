@@ -16,6 +16,7 @@ mod config;
 mod detect;
 mod guard;
 mod host;
+mod hostbench;
 mod joblog;
 mod jobs;
 mod queue;
@@ -153,6 +154,28 @@ enum Command {
     },
     /// Check that the GPUnex server answers, and print its version.
     Ping,
+    /// Measure this host as the benchmark suite does: storage (O_DIRECT, 1 MiB blocks, several
+    /// threads, every block read back and checked) in the state directory, and the network to
+    /// the platform (round trip, parallel downloads). Needs the agent token for the network.
+    BenchHost {
+        /// How much the storage test writes and reads back, MiB.
+        #[arg(long, default_value_t = 1_024)]
+        storage_mib: u64,
+        /// Threads writing and reading at once.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Parallel downloads for the throughput.
+        #[arg(long, default_value_t = 4)]
+        streams: usize,
+        /// MiB each download fetches (at most 64).
+        #[arg(long, default_value_t = 16)]
+        download_mib: u64,
+        /// Trials of each measure (the figures are their median and spread).
+        #[arg(long, default_value_t = 3)]
+        trials: u32,
+        #[arg(long)]
+        json: bool,
+    },
     /// The container's health check: exits 0 while the service's loop has run in the last
     /// [`service::ALIVE_WITHIN`] and a heartbeat was acknowledged in the last
     /// [`service::REACHED_WITHIN`]; 1 otherwise, with one sentence saying which.
@@ -284,6 +307,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Detect { json } => detect_command(&config, json),
         Command::Register { force } => register_command(&config, force).await,
         Command::Run => service::run(&config).await,
+        Command::BenchHost {
+            storage_mib,
+            threads,
+            streams,
+            download_mib,
+            trials,
+            json,
+        } => {
+            bench_host(
+                &config,
+                storage_mib,
+                threads,
+                streams,
+                download_mib,
+                trials,
+                json,
+            )
+            .await
+        }
         Command::Status { json } => status_command(&config, json).await,
         Command::Ping => ping(&config).await,
         Command::Health => service::health(&config, crate::clock::unix_ms()),
@@ -580,6 +622,64 @@ async fn status_command(config: &Config, json: bool) -> anyhow::Result<()> {
         }
         None => println!("docker    not used (process runtime)"),
     }
+    Ok(())
+}
+
+async fn bench_host(
+    config: &Config,
+    storage_mib: u64,
+    threads: usize,
+    streams: usize,
+    download_mib: u64,
+    trials: u32,
+    json: bool,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=65_536).contains(&storage_mib),
+        "--storage-mib: 1 to 65536"
+    );
+    anyhow::ensure!((1..=64).contains(&download_mib), "--download-mib: 1 to 64");
+    anyhow::ensure!((1..=20).contains(&trials), "--trials: 1 to 20");
+    std::fs::create_dir_all(&config.state_dir)?;
+    let dir = config.state_dir.clone();
+    let storage = tokio::task::spawn_blocking(move || {
+        hostbench::storage(&dir, storage_mib << 20, threads, trials)
+    })
+    .await??;
+    let client = client::Client::new(&config.server_url, config.token()?)?;
+    let network = hostbench::network(&client, 20, streams, download_mib << 20, trials).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "storage": storage,
+                "network": network,
+            }))?
+        );
+        return Ok(());
+    }
+    let whole = |milli: u64| format!("{}.{}", milli / 1_000, milli % 1_000 / 100);
+    println!(
+        "storage   write {} MB/s, read {} MB/s (median of {}; {} MiB, {} threads, {})",
+        whole(storage.write.median_milli),
+        whole(storage.read.median_milli),
+        storage.read.trials,
+        storage.bytes >> 20,
+        storage.threads,
+        if storage.direct {
+            "O_DIRECT"
+        } else {
+            "buffered: this file system refuses O_DIRECT"
+        }
+    );
+    println!(
+        "network   round trip {} us (median of {}), throughput {} Mbit/s ({} streams of {} MiB)",
+        whole(network.rtt.median_milli),
+        network.rtt.trials,
+        whole(network.throughput.median_milli),
+        network.streams,
+        network.bytes_per_stream >> 20
+    );
     Ok(())
 }
 

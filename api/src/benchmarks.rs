@@ -398,3 +398,72 @@ pub async fn resume(
     }
     Ok(Json(delisting(&state)))
 }
+
+/// The most one speed-test download sends.
+pub const SPEEDTEST_BYTES_MAX: u64 = 64 << 20;
+/// What a download sends when `bytes` is not given.
+pub const SPEEDTEST_BYTES_DEFAULT: u64 = 8 << 20;
+
+/// `GET /v1/agent/speedtest?bytes=N`: `N` bytes (zeros) for the benchmark suite's network
+/// throughput, streamed from a shared 64 KiB buffer (a download costs the server no memory).
+#[utoipa::path(
+    get,
+    path = "/v1/agent/speedtest",
+    operation_id = "benchmarks_speedtest",
+    tag = "benchmarks",
+    summary = "bytes to download for the benchmark suite's network throughput (agents)",
+    params(("bytes" = Option<u64>, Query, minimum = 1, maximum = 67108864, description = "how many bytes (default 8 MiB, at most 64 MiB)")),
+    responses((status = 200, description = "the bytes asked for", content_type = "application/octet-stream", body = String)),
+)]
+pub async fn speedtest(
+    caller: Caller,
+    crate::params::Query(query): crate::params::Query,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    // Only agents (the route's roles); the caller is named so the guard's check is explicit.
+    let _ = caller;
+    if let Some(key) = query.keys().find(|k| k.as_str() != "bytes") {
+        return Err(ApiError::query(
+            key,
+            ErrorCode::UnknownParameter,
+            "known: bytes",
+        ));
+    }
+    let bytes = match query.get("bytes") {
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (1..=SPEEDTEST_BYTES_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::query(
+                    "bytes",
+                    ErrorCode::OutOfRange,
+                    format!("a whole number from 1 to {SPEEDTEST_BYTES_MAX}"),
+                )
+            })?,
+        None => SPEEDTEST_BYTES_DEFAULT,
+    };
+    static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+    let chunks = bytes.div_ceil(ZEROS.len() as u64);
+    let last = bytes - (chunks - 1) * ZEROS.len() as u64;
+    let stream = futures_util::stream::iter((0..chunks).map(move |i| {
+        let len = if i + 1 == chunks {
+            usize::try_from(last).unwrap_or(ZEROS.len())
+        } else {
+            ZEROS.len()
+        };
+        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from_static(&ZEROS[..len]))
+    }));
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/octet-stream".to_owned(),
+            ),
+            (axum::http::header::CONTENT_LENGTH, bytes.to_string()),
+            (axum::http::header::CACHE_CONTROL, "no-store".to_owned()),
+        ],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response())
+}

@@ -125,6 +125,7 @@ pub fn endpoints() -> crate::routes::Routes {
         .add(ADMIN, routes!(crate::benchmarks::override_verdict))
         .add(ADMIN, routes!(crate::benchmarks::delisting_state))
         .add(ADMIN, routes!(crate::benchmarks::resume))
+        .add(AGENT, routes!(crate::benchmarks::speedtest))
 }
 
 /// `GET /agent/install.sh`: the agent installer for this platform (`crate::installer`).

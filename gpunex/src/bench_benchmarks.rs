@@ -46,6 +46,8 @@ pub struct BenchmarksReport {
     pub fold_runs_per_second: u64,
     pub decode_runs_per_second: u64,
     pub fold_to_decode: String,
+    /// The benchmark model's size as the snapshot serializes it, per GPU (one run each).
+    pub model_bytes_per_gpu: u64,
     pub actions_pass_ms: u64,
     pub actions_delist_now: usize,
     pub actions_deferred: usize,
@@ -228,6 +230,7 @@ fn bench(args: &BenchmarksBenchArgs) -> anyhow::Result<BenchmarksReport> {
         })
         .count();
 
+    let model_bytes = serde_json::to_vec(fleetwide.market.benchmarks())?.len();
     // One automatic-action pass over the whole fleet.
     let started = Instant::now();
     let (actions, pending) = fleetwide.market.benchmarks().pending_actions(at);
@@ -318,6 +321,7 @@ fn bench(args: &BenchmarksBenchArgs) -> anyhow::Result<BenchmarksReport> {
         fold_runs_per_second: rate(stored.len(), fold),
         decode_runs_per_second: rate(stored.len(), decode),
         fold_to_decode: ratio(rate(stored.len(), fold), rate(stored.len(), decode)),
+        model_bytes_per_gpu: (model_bytes / stored.len().max(1)) as u64,
         actions_pass_ms: pass.as_millis() as u64,
         actions_delist_now: delist_now,
         actions_deferred: plan.deferred,
@@ -342,6 +346,10 @@ fn print(r: &BenchmarksReport) {
     println!(
         "fold (decode, score, verdict)      {:>9} runs/s   reference: decode alone {:>9} runs/s   ratio {}",
         r.fold_runs_per_second, r.decode_runs_per_second, r.fold_to_decode
+    );
+    println!(
+        "benchmark model, serialized        {:>9} bytes per GPU (one run each)",
+        r.model_bytes_per_gpu
     );
     println!(
         "automatic-action pass, whole fleet {:>9} ms      {} delisted now, {} deferred by the rate limit",
