@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use gpunex_domain::DomainEvent;
 use gpunex_domain::Timestamp;
-use gpunex_domain::benchmark::{self, Figure, ListingAction, Metric, Outcome, Score, Verdict};
+use gpunex_domain::benchmark::{self, ListingAction, Metric, Outcome, Score, Verdict};
 use gpunex_domain::benchmark_log::{
     self, ACTION_WINDOW_MICROS, BenchmarkEvent, DelistingPaused, FleetActions, ListingActed,
     OverrideSet, Pending, RetestRequested, RetestState, RunRecorded, RunRefused,
@@ -25,7 +25,8 @@ pub const FIRST_RUNS_KEPT: usize = 3;
 /// Refused runs kept per GPU.
 pub const REFUSED_KEPT: usize = 5;
 
-/// One run as the tab lists it.
+/// One run as the tab lists it: what it scored and when (its figures stay in the log; the
+/// latest run is kept in full).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunSummary {
     pub run_id: Uuid,
@@ -34,7 +35,6 @@ pub struct RunSummary {
     pub finished_at: Timestamp,
     pub driver_version: String,
     pub simulated_profile: Option<String>,
-    pub figures: Vec<Figure>,
     pub score_bp: u64,
     pub outcome: Outcome,
 }
@@ -287,7 +287,6 @@ impl Benchmarks {
                     finished_at: recorded.finished_at,
                     driver_version: recorded.environment.driver_version.clone(),
                     simulated_profile: recorded.simulated_profile.clone(),
-                    figures: recorded.run.figures.clone(),
                     score_bp: score.score_bp,
                     outcome: verdict.outcome,
                 };

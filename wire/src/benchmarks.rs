@@ -37,7 +37,6 @@ pub struct BenchmarkRunView {
     pub finished_at: String,
     pub driver_version: String,
     pub simulated_profile: Option<String>,
-    pub figures: Vec<Figure>,
     pub score_bp: u64,
     /// The score as a percentage of the reference, two decimals.
     pub score_pct: String,
@@ -57,6 +56,8 @@ pub struct RefusedRunView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LatestBenchmarkView {
     pub run: BenchmarkRunView,
+    /// Every figure of the run (host figures included), median and spread.
+    pub figures: Vec<Figure>,
     pub environment: Environment,
     pub health: HealthSignals,
     pub parts: Vec<Part>,
