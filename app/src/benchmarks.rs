@@ -34,6 +34,9 @@ pub const ACTIONS_RETRY: Retry = Retry {
 
 /// How often the automatic-action pass runs when no event wakes it.
 pub const ACTIONS_INTERVAL: Duration = Duration::from_secs(30);
+/// The least time between two passes: a busy log (usage reports every second) does not make
+/// the pass, which reads every GPU's state, run for every batch of events.
+pub const ACTIONS_GAP: Duration = Duration::from_secs(1);
 
 /// The answer of a benchmark command.
 pub type Outcome = Result<Result<Done, Rejection<BenchmarkRejection>>, AppError>;
@@ -297,14 +300,15 @@ fn count(plan: &Plan, which: impl Fn(&BenchmarkEvent) -> bool) -> usize {
     plan.events.iter().filter(|e| which(e)).count()
 }
 
-/// The server's automatic-action loop: a pass whenever the read models move (a run recorded,
-/// an override) and at least every [`ACTIONS_INTERVAL`] (the rate limit's hour moves on).
+/// The server's automatic-action loop: a pass when the read models move (a run recorded, an
+/// override), at most one per [`ACTIONS_GAP`], and at least every [`ACTIONS_INTERVAL`] (the rate
+/// limit's hour moves on).
 pub async fn run_actions(store: gpunex_store::Store, models: ReadModels) {
     let mut position = models.watch_position();
     loop {
         let exec = Executor::new(&store, &models);
         match actions_pass(&exec).await {
-            Ok(report) if report != PassReport::default() => {
+            Ok(report) if report.delisted + report.relisted > 0 || report.paused => {
                 tracing::info!(
                     delisted = report.delisted,
                     relisted = report.relisted,
@@ -317,6 +321,8 @@ pub async fn run_actions(store: gpunex_store::Store, models: ReadModels) {
             Err(error) => tracing::warn!(%error, "benchmark listing actions failed; retrying"),
         }
         position.mark_unchanged();
+        tokio::time::sleep(ACTIONS_GAP).await;
+        // Events that arrived during the gap wake the next pass at once.
         let _ = tokio::time::timeout(ACTIONS_INTERVAL, position.changed()).await;
     }
 }
