@@ -333,18 +333,12 @@ fn simulated_report(
         machine_id,
         gpu_uuid: gpu.gpu_uuid.clone(),
         simulated_profile: Some(profile.name().to_owned()),
-        environment: Environment {
-            driver_version: driver_of(gpu),
-            cuda_version: gpu
-                .cuda_driver_version
-                .clone()
-                .unwrap_or_else(|| "unknown".to_owned()),
-            sm_clock_mhz: 1_755,
-            memory_clock_mhz: 2_619,
-            idle_temperature_c: 34,
-            mig_enabled: gpu.mig_enabled.unwrap_or(false),
-            sustained_seconds: u32::try_from(duration.as_secs() / 2).unwrap_or(u32::MAX),
-        },
+        environment: Environment::simulated(
+            &driver_of(gpu),
+            gpu.cuda_driver_version.as_deref().unwrap_or("unknown"),
+            gpu.mig_enabled.unwrap_or(false),
+            u32::try_from(duration.as_secs() / 2).unwrap_or(u32::MAX),
+        ),
         run,
         started_at: running.started_at.clone(),
         finished_at: crate::clock::now_text(),

@@ -69,6 +69,22 @@ pub struct Environment {
     pub sustained_seconds: u32,
 }
 
+impl Environment {
+    /// What a simulated suite reports it ran under: typical H100-class clocks under load and an
+    /// idle temperature, with the host's driver and CUDA versions.
+    pub fn simulated(driver: &str, cuda: &str, mig_enabled: bool, sustained_seconds: u32) -> Self {
+        Environment {
+            driver_version: driver.to_owned(),
+            cuda_version: cuda.to_owned(),
+            sm_clock_mhz: 1_755,
+            memory_clock_mhz: 2_619,
+            idle_temperature_c: 34,
+            mig_enabled,
+            sustained_seconds,
+        }
+    }
+}
+
 /// `benchmark.run_recorded`: an accepted run and the reference of each scored figure at the
 /// time it was recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

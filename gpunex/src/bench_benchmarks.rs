@@ -140,15 +140,7 @@ fn bench(args: &BenchmarksBenchArgs) -> anyhow::Result<BenchmarksReport> {
     );
     let mut fleetwide = fleet_of(args.gpus, at)?;
     let mut rng = gpunex_domain::splitmix::SplitMix64(42);
-    let environment = Environment {
-        driver_version: "550.54.15".to_owned(),
-        cuda_version: "12.4".to_owned(),
-        sm_clock_mhz: 1_755,
-        memory_clock_mhz: 2_619,
-        idle_temperature_c: 34,
-        mig_enabled: false,
-        sustained_seconds: 60,
-    };
+    let environment = Environment::simulated("550.54.15", "12.4", false, 60);
 
     // Decide every run against the fleet as it grows, keeping each as the log keeps it.
     eprintln!("deciding {} runs ...", fleetwide.gpus.len());

@@ -493,15 +493,7 @@ impl Simulation<'_> {
         let submitted = Submitted {
             run_id: self.bench_rng.uuid(at),
             simulated_profile: Some(bench.profile.name().to_owned()),
-            environment: Environment {
-                driver_version: "550.54.15".to_owned(),
-                cuda_version: "12.4".to_owned(),
-                sm_clock_mhz: 1_755,
-                memory_clock_mhz: 2_619,
-                idle_temperature_c: 34,
-                mig_enabled: false,
-                sustained_seconds: 60,
-            },
+            environment: Environment::simulated("550.54.15", "12.4", false, 60),
             run,
             started_at: at_plus(at, -150),
             finished_at: at,
