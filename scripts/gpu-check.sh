@@ -69,7 +69,8 @@ step "gpunex-agent register"
 "$agent_bin" register
 
 step "gpunex-agent run (20 s of heartbeats every 2 s)"
-"$agent_bin" --heartbeat-interval 2s --log-json run >"$work/agent.log" 2>&1 &
+"$agent_bin" --heartbeat-interval 2s --benchmark-sustained "${GPUNEX_CHECK_SUSTAINED:-30s}" --log-json run \
+    >"$work/agent.log" 2>&1 &
 agent_pid=$!
 sleep 20
 
@@ -92,19 +93,75 @@ for gpu in view["gpus"]:
           f'clock events={t.get("clock_event_reasons")} ecc={t.get("ecc_corrected")}/{t.get("ecc_uncorrected")}')
 PY
 
+step "the agent's first benchmark suite, as the platform scored it"
+if [[ -n ${GPUNEX_SIMULATE:-} ]]; then
+    echo "(simulated GPUs: a run from each GPU's profile after ${GPUNEX_BENCHMARK_SUITE_DURATION:-150s})"
+fi
+python3 - "$server" "$out/machine.json" "$out/platform-benchmarks.json" <<'PY'
+import json, sys, time, urllib.request
+server, machine, target = sys.argv[1:4]
+gpu = json.load(open(machine))["platform"]["gpus"][0]["gpu_uuid"]
+deadline = time.time() + 240
+while True:
+    view = json.load(urllib.request.urlopen(f"{server}/v1/gpus/{gpu}/benchmarks"))
+    if view.get("latest") or time.time() > deadline:
+        break
+    time.sleep(3)
+json.dump(view, open(target, "w"), indent=2)
+latest = view.get("latest")
+if not latest:
+    sys.exit(f"FAIL: no benchmark run from the agent for {gpu} within 240 s (see the agent log)")
+print(f'{gpu}: {view["benchmark_listing"]}, score {view["score_pct"]} %, verdict {latest["verdict"]["outcome"]}, '
+      f'{latest["run"]["started_at"]} to {latest["run"]["finished_at"]}')
+for part in latest["parts"]:
+    print(f'  {part["metric"]:<20} {part["measured_milli"] / 1000:10.1f} against {part["reference"]["value_milli"] / 1000:.1f} = {part["ratio_bp"] / 100:.1f} %')
+for reason in latest["verdict"]["reasons"]:
+    print(f'  {reason["outcome"]} {reason["code"]}: {reason["evidence"]}')
+PY
+# The agent's suite and bench-gpu must not share the GPU (bench-gpu refuses a busy GPU).
+kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null || true
+agent_pid=""
+
+step "gpunex-agent bench-gpu (the benchmark suite on every GPU; sustained phase ${GPUNEX_CHECK_SUSTAINED:-30s})"
+# Against the server above, so the network figures are measured too. The figures against the
+# datasheet go into docs/benchmarks.md ("Measured on a real GPU").
+if [[ -n ${GPUNEX_SIMULATE:-} ]]; then
+    echo "skipped: simulated GPUs (GPUNEX_SIMULATE) have no CUDA; their runs come from profiles"
+else
+    suite_started=$(date +%s)
+    "$agent_bin" --benchmark-sustained "${GPUNEX_CHECK_SUSTAINED:-30s}" bench-gpu --json | tee "$out/bench-gpu.json"
+    echo "suite on every GPU in $(( $(date +%s) - suite_started )) s"
+    python3 - "$out/bench-gpu.json" <<'PY'
+import json, sys
+for gpu in json.load(open(sys.argv[1])):
+    print(f'{gpu["name"]} cc {gpu["compute_capability"]} model={gpu["model_id"]}: {gpu["seconds"]} s, '
+          f'verdict {(gpu["verdict"] or {}).get("outcome")}, score {(gpu["score"] or {}).get("score_bp")} bp')
+    for f in gpu["figures"]:
+        peak = f["datasheet_peak_milli"]
+        share = f' = {f["of_peak_bp"] / 100:.1f} % of datasheet {peak / 1000:.1f}' if peak else ''
+        print(f'  {f["metric"]:<20} {f["median_milli"] / 1000:10.1f} (p10 {f["p10_milli"] / 1000:.1f}, p90 {f["p90_milli"] / 1000:.1f}){share}')
+    h = gpu["health"]
+    print(f'  verified={h["results_verified"]} xids={h["xids"]} sustained={h["sustained_ratio_bp"]} bp '
+          f'max={h["max_temperature_c"]} C clock events={h["throttle_mask"]:#x} pcie={h["pcie"]} notes={gpu["notes"]}')
+    assert h["results_verified"], "a GEMM gave a wrong result"
+PY
+fi
+
 step "the agent in its container (Docker, --gpus)"
 cuda_base=nvidia/cuda:12.4.0-base-ubuntu22.04
+agent_base=nvidia/cuda:12.4.0-runtime-ubuntu22.04
 if ! command -v docker >/dev/null || ! docker info >/dev/null 2>&1; then
     echo "skipped: no Docker Engine answers here"
-elif ! docker image inspect "$cuda_base" >/dev/null 2>&1; then
-    echo "skipped: the base image $cuda_base is not on this machine (nothing can be pulled here)"
+elif ! docker image inspect "$cuda_base" >/dev/null 2>&1 || ! docker image inspect "$agent_base" >/dev/null 2>&1; then
+    echo "skipped: the images $cuda_base and $agent_base are not both on this machine (nothing can be pulled here)"
 else
     context=$(mktemp -d)
     mkdir -p "$context/target/release" "$context/agent/docker"
     cp "$agent_bin" "$context/target/release/gpunex-agent"
     cp agent/docker/Dockerfile "$context/agent/docker/Dockerfile"
     cp .dockerignore "$context/.dockerignore"
-    DOCKER_BUILDKIT=0 docker build -q -f "$context/agent/docker/Dockerfile" -t gpunex/agent:gpu-check "$context"
+    DOCKER_BUILDKIT=0 docker build -q -f "$context/agent/docker/Dockerfile" --build-arg "CUDA_BASE=$agent_base" \
+        -t gpunex/agent:gpu-check "$context"
     docker run --rm --gpus all "$cuda_base" nvidia-smi -L
     docker run --rm --gpus all gpunex/agent:gpu-check detect --json | tee "$out/detect-container.json"
     first=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n 1 | tr -d ' ')

@@ -5,13 +5,18 @@
 //! aborts a running suite at once (customers first). Results go through the durable queue like
 //! every report, so a platform that cannot be reached loses none.
 //!
-//! Simulated GPUs (`--simulate`) produce runs from named profiles
+//! On real GPUs the suite (`gpusuite`) runs on its own thread while the service loop goes on; a
+//! GPU the suite cannot run on now (another compute process, a CUDA failure) is tried again
+//! later. Simulated GPUs (`--simulate`) produce runs from named profiles
 //! (`gpunex_domain::benchmark::simulated`, `--simulate-profiles 3:wrong_results`), each marked
-//! with its profile. The suite on real GPUs (cuBLAS GEMMs, device and host-device bandwidth,
-//! the sustained phase, storage and network) is not in this build: on a real machine the agent
-//! says so once and reports no run.
+//! with its profile. Without the CUDA driver library or cuBLAS the agent says so once and
+//! reports no run.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use gpunex_domain::benchmark::simulated::{self, Profile};
@@ -23,7 +28,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::clock::unix_ms;
+use crate::gpusuite::{Finished, RealSuite};
 use crate::queue::Queue;
+use gpunex_gpu::SuiteError;
 
 /// The agent state key of the schedule.
 pub const BENCHMARKS_KEY: &str = "benchmarks";
@@ -31,6 +38,12 @@ pub const BENCHMARKS_KEY: &str = "benchmarks";
 pub const DEFAULT_BENCHMARK_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3_600);
 /// How long a simulated suite holds its GPU (the standard suite's target on a real one).
 pub const DEFAULT_SIMULATED_SUITE: Duration = Duration::from_secs(150);
+/// The real suite's sustained phase.
+pub const DEFAULT_SUSTAINED: Duration = Duration::from_secs(60);
+/// A GPU the suite could not start on (another compute process) is tried again after this.
+pub const RETRY_BUSY: Duration = Duration::from_secs(15 * 60);
+/// A GPU the suite failed on (a CUDA error) is tried again after this.
+pub const RETRY_FAILED: Duration = Duration::from_secs(3_600);
 
 /// What the agent remembers between runs, per GPU.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +56,11 @@ pub struct GpuSchedule {
     /// Suites a rental interrupted.
     pub aborted: u64,
     pub runs: u64,
+    /// Why the suite could not run or finish last time, and when it is tried again.
+    #[serde(default)]
+    pub problem: Option<String>,
+    #[serde(default)]
+    pub retry_at_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +70,9 @@ pub struct Schedule {
     /// restart: it starts again from the beginning.
     #[serde(default)]
     pub running: Option<String>,
+    /// The last kernel-log record the real suite read (XIDs are reported once).
+    #[serde(default)]
+    pub kmsg_seq: Option<u64>,
 }
 
 /// Why a GPU's suite is due now, if it is.
@@ -116,9 +137,10 @@ struct Running {
     started_at: String,
 }
 
-/// What the suite runs on: simulated GPUs and their profiles, or nothing (with why).
+/// What the suite runs on: real GPUs, simulated GPUs and their profiles, or nothing (with why).
 #[derive(Debug, Clone)]
 pub enum Suite {
+    Real(Box<RealSuite>),
     Simulated {
         /// Profiles by GPU index; the others are healthy.
         profiles: BTreeMap<u32, Profile>,
@@ -127,14 +149,34 @@ pub enum Suite {
     Unavailable(String),
 }
 
+/// A real suite's thread.
+struct Job {
+    cancel: Arc<AtomicBool>,
+    result: Receiver<Result<Finished, SuiteError>>,
+    handle: JoinHandle<()>,
+}
+
 /// What one step did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     Idle,
-    Started { gpu_uuid: String, why: Due },
+    Started {
+        gpu_uuid: String,
+        why: Due,
+    },
     Running,
-    Finished { gpu_uuid: String, run_id: Uuid },
-    Aborted { gpu_uuid: String },
+    Finished {
+        gpu_uuid: String,
+        run_id: Uuid,
+    },
+    Aborted {
+        gpu_uuid: String,
+    },
+    /// The suite could not run or finish on the GPU; it is tried again later.
+    Deferred {
+        gpu_uuid: String,
+        why: String,
+    },
 }
 
 pub struct Benchmarks {
@@ -144,6 +186,9 @@ pub struct Benchmarks {
     machine_id: Uuid,
     interval_ms: i64,
     told_unavailable: bool,
+    job: Option<Job>,
+    /// An aborted real suite's thread, still stopping: no suite starts until it has.
+    stopping: Option<JoinHandle<()>>,
 }
 
 impl Benchmarks {
@@ -163,11 +208,13 @@ impl Benchmarks {
             machine_id,
             interval_ms: interval.map_or(0, |i| i64::try_from(i.as_millis()).unwrap_or(i64::MAX)),
             told_unavailable: false,
+            job: None,
+            stopping: None,
         })
     }
 
     /// One step at `now_ms`: a running suite is aborted when its GPU is rented (`busy`), or
-    /// finished and queued when its time is up; otherwise the first due GPU that is not rented
+    /// finished and queued when it is done; otherwise the first due GPU that is not rented
     /// starts. `retests`: the platform's waiting requests for this machine.
     pub fn step(
         &mut self,
@@ -177,19 +224,22 @@ impl Benchmarks {
         busy: &BTreeSet<String>,
         retests: &[RetestAssignment],
     ) -> anyhow::Result<Step> {
-        let (profiles, duration) = match &self.suite {
-            Suite::Simulated { profiles, duration } => (profiles.clone(), *duration),
-            Suite::Unavailable(why) => {
-                if !self.told_unavailable {
-                    self.told_unavailable = true;
-                    tracing::warn!("no benchmark suite: {why}");
-                }
-                return Ok(Step::Idle);
+        if let Suite::Unavailable(why) = &self.suite {
+            if !self.told_unavailable {
+                self.told_unavailable = true;
+                tracing::warn!("no benchmark suite: {why}");
             }
-        };
+            return Ok(Step::Idle);
+        }
         if let Some(running) = self.running.clone() {
             let gpu_uuid = running.gpu.gpu_uuid.clone();
             if busy.contains(&gpu_uuid) {
+                if let Some(job) = self.job.take() {
+                    // The thread stops at its next check (a GEMM batch at most); nothing it
+                    // measured is kept.
+                    job.cancel.store(true, Ordering::Relaxed);
+                    self.stopping = Some(job.handle);
+                }
                 self.running = None;
                 self.schedule.running = None;
                 self.schedule
@@ -201,40 +251,64 @@ impl Benchmarks {
                 tracing::info!(gpu = %gpu_uuid, "a rental arrived: benchmark suite aborted (customers first); it runs again when the GPU is free");
                 return Ok(Step::Aborted { gpu_uuid });
             }
-            let duration_ms = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
-            if now_ms < running.started_ms.saturating_add(duration_ms) {
-                return Ok(Step::Running);
-            }
-            let run_id = Uuid::now_v7();
-            let profile = profiles
-                .get(&running.gpu.index)
-                .copied()
-                .unwrap_or(Profile::Healthy);
-            let entry = self.schedule.gpus.entry(gpu_uuid.clone()).or_default();
-            let report =
-                simulated_report(self.machine_id, &running, profile, entry.runs, duration)?;
-            entry.runs += 1;
-            entry.last_finished_ms = Some(now_ms);
-            entry.driver = Some(driver_of(&running.gpu));
-            if running.why == Due::Requested {
-                entry.answered_request.clone_from(&running.request);
-            }
-            self.schedule.running = None;
-            let event = AgentEvent {
-                event_id: run_id,
-                occurred_at: crate::clock::now_text(),
-                body: AgentEventBody::BenchmarkRun(report),
+            let report = match &self.suite {
+                Suite::Simulated { profiles, duration } => {
+                    let duration_ms = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+                    if now_ms < running.started_ms.saturating_add(duration_ms) {
+                        return Ok(Step::Running);
+                    }
+                    let profile = profiles
+                        .get(&running.gpu.index)
+                        .copied()
+                        .unwrap_or(Profile::Healthy);
+                    let runs = self.schedule.gpus.get(&gpu_uuid).map_or(0, |g| g.runs);
+                    tracing::info!(gpu = %gpu_uuid, profile = profile.name(), "simulated benchmark suite finished");
+                    simulated_report(self.machine_id, &running, profile, runs, *duration)?
+                }
+                Suite::Real(_) => {
+                    let Some(job) = &self.job else {
+                        self.running = None;
+                        return Ok(Step::Idle);
+                    };
+                    let outcome = match job.result.try_recv() {
+                        Err(TryRecvError::Empty) => return Ok(Step::Running),
+                        Err(TryRecvError::Disconnected) => Err(SuiteError::Cuda {
+                            step: "the suite".to_owned(),
+                            error: "its thread stopped without a result".to_owned(),
+                        }),
+                        Ok(outcome) => outcome,
+                    };
+                    self.job = None;
+                    match outcome {
+                        Ok(finished) => {
+                            self.schedule.kmsg_seq = finished.kmsg_seq.or(self.schedule.kmsg_seq);
+                            for note in &finished.notes {
+                                tracing::warn!(gpu = %gpu_uuid, "benchmark suite: {note}");
+                            }
+                            tracing::info!(gpu = %gpu_uuid, seconds = finished.elapsed.as_secs(), "benchmark suite finished");
+                            real_report(self.machine_id, &running, finished)
+                        }
+                        Err(SuiteError::Unavailable(why)) => {
+                            self.running = None;
+                            self.schedule.running = None;
+                            queue.set_state(
+                                BENCHMARKS_KEY,
+                                &serde_json::to_string(&self.schedule)?,
+                            )?;
+                            self.suite = Suite::Unavailable(why);
+                            return Ok(Step::Idle);
+                        }
+                        Err(error) => return self.defer(queue, &gpu_uuid, now_ms, &error),
+                    }
+                }
+                Suite::Unavailable(_) => return Ok(Step::Idle),
             };
-            // The result and the schedule that counts it, in one transaction.
-            queue.enqueue_with_state(
-                &event,
-                BENCHMARKS_KEY,
-                &serde_json::to_string(&self.schedule)?,
-            )?;
-            self.running = None;
-            tracing::info!(gpu = %gpu_uuid, profile = profile.name(), "benchmark suite finished: result queued");
-            return Ok(Step::Finished { gpu_uuid, run_id });
+            return self.finish(queue, &running, report, now_ms);
         }
+        if self.stopping.as_ref().is_some_and(|h| !h.is_finished()) {
+            return Ok(Step::Idle);
+        }
+        self.stopping = None;
         for gpu in gpus {
             if busy.contains(&gpu.gpu_uuid) {
                 continue;
@@ -249,6 +323,9 @@ impl Benchmarks {
                 .get(&gpu.gpu_uuid)
                 .cloned()
                 .unwrap_or_default();
+            if schedule.retry_at_ms.is_some_and(|at| now_ms < at) && request.is_none() {
+                continue;
+            }
             let Some(why) = due(
                 &schedule,
                 &gpu.gpu_uuid,
@@ -259,6 +336,29 @@ impl Benchmarks {
             ) else {
                 continue;
             };
+            if let Suite::Real(suite) = &self.suite {
+                if model_of(gpu).is_none() {
+                    // Not a catalog model: nothing to score it against.
+                    continue;
+                }
+                let cancel = Arc::new(AtomicBool::new(false));
+                let (sender, result) = std::sync::mpsc::channel();
+                let suite = (**suite).clone();
+                let uuid = gpu.gpu_uuid.clone();
+                let kmsg = self.schedule.kmsg_seq;
+                let stop = cancel.clone();
+                let handle = std::thread::Builder::new()
+                    .name("gpunex-suite".to_owned())
+                    .spawn(move || {
+                        let outcome = crate::gpusuite::run(&suite, &uuid, kmsg, &stop);
+                        let _ = sender.send(outcome);
+                    })?;
+                self.job = Some(Job {
+                    cancel,
+                    result,
+                    handle,
+                });
+            }
             tracing::info!(gpu = %gpu.gpu_uuid, ?why, "benchmark suite started");
             self.schedule.running = Some(gpu.gpu_uuid.clone());
             queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
@@ -275,6 +375,68 @@ impl Benchmarks {
             });
         }
         Ok(Step::Idle)
+    }
+
+    /// Queues a finished run with the schedule that counts it, in one transaction.
+    fn finish(
+        &mut self,
+        queue: &mut Queue,
+        running: &Running,
+        report: BenchmarkRunReport,
+        now_ms: i64,
+    ) -> anyhow::Result<Step> {
+        let gpu_uuid = running.gpu.gpu_uuid.clone();
+        let run_id = Uuid::now_v7();
+        let entry = self.schedule.gpus.entry(gpu_uuid.clone()).or_default();
+        entry.runs += 1;
+        entry.last_finished_ms = Some(now_ms);
+        entry.driver = Some(driver_of(&running.gpu));
+        entry.problem = None;
+        entry.retry_at_ms = None;
+        if running.why == Due::Requested {
+            entry.answered_request.clone_from(&running.request);
+        }
+        self.schedule.running = None;
+        let event = AgentEvent {
+            event_id: run_id,
+            occurred_at: crate::clock::now_text(),
+            body: AgentEventBody::BenchmarkRun(report),
+        };
+        queue.enqueue_with_state(
+            &event,
+            BENCHMARKS_KEY,
+            &serde_json::to_string(&self.schedule)?,
+        )?;
+        self.running = None;
+        tracing::info!(gpu = %gpu_uuid, "benchmark result queued");
+        Ok(Step::Finished { gpu_uuid, run_id })
+    }
+
+    /// The suite could not run or finish on `gpu_uuid`: try again later, and say why.
+    fn defer(
+        &mut self,
+        queue: &mut Queue,
+        gpu_uuid: &str,
+        now_ms: i64,
+        error: &SuiteError,
+    ) -> anyhow::Result<Step> {
+        let wait = match error {
+            SuiteError::Precondition { .. } => RETRY_BUSY,
+            _ => RETRY_FAILED,
+        };
+        let why = error.to_string();
+        let entry = self.schedule.gpus.entry(gpu_uuid.to_owned()).or_default();
+        entry.problem = Some(why.clone());
+        entry.retry_at_ms =
+            Some(now_ms.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(0)));
+        self.schedule.running = None;
+        self.running = None;
+        queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
+        tracing::warn!(gpu = %gpu_uuid, retry_in_s = wait.as_secs(), "benchmark suite did not finish: {why}");
+        Ok(Step::Deferred {
+            gpu_uuid: gpu_uuid.to_owned(),
+            why,
+        })
     }
 }
 
@@ -294,7 +456,7 @@ fn driver_of(gpu: &DetectedGpu) -> String {
 }
 
 /// The catalog model and variant a detected GPU is: by PCI device id, else by name.
-fn model_of(gpu: &DetectedGpu) -> Option<(&'static GpuModel, &'static GpuVariant)> {
+pub fn model_of(gpu: &DetectedGpu) -> Option<(&'static GpuModel, &'static GpuVariant)> {
     if let Some(device) = gpu.pci_device_id {
         for model in GPU_CATALOG {
             if let Some(variant) = model
@@ -343,6 +505,19 @@ fn simulated_report(
         started_at: running.started_at.clone(),
         finished_at: crate::clock::now_text(),
     })
+}
+
+/// A real run's report.
+fn real_report(machine_id: Uuid, running: &Running, finished: Finished) -> BenchmarkRunReport {
+    BenchmarkRunReport {
+        machine_id,
+        gpu_uuid: running.gpu.gpu_uuid.clone(),
+        simulated_profile: None,
+        environment: finished.environment,
+        run: finished.run,
+        started_at: running.started_at.clone(),
+        finished_at: crate::clock::now_text(),
+    }
 }
 
 /// `3:wrong_results,1:pcie_x8`: profiles by simulated GPU index.
@@ -430,6 +605,138 @@ mod tests {
             .collect();
         assert!(offsets.len() > 60, "{offsets:?}");
         assert!(offsets.iter().all(|o| (0..interval / 10).contains(o)));
+    }
+
+    fn h100(uuid: &str) -> DetectedGpu {
+        DetectedGpu {
+            gpu_uuid: uuid.to_owned(),
+            index: 0,
+            name: "NVIDIA H100 80GB HBM3".to_owned(),
+            pci_device_id: Some(0x2330),
+            pci_bus_id: Some("00000000:3B:00.0".to_owned()),
+            vram_mib: 81_559,
+            driver_version: Some("550.54.15".to_owned()),
+            cuda_driver_version: Some("12.4".to_owned()),
+            pcie_current: Default::default(),
+            pcie_max: Default::default(),
+            power_limit_w: Some(700),
+            default_power_limit_w: Some(700),
+            ecc_enabled: Some(true),
+            mig_enabled: Some(false),
+        }
+    }
+
+    fn real_suite() -> Suite {
+        Suite::Real(Box::new(RealSuite {
+            plan: gpunex_gpu::Plan::default(),
+            state_dir: std::env::temp_dir(),
+            storage_bytes: 1 << 20,
+            server: "http://127.0.0.1:9".to_owned(),
+            token: String::new(),
+        }))
+    }
+
+    /// Steps until the real suite's thread has answered.
+    fn settle(
+        benchmarks: &mut Benchmarks,
+        queue: &mut Queue,
+        gpus: &[DetectedGpu],
+        busy: &BTreeSet<String>,
+    ) -> Step {
+        for _ in 0..500 {
+            let step = benchmarks.step(queue, 1_000, gpus, busy, &[]).unwrap();
+            if step != Step::Running {
+                return step;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the suite's thread did not answer");
+    }
+
+    /// The suite on a real GPU runs on its own thread; on a machine without the NVIDIA driver
+    /// (this one, in CI) it answers that it cannot run, the agent says so once and stops trying,
+    /// and nothing is queued.
+    #[test]
+    fn a_real_suite_without_the_driver_stops_trying_and_queues_nothing() {
+        if gpunex_gpu::cuda::probe().is_ok() {
+            return; // A GPU host: scripts/gpu-check.sh runs the suite for real.
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut queue = Queue::open(dir.path()).unwrap();
+        let mut benchmarks = Benchmarks::open(
+            &queue,
+            real_suite(),
+            Uuid::nil(),
+            Some(DEFAULT_BENCHMARK_INTERVAL),
+        )
+        .unwrap();
+        let gpus = [h100("GPU-real-0")];
+        let none = BTreeSet::new();
+        let started = benchmarks.step(&mut queue, 0, &gpus, &none, &[]).unwrap();
+        assert_eq!(
+            started,
+            Step::Started {
+                gpu_uuid: "GPU-real-0".to_owned(),
+                why: Due::First
+            }
+        );
+        assert_eq!(
+            settle(&mut benchmarks, &mut queue, &gpus, &none),
+            Step::Idle
+        );
+        assert!(matches!(benchmarks.suite, Suite::Unavailable(_)));
+        assert!(queue.pending(10).unwrap().is_empty());
+        let stored = stored_schedule(&queue).unwrap();
+        assert_eq!(stored.running, None);
+        assert_eq!(stored.gpus.get("GPU-real-0").map_or(0, |g| g.runs), 0);
+        // And it does not start again.
+        assert_eq!(
+            benchmarks
+                .step(&mut queue, 10_000, &gpus, &none, &[])
+                .unwrap(),
+            Step::Idle
+        );
+    }
+
+    /// A rental that arrives while the real suite's thread runs stops it; no suite starts until
+    /// the thread has stopped.
+    #[test]
+    fn a_rental_stops_the_real_suites_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut queue = Queue::open(dir.path()).unwrap();
+        let mut benchmarks = Benchmarks::open(
+            &queue,
+            real_suite(),
+            Uuid::nil(),
+            Some(DEFAULT_BENCHMARK_INTERVAL),
+        )
+        .unwrap();
+        let gpus = [h100("GPU-real-0")];
+        let none = BTreeSet::new();
+        benchmarks.step(&mut queue, 0, &gpus, &none, &[]).unwrap();
+        let cancel = benchmarks.job.as_ref().unwrap().cancel.clone();
+        let rented: BTreeSet<String> = ["GPU-real-0".to_owned()].into();
+        assert_eq!(
+            benchmarks.step(&mut queue, 1, &gpus, &rented, &[]).unwrap(),
+            Step::Aborted {
+                gpu_uuid: "GPU-real-0".to_owned()
+            }
+        );
+        assert!(
+            cancel.load(Ordering::Relaxed),
+            "the thread was told to stop"
+        );
+        assert!(benchmarks.job.is_none());
+        let stored = stored_schedule(&queue).unwrap();
+        assert_eq!(stored.gpus["GPU-real-0"].aborted, 1);
+        assert_eq!(stored.running, None);
+        // Once the thread has stopped, the GPU (free again) is due again.
+        let handle = benchmarks.stopping.take().unwrap();
+        handle.join().unwrap();
+        assert!(matches!(
+            benchmarks.step(&mut queue, 2, &gpus, &none, &[]).unwrap(),
+            Step::Started { .. }
+        ));
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub struct FileConfig {
     pub job_log_mib: Option<u64>,
     pub benchmark_interval: Option<String>,
     pub benchmark_suite_duration: Option<String>,
+    pub benchmark_sustained: Option<String>,
     pub simulate_profiles: Option<String>,
 }
 
@@ -71,6 +72,7 @@ pub struct Overrides {
     pub job_log_mib: Option<u64>,
     pub benchmark_interval: Option<String>,
     pub benchmark_suite_duration: Option<String>,
+    pub benchmark_sustained: Option<String>,
     pub simulate_profiles: Option<String>,
 }
 
@@ -106,6 +108,8 @@ pub struct Config {
     pub benchmark_interval: Option<Duration>,
     /// How long a simulated suite holds its GPU.
     pub simulated_suite: Duration,
+    /// The real suite's sustained phase.
+    pub benchmark_sustained: Duration,
     /// Simulated GPUs' benchmark profiles by index (the others are healthy).
     pub simulate_profiles:
         std::collections::BTreeMap<u32, gpunex_domain::benchmark::simulated::Profile>,
@@ -212,6 +216,17 @@ impl Config {
             crate::benchmarks::DEFAULT_SIMULATED_SUITE,
             "simulated benchmark suite duration",
         )?;
+        let benchmark_sustained = interval(
+            overrides.benchmark_sustained.or(file.benchmark_sustained),
+            crate::benchmarks::DEFAULT_SUSTAINED,
+            "benchmark sustained phase",
+        )?;
+        if !(Duration::from_secs(10)..=Duration::from_secs(600)).contains(&benchmark_sustained) {
+            anyhow::bail!(
+                "the benchmark sustained phase must last 10 s to 10 min, got {} s",
+                benchmark_sustained.as_secs()
+            );
+        }
         let simulate_profiles = match overrides.simulate_profiles.or(file.simulate_profiles) {
             Some(text) => crate::benchmarks::parse_profiles(&text)
                 .map_err(|e| anyhow::anyhow!("--simulate-profiles {e}"))?,
@@ -229,6 +244,7 @@ impl Config {
         Ok(Config {
             benchmark_interval,
             simulated_suite,
+            benchmark_sustained,
             simulate_profiles,
             jobs,
             runtime,

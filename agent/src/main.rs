@@ -14,11 +14,13 @@ mod client;
 mod clock;
 mod config;
 mod detect;
+mod gpusuite;
 mod guard;
 mod host;
 mod hostbench;
 mod joblog;
 mod jobs;
+mod kmsg;
 mod queue;
 mod reading;
 mod runtime;
@@ -43,7 +45,7 @@ use crate::detect::GpuSource;
     after_help = "Settings come from flags, then environment variables, then the config file \
                   (TOML; keys server_url, token, state_dir, heartbeat_interval, simulate, runtime, \
                   docker_socket, poll_interval, usage_interval, job_memory_mib_per_gpu, job_cpus_per_gpu, \
-                  job_network, job_log_mib, benchmark_interval, benchmark_suite_duration, simulate_profiles), then defaults."
+                  job_network, job_log_mib, benchmark_interval, benchmark_suite_duration, benchmark_sustained, simulate_profiles), then defaults."
 )]
 struct Cli {
     /// Config file (TOML). Default: /etc/gpunex/agent.toml when it exists.
@@ -117,6 +119,9 @@ struct Cli {
     /// With --simulate: how long a simulated benchmark suite holds its GPU [default: 150s].
     #[arg(long, env = "GPUNEX_BENCHMARK_SUITE_DURATION", global = true)]
     benchmark_suite_duration: Option<String>,
+    /// On real GPUs: how long the suite's sustained phase runs (10s to 10m) [default: 60s].
+    #[arg(long, env = "GPUNEX_BENCHMARK_SUSTAINED", global = true)]
+    benchmark_sustained: Option<String>,
     /// With --simulate: benchmark profiles of simulated GPUs by index, e.g.
     /// `3:wrong_results,1:pcie_x8` (healthy, thermal_throttling, pcie_x8, low_memory_bandwidth,
     /// lowered_power_limit, ecc_double_bit, fatal_xid, wrong_results); the others are healthy.
@@ -173,6 +178,18 @@ enum Command {
         /// Trials of each measure (the figures are their median and spread).
         #[arg(long, default_value_t = 3)]
         trials: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the benchmark suite on this host's GPUs now, in the foreground, and print every
+    /// figure beside the GPU's datasheet peak, the health signals, the score and the verdict
+    /// against the datasheet references (the platform scores against the fleet once it can).
+    /// Nothing is reported to the platform. Run it on an idle GPU: it refuses a GPU in MIG mode or
+    /// with another compute process.
+    BenchGpu {
+        /// Only this GPU (its UUID, as `detect` prints it).
+        #[arg(long)]
+        gpu: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -301,6 +318,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         job_log_mib: cli.job_log_mib,
         benchmark_interval: cli.benchmark_interval,
         benchmark_suite_duration: cli.benchmark_suite_duration,
+        benchmark_sustained: cli.benchmark_sustained,
         simulate_profiles: cli.simulate_profiles,
     })?;
     match cli.command {
@@ -326,6 +344,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await
         }
+        Command::BenchGpu { gpu, json } => bench_gpu(&config, gpu, json).await,
         Command::Status { json } => status_command(&config, json).await,
         Command::Ping => ping(&config).await,
         Command::Health => service::health(&config, crate::clock::unix_ms()),
@@ -613,6 +632,18 @@ async fn status_command(config: &Config, json: bool) -> anyhow::Result<()> {
             .map(|gpu| format!("; running on {gpu}"))
             .unwrap_or_default()
     );
+    for (gpu, entry) in &schedule.gpus {
+        if let Some(problem) = &entry.problem {
+            println!(
+                "          {gpu}: {problem}{}",
+                entry
+                    .retry_at_ms
+                    .and_then(chrono::DateTime::from_timestamp_millis)
+                    .map(|at| format!(" (tried again at {})", at.format("%Y-%m-%d %H:%M UTC")))
+                    .unwrap_or_default()
+            );
+        }
+    }
     match &docker {
         Some((socket, Ok(version))) => {
             println!("docker    API {version} at {}", socket.display());
@@ -680,6 +711,197 @@ async fn bench_host(
         network.streams,
         network.bytes_per_stream >> 20
     );
+    Ok(())
+}
+
+async fn bench_gpu(config: &Config, only: Option<String>, json: bool) -> anyhow::Result<()> {
+    use gpunex_domain::benchmark::{Metric, peak_milli, reference, score, verdict};
+    anyhow::ensure!(
+        config.simulate.is_none(),
+        "bench-gpu measures real GPUs; simulated ones get their runs from profiles (--simulate-profiles)"
+    );
+    gpunex_gpu::cuda::probe()?;
+    let gpus: Vec<DetectedGpu> = GpuSource::nvml()?
+        .inventory()?
+        .into_iter()
+        .filter(|g| {
+            only.as_ref()
+                .is_none_or(|u| u.eq_ignore_ascii_case(&g.gpu_uuid))
+        })
+        .collect();
+    if gpus.is_empty() {
+        anyhow::bail!("no GPU here has the UUID {}", only.unwrap_or_default());
+    }
+    std::fs::create_dir_all(&config.state_dir)?;
+    let suite = gpusuite::RealSuite {
+        plan: gpunex_gpu::Plan {
+            sustained: config.benchmark_sustained,
+            ..gpunex_gpu::Plan::default()
+        },
+        state_dir: config.state_dir.clone(),
+        storage_bytes: gpusuite::STORAGE_BYTES,
+        server: config.server_url.clone(),
+        token: config.token.clone().unwrap_or_default(),
+    };
+    let mut reports = Vec::new();
+    let mut failed = false;
+    for gpu in gpus {
+        let uuid = gpu.gpu_uuid.clone();
+        let task_suite = suite.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            gpusuite::run(
+                &task_suite,
+                &uuid,
+                None,
+                &std::sync::atomic::AtomicBool::new(false),
+            )
+        })
+        .await?;
+        let finished = match outcome {
+            Ok(finished) => finished,
+            Err(error) => {
+                failed = true;
+                eprintln!("{} ({}): {error}", gpu.name, gpu.gpu_uuid);
+                continue;
+            }
+        };
+        let catalog = benchmarks::model_of(&gpu);
+        let pcie = finished.run.health.pcie;
+        let whole = |milli: u64| format!("{}.{}", milli / 1_000, milli % 1_000 / 100);
+        let mut figures = Vec::new();
+        for figure in &finished.run.figures {
+            let peak = catalog.and_then(|(_, v)| peak_milli(v, figure.metric, pcie.as_ref()));
+            let healthy = catalog.and_then(|(m, v)| {
+                reference(m, v, figure.metric, pcie.as_ref(), &[]).map(|r| r.value_milli)
+            });
+            figures.push(serde_json::json!({
+                "metric": figure.metric,
+                "median_milli": figure.median_milli,
+                "p10_milli": figure.p10_milli,
+                "p90_milli": figure.p90_milli,
+                "trials": figure.trials,
+                "datasheet_peak_milli": peak,
+                "of_peak_bp": peak.map(|p| figure.median_milli * 10_000 / p.max(1)),
+                "healthy_reference_milli": healthy,
+            }));
+        }
+        let judged = catalog.map(|(model, variant)| {
+            let scored = score(&finished.run, |metric: Metric| {
+                reference(model, variant, metric, pcie.as_ref(), &[])
+            });
+            let verdict = verdict(variant, &finished.run, &scored);
+            (model.id, scored, verdict)
+        });
+        let per_trial: Vec<serde_json::Value> = finished
+            .measured
+            .gemm
+            .iter()
+            .map(|g| serde_json::json!({"precision": g.precision.name(), "gemms_per_trial": g.per_trial}))
+            .collect();
+        let report = serde_json::json!({
+            "gpu_uuid": gpu.gpu_uuid,
+            "name": finished.measured.device_name,
+            "compute_capability": format!("{}.{}", finished.measured.compute_capability.0, finished.measured.compute_capability.1),
+            "model_id": judged.as_ref().map(|j| j.0),
+            "seconds": finished.elapsed.as_secs(),
+            "gemm_size": suite.plan.gemm_size,
+            "gemms": per_trial,
+            "memory_buffer_bytes": finished.measured.memory_bytes,
+            "sustained_windows_milli": finished.measured.sustained_windows_milli,
+            "figures": figures,
+            "health": finished.run.health,
+            "environment": finished.environment,
+            "score": judged.as_ref().map(|j| &j.1),
+            "verdict": judged.as_ref().map(|j| &j.2),
+            "notes": finished.notes,
+        });
+        if !json {
+            println!(
+                "{} ({}), compute capability {}, driver {}, CUDA {}: suite in {} s",
+                finished.measured.device_name,
+                gpu.gpu_uuid,
+                report["compute_capability"].as_str().unwrap_or(""),
+                finished.environment.driver_version,
+                finished.environment.cuda_version,
+                finished.elapsed.as_secs()
+            );
+            for figure in &finished.run.figures {
+                let peak = catalog.and_then(|(_, v)| peak_milli(v, figure.metric, pcie.as_ref()));
+                println!(
+                    "  {:<20} {:>10} (p10 {}, p90 {}; {} trials){}",
+                    figure.metric.name(),
+                    whole(figure.median_milli),
+                    whole(figure.p10_milli),
+                    whole(figure.p90_milli),
+                    figure.trials,
+                    peak.map(|p| format!(
+                        "  datasheet {}: {}.{} %",
+                        whole(p),
+                        figure.median_milli * 100 / p.max(1),
+                        figure.median_milli * 1_000 / p.max(1) % 10
+                    ))
+                    .unwrap_or_default()
+                );
+            }
+            let h = &finished.run.health;
+            println!(
+                "  health: results {}, ECC uncorrected +{}, retired pages {}, row remap pending {} failed {}, PCIe replays +{}, XIDs {:?}",
+                if h.results_verified {
+                    "verified"
+                } else {
+                    "WRONG"
+                },
+                h.ecc_uncorrected,
+                h.retired_pages,
+                h.row_remap_pending,
+                h.row_remap_failed,
+                h.pcie_replays,
+                h.xids
+            );
+            println!(
+                "  under load: max {} C, sustained {} C, SM {} MHz, sustained ratio {} bp over {} s, clock events {:#x}, power limit {}/{} W, PCIe {}",
+                h.max_temperature_c,
+                h.sustained_temperature_c,
+                finished.environment.sm_clock_mhz,
+                h.sustained_ratio_bp,
+                finished.environment.sustained_seconds,
+                h.throttle_mask,
+                h.power_limit_w,
+                h.default_power_limit_w,
+                h.pcie.map_or("not read".to_owned(), |p| format!(
+                    "Gen{} x{} (max Gen{} x{})",
+                    p.generation, p.width, p.max_generation, p.max_width
+                ))
+            );
+            match &judged {
+                Some((model, scored, verdict)) => {
+                    println!(
+                        "  {model}: score {}.{:02} % of the datasheet's healthy figures, verdict {:?}",
+                        scored.score_bp / 100,
+                        scored.score_bp % 100,
+                        verdict.outcome
+                    );
+                    for reason in &verdict.reasons {
+                        println!(
+                            "    {:?} {}: {}",
+                            reason.outcome, reason.code, reason.evidence
+                        );
+                    }
+                }
+                None => println!("  not a catalog model: no score"),
+            }
+            for note in &finished.notes {
+                println!("  note: {note}");
+            }
+        }
+        reports.push(report);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    if failed {
+        anyhow::bail!("the suite did not finish on every GPU");
+    }
     Ok(())
 }
 

@@ -276,9 +276,21 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
             duration: config.simulated_suite,
         }
     } else {
-        crate::benchmarks::Suite::Unavailable(
-            "this build of the agent has no benchmark suite for real GPUs yet (cuBLAS, NVML, storage and network); no run is reported, and the platform lists the GPU by its datasheet figures".to_owned(),
-        )
+        match gpunex_gpu::cuda::probe() {
+            Ok(()) => crate::benchmarks::Suite::Real(Box::new(crate::gpusuite::RealSuite {
+                plan: gpunex_gpu::Plan {
+                    sustained: config.benchmark_sustained,
+                    ..gpunex_gpu::Plan::default()
+                },
+                state_dir: config.state_dir.clone(),
+                storage_bytes: crate::gpusuite::STORAGE_BYTES,
+                server: config.server_url.clone(),
+                token: config.token.clone().unwrap_or_default(),
+            })),
+            Err(error) => crate::benchmarks::Suite::Unavailable(format!(
+                "{error}; no run is reported, and the platform lists the GPU by its datasheet figures"
+            )),
+        }
     };
     let mut benchmarks = crate::benchmarks::Benchmarks::open(
         &queue,

@@ -432,3 +432,25 @@ async fn an_agent_benchmarks_its_gpus_and_the_platform_acts_on_the_verdicts(db: 
         assert_eq!(view(&base, gpu).await, before, "{gpu}");
     }
 }
+
+/// `gpunex-agent bench-gpu` on a machine without the NVIDIA driver (CI): one sentence, exit 1,
+/// no panic.
+#[test]
+fn the_gpu_suite_without_cuda_says_why_in_one_sentence() {
+    let out = std::process::Command::new(AGENT)
+        .arg("bench-gpu")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        return; // A GPU host: scripts/gpu-check.sh checks the suite's figures.
+    }
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("libcuda.so.1") || stderr.contains("cuBLAS"),
+        "{stderr}"
+    );
+}

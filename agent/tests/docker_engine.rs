@@ -127,6 +127,9 @@ fn agent_image() -> &'static str {
                 "--build-arg",
                 &format!("VERSION={}", env!("CARGO_PKG_VERSION")),
             ])
+            // The stand-in CUDA image this machine has (no registry here); the published image
+            // builds on the CUDA runtime image, which adds cuBLAS for the GPU suite.
+            .args(["--build-arg", &format!("CUDA_BASE={CUDA_BASE}")])
             .args(["-t", &tag, "."])
             .current_dir(&root)
             .env("DOCKER_BUILDKIT", "0")

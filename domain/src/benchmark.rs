@@ -276,6 +276,10 @@ pub struct HealthSignals {
     pub power_limit_w: u32,
     pub default_power_limit_w: u32,
     pub pcie: Option<PcieUnderLoad>,
+    /// PCIe replays (link-level retransmissions) during the run: recorded as evidence, not
+    /// judged by verdict v1. Runs recorded before the field existed read 0.
+    #[serde(default)]
+    pub pcie_replays: u64,
 }
 
 /// One run of the suite on one GPU, as its machine's agent reports it.
@@ -624,10 +628,7 @@ pub fn verdict(variant: &GpuVariant, run: &Run, score: &Score) -> Verdict {
             "Check cooling and power delivery.",
         );
     }
-    let trouble = crate::fleet::clock_events::HW_SLOWDOWN
-        | crate::fleet::clock_events::HW_THERMAL
-        | crate::fleet::clock_events::SW_THERMAL
-        | crate::fleet::clock_events::HW_POWER_BRAKE;
+    let trouble = crate::fleet::clock_events::TROUBLE;
     if health.throttle_mask & trouble != 0 {
         reason(
             "throttling",

@@ -358,6 +358,8 @@ pub mod clock_events {
     pub const HW_THERMAL: u64 = 0x40;
     pub const HW_POWER_BRAKE: u64 = 0x80;
     pub const DISPLAY_CLOCK: u64 = 0x100;
+    /// The bits that mean trouble under load (`SW_POWER_CAP` and `GPU_IDLE` are normal).
+    pub const TROUBLE: u64 = HW_SLOWDOWN | HW_THERMAL | SW_THERMAL | HW_POWER_BRAKE;
 
     /// Every known bit with its name, for display.
     pub const NAMES: &[(u64, &str)] = &[

@@ -223,6 +223,7 @@ fn only_the_system_clock_reads_the_wall_clock() {
         "api",
         "gpunex",
         "agent",
+        "gpu",
     ] {
         for file in rust_files(&root().join(krate).join("src")) {
             if allowed.contains(&file) {
@@ -236,6 +237,49 @@ fn only_the_system_clock_reads_the_wall_clock() {
                     file.display()
                 );
             }
+        }
+    }
+}
+
+/// `unsafe` lives in one module of the workspace, the suite's FFI to CUDA (ADR 0011): every
+/// other crate forbids it (the workspace lint), and in `gpunex-gpu` only `src/cuda.rs` allows it.
+#[test]
+fn unsafe_code_is_confined_to_the_cuda_module() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("unsafe_code = \"forbid\""));
+    let members = manifest
+        .split("members = [")
+        .nth(1)
+        .unwrap()
+        .split(']')
+        .next()
+        .unwrap()
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_owned())
+        .filter(|m| !m.is_empty())
+        .collect::<Vec<_>>();
+    for member in members {
+        let crate_manifest =
+            std::fs::read_to_string(root().join(&member).join("Cargo.toml")).unwrap();
+        if member == "gpu" {
+            assert!(crate_manifest.contains("unsafe_code = \"deny\""));
+            for file in rust_files(&root().join("gpu/src")) {
+                let text = std::fs::read_to_string(&file).unwrap();
+                if file.ends_with("cuda.rs") {
+                    assert!(text.contains("#![allow(unsafe_code)]"));
+                    continue;
+                }
+                assert!(
+                    !text.contains("allow(unsafe_code)") && !text.contains("unsafe {"),
+                    "{} uses unsafe outside gpu/src/cuda.rs",
+                    file.display()
+                );
+            }
+        } else {
+            assert!(
+                crate_manifest.contains("[lints]\nworkspace = true"),
+                "{member} does not take the workspace's lints (unsafe_code = forbid)"
+            );
         }
     }
 }
@@ -362,6 +406,7 @@ fn modules_do_not_import_in_circles() {
         "api",
         "gpunex",
         "agent",
+        "gpu",
     ] {
         let cycles = module_cycles(&root().join(krate).join("src"));
         assert!(
