@@ -200,6 +200,20 @@ impl Benchmarks {
         interval: Option<Duration>,
     ) -> anyhow::Result<Benchmarks> {
         let mut schedule = stored_schedule(queue)?;
+        // A real suite that was running when the agent stopped may have brought it down (a GPU
+        // that hangs or crashes under load): that GPU waits before its next suite instead of
+        // starting one at once, which could crash the agent again and again.
+        if let (Suite::Real(_), Some(gpu)) = (&suite, schedule.running.take()) {
+            let entry = schedule.gpus.entry(gpu).or_default();
+            entry.problem = Some(
+                "the agent stopped while the suite ran on this GPU (a crash, a hang or a restart)"
+                    .to_owned(),
+            );
+            entry.retry_at_ms = Some(
+                unix_ms().saturating_add(i64::try_from(RETRY_FAILED.as_millis()).unwrap_or(0)),
+            );
+            queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&schedule)?)?;
+        }
         schedule.running = None;
         Ok(Benchmarks {
             schedule,
@@ -737,6 +751,70 @@ mod tests {
             benchmarks.step(&mut queue, 2, &gpus, &none, &[]).unwrap(),
             Step::Started { .. }
         ));
+    }
+
+    /// An agent that stopped while a real suite ran (it may have crashed on the GPU) does not
+    /// start that GPU's suite again at once; a platform re-test request still does.
+    #[test]
+    fn a_suite_interrupted_by_the_agent_stopping_waits_before_running_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut queue = Queue::open(dir.path()).unwrap();
+        let interrupted = Schedule {
+            running: Some("GPU-real-0".to_owned()),
+            ..Schedule::default()
+        };
+        queue
+            .set_state(
+                BENCHMARKS_KEY,
+                &serde_json::to_string(&interrupted).unwrap(),
+            )
+            .unwrap();
+        let mut benchmarks = Benchmarks::open(
+            &queue,
+            real_suite(),
+            Uuid::nil(),
+            Some(DEFAULT_BENCHMARK_INTERVAL),
+        )
+        .unwrap();
+        let stored = stored_schedule(&queue).unwrap();
+        assert_eq!(stored.running, None);
+        let entry = &stored.gpus["GPU-real-0"];
+        assert!(entry.problem.as_deref().unwrap().contains("agent stopped"));
+        let retry_at = entry.retry_at_ms.unwrap();
+        assert!(retry_at > unix_ms() + 3_500_000, "{retry_at}");
+        let gpus = [h100("GPU-real-0")];
+        let none = BTreeSet::new();
+        assert_eq!(
+            benchmarks
+                .step(&mut queue, retry_at - 1, &gpus, &none, &[])
+                .unwrap(),
+            Step::Idle
+        );
+        let request = RetestAssignment {
+            gpu_uuid: "GPU-real-0".to_owned(),
+            requested_at: "2026-12-06T10:00:00Z".to_owned(),
+        };
+        assert!(matches!(
+            benchmarks
+                .step(&mut queue, retry_at - 1, &gpus, &none, &[request])
+                .unwrap(),
+            Step::Started { .. }
+        ));
+        // The simulated suite starts again at once: nothing real ran.
+        let other = tempfile::tempdir().unwrap();
+        let queue = Queue::open(other.path()).unwrap();
+        queue
+            .set_state(
+                BENCHMARKS_KEY,
+                &serde_json::to_string(&interrupted).unwrap(),
+            )
+            .unwrap();
+        let simulated = Suite::Simulated {
+            profiles: BTreeMap::new(),
+            duration: DEFAULT_SIMULATED_SUITE,
+        };
+        Benchmarks::open(&queue, simulated, Uuid::nil(), None).unwrap();
+        assert!(stored_schedule(&queue).unwrap().gpus.is_empty());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use gpunex_domain::benchmark_log::{
     self, ACTIONS_STREAM, BenchedGpu, BenchmarkEvent, BenchmarkRejection, Plan, Submitted,
 };
-use gpunex_domain::{DomainEvent, StreamId};
+use gpunex_domain::{DomainEvent, StreamId, Timestamp};
 use gpunex_store::{Metadata, NewEvent, StreamAppend};
 use uuid::Uuid;
 
@@ -52,6 +52,30 @@ pub fn gpu_stream(gpu_uuid: &str) -> Result<StreamId, Rejection<BenchmarkRejecti
     })
 }
 
+/// Runs a command on `gpu_uuid`'s benchmark stream: once the read models have applied the
+/// stream, `decide` (given the stream, its version and the time) says what to append; another
+/// event of the GPU landing first makes it decide again ([`GPU_RETRY`]).
+async fn on_gpu_stream(
+    exec: &Executor<'_>,
+    gpu_uuid: &str,
+    mut decide: impl FnMut(&StreamId, u64, Timestamp) -> Result<Vec<StreamAppend>, BenchmarkRejection>,
+) -> Outcome {
+    let models = exec.models();
+    let stream = match gpu_stream(gpu_uuid) {
+        Ok(stream) => stream,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
+    exec.execute(
+        GPU_RETRY,
+        || {
+            let stream = stream.clone();
+            async move { models.at_stream(exec.store(), &stream).await }
+        },
+        |version: &u64, now| decide(&stream, *version, now),
+    )
+    .await
+}
+
 pub fn actions_stream() -> StreamId {
     StreamId::parse(ACTIONS_STREAM).unwrap_or_else(|_| unreachable!("a constant stream id"))
 }
@@ -83,38 +107,26 @@ pub async fn record_run(
     submitted: &Submitted,
 ) -> Outcome {
     let models = exec.models();
-    let stream = gpu_stream(&gpu.gpu_uuid);
-    let stream = match stream {
-        Ok(stream) => stream,
-        Err(rejection) => return Ok(Err(rejection)),
-    };
-    exec.execute(
-        GPU_RETRY,
-        || {
-            let stream = stream.clone();
-            async move { models.at_stream(exec.store(), &stream).await }
-        },
-        |version: &u64, now| {
-            let event = models.with_market(|m| {
-                let benchmarks = m.benchmarks();
-                benchmark_log::decide_record(
-                    gpu,
-                    submitted.clone(),
-                    |model, metric| benchmarks.fleet_figure(model, metric),
-                    now,
-                )
-            })?;
-            Ok(vec![StreamAppend {
-                stream_id: stream.clone(),
-                expected: expected_at(*version),
-                events: vec![NewEvent::from_domain(
-                    report_id,
-                    &DomainEvent::Benchmark(event),
-                    meta.clone(),
-                )],
-            }])
-        },
-    )
+    on_gpu_stream(exec, &gpu.gpu_uuid, |stream, version, now| {
+        let event = models.with_market(|m| {
+            let benchmarks = m.benchmarks();
+            benchmark_log::decide_record(
+                gpu,
+                submitted.clone(),
+                |model, metric| benchmarks.fleet_figure(model, metric),
+                now,
+            )
+        })?;
+        Ok(vec![StreamAppend {
+            stream_id: stream.clone(),
+            expected: expected_at(version),
+            events: vec![NewEvent::from_domain(
+                report_id,
+                &DomainEvent::Benchmark(event),
+                meta.clone(),
+            )],
+        }])
+    })
     .await
 }
 
@@ -128,31 +140,18 @@ pub async fn request_retest(
     meta: &Metadata,
 ) -> Outcome {
     let models = exec.models();
-    let stream = gpu_stream(gpu_uuid);
-    let stream = match stream {
-        Ok(stream) => stream,
-        Err(rejection) => return Ok(Err(rejection)),
-    };
-    exec.execute(
-        GPU_RETRY,
-        || {
-            let stream = stream.clone();
-            async move { models.at_stream(exec.store(), &stream).await }
-        },
-        |version: &u64, now| {
-            let state = models.with_market(|m| m.benchmarks().retest_state(gpu_uuid, provider_id));
-            let requested =
-                benchmark_log::decide_retest(&state, &meta.actor, by_admin, reason, now)?;
-            Ok(vec![append_at(
-                stream.clone(),
-                *version,
-                [DomainEvent::Benchmark(BenchmarkEvent::RetestRequested(
-                    requested,
-                ))],
-                meta,
-            )])
-        },
-    )
+    on_gpu_stream(exec, gpu_uuid, |stream, version, now| {
+        let state = models.with_market(|m| m.benchmarks().retest_state(gpu_uuid, provider_id));
+        let requested = benchmark_log::decide_retest(&state, &meta.actor, by_admin, reason, now)?;
+        Ok(vec![append_at(
+            stream.clone(),
+            version,
+            [DomainEvent::Benchmark(BenchmarkEvent::RetestRequested(
+                requested,
+            ))],
+            meta,
+        )])
+    })
     .await
 }
 
@@ -165,53 +164,41 @@ pub async fn change_override(
     meta: &Metadata,
 ) -> Outcome {
     let models = exec.models();
-    let stream = gpu_stream(gpu_uuid);
-    let stream = match stream {
-        Ok(stream) => stream,
-        Err(rejection) => return Ok(Err(rejection)),
-    };
-    exec.execute(
-        GPU_RETRY,
-        || {
-            let stream = stream.clone();
-            async move { models.at_stream(exec.store(), &stream).await }
-        },
-        |version: &u64, now| {
-            let gpu = models.with_market(|m| m.benchmarks().gpu(gpu_uuid).cloned());
-            let event = match (set, gpu) {
-                (true, Some(gpu)) => {
-                    let latest = gpu
-                        .latest
-                        .as_ref()
-                        .ok_or(BenchmarkRejection::NothingToOverride)?;
-                    BenchmarkEvent::OverrideSet(benchmark_log::OverrideSet {
-                        gpu_uuid: gpu_uuid.to_owned(),
-                        provider_id: gpu.provider_id,
-                        run_id: latest.recorded.run_id,
-                        reason: benchmark_log::clean_reason(reason)?,
-                        by: meta.actor.clone(),
-                        at: now,
-                    })
-                }
-                (true, None) => return Err(BenchmarkRejection::NothingToOverride),
-                (false, Some(gpu)) if gpu.override_set.is_some() => {
-                    BenchmarkEvent::OverrideCleared(benchmark_log::OverrideCleared {
-                        gpu_uuid: gpu_uuid.to_owned(),
-                        provider_id: gpu.provider_id,
-                        by: meta.actor.clone(),
-                        at: now,
-                    })
-                }
-                (false, _) => return Err(BenchmarkRejection::NoOverride),
-            };
-            Ok(vec![append_at(
-                stream.clone(),
-                *version,
-                [DomainEvent::Benchmark(event)],
-                meta,
-            )])
-        },
-    )
+    on_gpu_stream(exec, gpu_uuid, |stream, version, now| {
+        let gpu = models.with_market(|m| m.benchmarks().gpu(gpu_uuid).cloned());
+        let event = match (set, gpu) {
+            (true, Some(gpu)) => {
+                let latest = gpu
+                    .latest
+                    .as_ref()
+                    .ok_or(BenchmarkRejection::NothingToOverride)?;
+                BenchmarkEvent::OverrideSet(benchmark_log::OverrideSet {
+                    gpu_uuid: gpu_uuid.to_owned(),
+                    provider_id: gpu.provider_id,
+                    run_id: latest.recorded.run_id,
+                    reason: benchmark_log::clean_reason(reason)?,
+                    by: meta.actor.clone(),
+                    at: now,
+                })
+            }
+            (true, None) => return Err(BenchmarkRejection::NothingToOverride),
+            (false, Some(gpu)) if gpu.override_set.is_some() => {
+                BenchmarkEvent::OverrideCleared(benchmark_log::OverrideCleared {
+                    gpu_uuid: gpu_uuid.to_owned(),
+                    provider_id: gpu.provider_id,
+                    by: meta.actor.clone(),
+                    at: now,
+                })
+            }
+            (false, _) => return Err(BenchmarkRejection::NoOverride),
+        };
+        Ok(vec![append_at(
+            stream.clone(),
+            version,
+            [DomainEvent::Benchmark(event)],
+            meta,
+        )])
+    })
     .await
 }
 

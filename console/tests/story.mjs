@@ -484,6 +484,9 @@ try {
   assert.equal(await page.getByRole("table", { name: /Últimas cifras de/ }).count(), 2, "both GPUs benchmarked");
   assert.ok(await page.locator(".badge").filter({ hasText: "Aprobada" }).first().isVisible());
   assert.ok(await page.getByRole("cell", { name: "Productos de matrices FP16" }).first().isVisible());
+  // What the run saw under load and of the GPU's health, beside the verdict.
+  assert.ok(await page.getByText(/resultados verificados; errores ECC no corregibles 0/).first().isVisible());
+  assert.ok(await page.getByText(/^Gen\d x16 \(máximo Gen\d x16\)/).first().isVisible());
   await page.getByRole("button", { name: "Pedir una nueva prueba" }).first().click();
   await page.getByText("Nueva prueba pedida").first().waitFor();
   await check(page, "benchmarks");

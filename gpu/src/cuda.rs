@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::cublas::{Asum, AsumConfig, CudaBlas, Gemm, GemmConfig, sys as blas_sys};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, result as blas_result, sys as blas_sys};
 use cudarc::cublaslt::{
     CudaBlasLT, Matmul, MatmulConfig, MatmulShared, result as lt, sys as lt_sys,
 };
@@ -70,7 +70,9 @@ fn ordinal_of(gpu_uuid: &str) -> Result<usize, SuiteError> {
                 .map_err(|_| SuiteError::NoSuchGpu(gpu_uuid.to_owned()));
         }
     }
-    Err(SuiteError::NoSuchGpu(gpu_uuid.to_owned()))
+    Err(SuiteError::NoSuchGpu(format!(
+        "{gpu_uuid} (CUDA sees a GPU in MIG mode as its instances)"
+    )))
 }
 
 /// Two events that time what runs between them on a stream.
@@ -82,12 +84,14 @@ struct Timer {
 
 impl Timer {
     fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Result<Timer, SuiteError> {
-        // Timing events: `None` would make events that cannot time.
-        let flags = Some(driver_sys::CUevent_flags::CU_EVENT_DEFAULT);
+        // Timing events (`None` would make events that cannot time); the host waits on `end`
+        // asleep rather than spinning a core through the sustained phase.
+        let start = Some(driver_sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let end = Some(driver_sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC);
         Ok(Timer {
             stream: stream.clone(),
-            start: cuda("creating an event", ctx.new_event(flags))?,
-            end: cuda("creating an event", ctx.new_event(flags))?,
+            start: cuda("creating an event", ctx.new_event(start))?,
+            end: cuda("creating an event", ctx.new_event(end))?,
         })
     }
 
@@ -127,6 +131,14 @@ pub fn run(
         why,
     })?;
     probe()?;
+    // `NVIDIA_TF32_OVERRIDE=0` turns TF32 off over what the program asks for: the TF32 figure
+    // would be FP32's.
+    if std::env::var("NVIDIA_TF32_OVERRIDE").is_ok_and(|v| v.trim() == "0") {
+        return Err(SuiteError::Precondition {
+            gpu: gpu_uuid.to_owned(),
+            why: "NVIDIA_TF32_OVERRIDE=0 disables TF32, so the TF32 figure would measure FP32; unset it for the agent".to_owned(),
+        });
+    }
     let started = Instant::now();
     let ordinal = ordinal_of(gpu_uuid)?;
     let ctx = cuda("creating a context", CudaContext::new(ordinal))?;
@@ -186,7 +198,7 @@ pub fn run(
 }
 
 /// One precision's operands on the device, and how to launch its GEMM and read its result.
-enum Operands {
+enum Operands<'lt> {
     F32 {
         a: CudaSlice<f32>,
         b: CudaSlice<f32>,
@@ -206,7 +218,7 @@ enum Operands {
         a: CudaSlice<u8>,
         b: CudaSlice<u8>,
         c: CudaSlice<bf16>,
-        gemm: Box<Fp8Gemm>,
+        gemm: Box<Fp8Gemm<'lt>>,
     },
 }
 
@@ -243,16 +255,16 @@ fn gemm_config<T: Copy>(n: i32, one: T, zero: T) -> GemmConfig<T> {
     }
 }
 
-impl Operands {
+impl<'lt> Operands<'lt> {
     /// Random-normal inputs (the same on every host), and the host's widened copies of them for
     /// the check (none for FP8).
     #[allow(clippy::type_complexity)]
     fn new(
         stream: &Arc<CudaStream>,
-        blas_lt: &CudaBlasLT,
+        blas_lt: &'lt CudaBlasLT,
         precision: Precision,
         n: usize,
-    ) -> Result<(Operands, Option<(Vec<f32>, Vec<f32>)>), SuiteError> {
+    ) -> Result<(Operands<'lt>, Option<(Vec<f32>, Vec<f32>)>), SuiteError> {
         let a = normal_values(0x5eed_a000 + n as u64, n * n);
         let b = normal_values(0x5eed_b000 + n as u64, n * n);
         let upload = "copying the inputs to the GPU";
@@ -455,8 +467,9 @@ fn gemm_phase(
 
 /// FP8 E4M3 GEMM through cuBLASLt: `D = A^T B` ("TN", the layout FP8 requires), BF16 output,
 /// FP32 compute; scales left at their default (1).
-struct Fp8Gemm {
-    handle: lt_sys::cublasLtHandle_t,
+struct Fp8Gemm<'lt> {
+    /// The handle's owner outlives this value (the borrow says so).
+    lt: &'lt CudaBlasLT,
     desc: lt_sys::cublasLtMatmulDesc_t,
     a_layout: lt_sys::cublasLtMatrixLayout_t,
     b_layout: lt_sys::cublasLtMatrixLayout_t,
@@ -469,12 +482,12 @@ struct Fp8Gemm {
 /// cuBLASLt's recommended workspace on Hopper.
 const LT_WORKSPACE: usize = 32 << 20;
 
-impl Fp8Gemm {
+impl<'lt> Fp8Gemm<'lt> {
     fn new(
         stream: &Arc<CudaStream>,
-        blas_lt: &CudaBlasLT,
+        blas_lt: &'lt CudaBlasLT,
         n: usize,
-    ) -> Result<Fp8Gemm, SuiteError> {
+    ) -> Result<Fp8Gemm<'lt>, SuiteError> {
         let step = "preparing the FP8 GEMM";
         let rows = n as u64;
         let ld = n as i64;
@@ -484,7 +497,7 @@ impl Fp8Gemm {
             lt::create_matrix_layout(lt_sys::cudaDataType_t::CUDA_R_8F_E4M3, rows, rows, ld),
         )?;
         let mut gemm = Fp8Gemm {
-            handle: *blas_lt.handle(),
+            lt: blas_lt,
             desc: std::ptr::null_mut(),
             a_layout,
             b_layout: std::ptr::null_mut(),
@@ -549,7 +562,7 @@ impl Fp8Gemm {
         // SAFETY: every handle was created above and is alive; D has C's layout.
         let heuristic = unsafe {
             lt::get_matmul_algo_heuristic(
-                gemm.handle,
+                *gemm.lt.handle(),
                 gemm.desc,
                 gemm.a_layout,
                 gemm.b_layout,
@@ -581,7 +594,7 @@ impl Fp8Gemm {
         // call (the guards order the stream after it).
         let launched = unsafe {
             lt::matmul(
-                self.handle,
+                *self.lt.handle(),
                 self.desc,
                 (&alpha as *const f32).cast::<c_void>(),
                 (&beta as *const f32).cast::<c_void>(),
@@ -603,7 +616,7 @@ impl Fp8Gemm {
     }
 }
 
-impl Drop for Fp8Gemm {
+impl Drop for Fp8Gemm<'_> {
     fn drop(&mut self) {
         // SAFETY: each handle was created by this value (or is null, never created) and is
         // destroyed once, here; nothing uses them after. Errors on destruction change nothing.
@@ -638,12 +651,54 @@ fn memory_phase(
         step: step.to_owned(),
         error: "too large".to_owned(),
     })?;
-    let elements = i32::try_from(count).map_err(|_| SuiteError::Cuda {
-        step: step.to_owned(),
-        error: "more elements than cuBLAS's int".to_owned(),
-    })?;
     let source = cuda(step, stream.alloc_zeros::<f32>(count))?;
     let mut target = cuda(step, stream.alloc_zeros::<f32>(count))?;
+    // The sum goes to device memory: in host pointer mode cuBLAS would wait for it, and the
+    // timed interval would include the copy back and the host's wake-up.
+    let mut sum = cuda(step, stream.alloc_zeros::<f32>(1))?;
+    let mode = "setting cuBLAS's pointer mode";
+    cuda(
+        mode,
+        blas.set_pointer_mode(blas_sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_DEVICE),
+    )?;
+    let buffers = Buffers {
+        source: &source,
+        target: &mut target,
+        sum: &mut sum,
+    };
+    let measured = memory_trials(stream, timer, blas, buffers, bytes, plan, observer);
+    // Host pointer mode again whatever happened: the GEMMs pass alpha and beta from the host.
+    cuda(
+        mode,
+        blas.set_pointer_mode(blas_sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_HOST),
+    )?;
+    measured
+}
+
+struct Buffers<'a> {
+    source: &'a CudaSlice<f32>,
+    target: &'a mut CudaSlice<f32>,
+    sum: &'a mut CudaSlice<f32>,
+}
+
+fn memory_trials(
+    stream: &Arc<CudaStream>,
+    timer: &Timer,
+    blas: &CudaBlas,
+    buffers: Buffers<'_>,
+    bytes: u64,
+    plan: &Plan,
+    observer: &mut dyn Observer,
+) -> Result<Figures3, SuiteError> {
+    let Buffers {
+        source,
+        target,
+        sum,
+    } = buffers;
+    let elements = i32::try_from(source.len()).map_err(|_| SuiteError::Cuda {
+        step: "reading device memory".to_owned(),
+        error: "more elements than cuBLAS's int".to_owned(),
+    })?;
     let mut read = Vec::new();
     let mut write = Vec::new();
     let mut copy = Vec::new();
@@ -651,19 +706,21 @@ fn memory_phase(
     for trial in 0..=plan.trials {
         stop_if_cancelled(observer)?;
         observer.sample(Phase::Memory);
-        let mut sum = 0.0_f32;
         let read_ns = timer.time(
             &mut || {
-                // SAFETY: `source` holds `elements` f32 values; the sum goes to a host f32
-                // (cuBLAS's default pointer mode).
+                let (x, _x_guard) = source.device_ptr(stream);
+                let (result, _result_guard) = sum.device_ptr_mut(stream);
+                // SAFETY: `x` points at `elements` f32 values on this stream's device and
+                // `result` at one f32 there; the handle is in device pointer mode (set by the
+                // caller), so cuBLAS writes the sum on the device and returns at once. The
+                // guards order the stream around the call.
                 let summed = unsafe {
-                    blas.asum(
-                        AsumConfig {
-                            n: elements,
-                            incx: 1,
-                        },
-                        &source,
-                        &mut sum,
+                    blas_result::sasum(
+                        *blas.handle(),
+                        elements,
+                        x as *const f32,
+                        1,
+                        result as *mut f32,
                     )
                 };
                 cuda("reading device memory", summed)
@@ -671,14 +728,14 @@ fn memory_phase(
             &mut || {},
         )?;
         let write_ns = timer.time(
-            &mut || cuda("writing device memory", stream.memset_zeros(&mut target)),
+            &mut || cuda("writing device memory", stream.memset_zeros(&mut *target)),
             &mut || {},
         )?;
         let copy_ns = timer.time(
             &mut || {
                 cuda(
                     "copying device memory",
-                    stream.memcpy_dtod(&source, &mut target),
+                    stream.memcpy_dtod(source, &mut *target),
                 )
             },
             &mut || {},

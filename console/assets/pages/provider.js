@@ -73,6 +73,9 @@ function figure(milli, metric) {
   return `${value} ${METRIC_UNITS[metric] ?? ""}`;
 }
 
+/** The host's figures: reported and compared across the fleet, not scored against the model. */
+const HOST_METRICS = ["ssd_read_mb_s", "ssd_write_mb_s", "network_rtt_us", "network_mbit_s"];
+
 const OUTCOME_KIND = { pass: "ok", warn: "warn", fail: "bad" };
 const LISTING_KIND = { listed: "ok", delisted: "bad", overridden: "warn", not_benchmarked: "neutral" };
 
@@ -112,6 +115,25 @@ async function benchmarks(ctx, context) {
           spread: view.consistency.spread_bp === null ? "—" : percentBp(view.consistency.spread_bp),
           drift: view.consistency.last_vs_first_bp === null ? "—" : percentBp(view.consistency.last_vs_first_bp),
         })],
+        [t("benchmarks.under_load"), t("benchmarks.under_load_text", {
+          max: latest.health.max_temperature_c, sustained: latest.health.sustained_temperature_c,
+          sm: latest.environment.sm_clock_mhz, seconds: latest.environment.sustained_seconds,
+          ratio: percentBp(latest.health.sustained_ratio_bp),
+        })],
+        [t("benchmarks.power"), t("benchmarks.power_text", { limit: latest.health.power_limit_w, default: latest.health.default_power_limit_w })],
+        latest.health.pcie ? [t("benchmarks.pcie"), t("benchmarks.pcie_text", {
+          generation: latest.health.pcie.generation, width: latest.health.pcie.width,
+          max_generation: latest.health.pcie.max_generation, max_width: latest.health.pcie.max_width,
+          replays: latest.health.pcie_replays ?? 0,
+        })] : null,
+        [t("benchmarks.health"), t("benchmarks.health_text", {
+          verified: t(latest.health.results_verified ? "benchmarks.verified" : "benchmarks.wrong"),
+          ecc: latest.health.ecc_uncorrected, retired: latest.health.retired_pages,
+          xids: latest.health.xids.length ? latest.health.xids.join(", ") : "—",
+        })],
+        latest.figures.some((f) => HOST_METRICS.includes(f.metric)) ? [t("benchmarks.host"),
+          latest.figures.filter((f) => HOST_METRICS.includes(f.metric))
+            .map((f) => `${t(`metric.${f.metric}`)} ${figure(f.median_milli, f.metric)}`).join(" · ")] : null,
         latest.run.simulated_profile ? [t("benchmarks.simulated"), latest.run.simulated_profile] : null,
         view.retest ? [t("benchmarks.retest_waiting"), dateTime(view.retest.at, ctx.zone)] : null,
         view.override ? [t("benchmarks.override"), `${view.override.reason} (${view.override.by})`] : null,
