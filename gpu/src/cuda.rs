@@ -165,6 +165,13 @@ pub fn run(
         CudaBlasLT::new(stream.clone()),
     )?;
     let fp8 = compute_capability >= (8, 9);
+    let inputs = Inputs::new(plan.gemm_size);
+    let gpu = Gpu {
+        stream: &stream,
+        timer: &timer,
+        blas: &blas,
+        blas_lt: &blas_lt,
+    };
     let mut gemm = Vec::new();
     for precision in Precision::ALL {
         if precision == Precision::Fp8 && !fp8 {
@@ -172,14 +179,14 @@ pub fn run(
         }
         stop_if_cancelled(observer)?;
         observer.sample(Phase::Gemm(precision));
-        let result = gemm_phase(&stream, &timer, &blas, &blas_lt, precision, plan, observer)?;
+        let result = gemm_phase(&gpu, precision, &inputs, plan, observer)?;
         gemm.push(result);
     }
     let (mem_read, mem_write, mem_copy) =
         memory_phase(&stream, &timer, &blas, memory_bytes, plan, observer)?;
     let (host_to_device, device_to_host) = host_phase(&ctx, &stream, &timer, plan, observer)?;
     let (sustained_windows_milli, sustained_elapsed) =
-        sustained_phase(&stream, &timer, &blas, &blas_lt, plan, observer)?;
+        sustained_phase(&gpu, &inputs, plan, observer)?;
     cuda("finishing", ctx.check_err())?;
     Ok(Measured {
         device_name,
@@ -255,28 +262,46 @@ fn gemm_config<T: Copy>(n: i32, one: T, zero: T) -> GemmConfig<T> {
     }
 }
 
+/// The GEMMs' random-normal inputs, made once on the host (the same on every host).
+struct Inputs {
+    n: usize,
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+impl Inputs {
+    fn new(n: usize) -> Inputs {
+        Inputs {
+            n,
+            a: normal_values(0x5eed_a000 + n as u64, n * n),
+            b: normal_values(0x5eed_b000 + n as u64, n * n),
+        }
+    }
+}
+
 impl<'lt> Operands<'lt> {
-    /// Random-normal inputs (the same on every host), and the host's widened copies of them for
-    /// the check (none for FP8).
+    /// The inputs in `precision` on the device, and the host's widened copies of FP16 and BF16
+    /// inputs for the check (FP32 and TF32 are checked against `inputs` themselves; FP8 has no
+    /// host check).
     #[allow(clippy::type_complexity)]
     fn new(
         stream: &Arc<CudaStream>,
         blas_lt: &'lt CudaBlasLT,
         precision: Precision,
-        n: usize,
+        inputs: &Inputs,
     ) -> Result<(Operands<'lt>, Option<(Vec<f32>, Vec<f32>)>), SuiteError> {
-        let a = normal_values(0x5eed_a000 + n as u64, n * n);
-        let b = normal_values(0x5eed_b000 + n as u64, n * n);
+        let n = inputs.n;
+        let (a, b) = (&inputs.a, &inputs.b);
         let upload = "copying the inputs to the GPU";
         let zeros = "allocating the result";
         Ok(match precision {
             Precision::Fp32 | Precision::Tf32 => {
                 let operands = Operands::F32 {
-                    a: cuda(upload, stream.clone_htod(&a))?,
-                    b: cuda(upload, stream.clone_htod(&b))?,
+                    a: cuda(upload, stream.clone_htod(a))?,
+                    b: cuda(upload, stream.clone_htod(b))?,
                     c: cuda(zeros, stream.alloc_zeros(n * n))?,
                 };
-                (operands, Some((a, b)))
+                (operands, None)
             }
             Precision::Fp16 => {
                 let a: Vec<f16> = a.iter().map(|v| f16::from_f32(*v)).collect();
@@ -406,17 +431,35 @@ impl<'lt> Operands<'lt> {
     }
 }
 
+/// What the GEMM phases run on.
+#[derive(Clone, Copy)]
+struct Gpu<'a> {
+    stream: &'a Arc<CudaStream>,
+    timer: &'a Timer,
+    blas: &'a CudaBlas,
+    blas_lt: &'a CudaBlasLT,
+}
+
 fn gemm_phase(
-    stream: &Arc<CudaStream>,
-    timer: &Timer,
-    blas: &CudaBlas,
-    blas_lt: &CudaBlasLT,
+    gpu: &Gpu<'_>,
     precision: Precision,
+    inputs: &Inputs,
     plan: &Plan,
     observer: &mut dyn Observer,
 ) -> Result<GemmResult, SuiteError> {
-    let n = plan.gemm_size;
-    let (mut operands, host) = Operands::new(stream, blas_lt, precision, n)?;
+    let Gpu {
+        stream,
+        timer,
+        blas,
+        blas_lt,
+    } = *gpu;
+    let n = inputs.n;
+    let (mut operands, widened) = Operands::new(stream, blas_lt, precision, inputs)?;
+    let host: Option<(&[f32], &[f32])> = match (precision, &widened) {
+        (Precision::Fp32 | Precision::Tf32, _) => Some((&inputs.a, &inputs.b)),
+        (_, Some((a, b))) => Some((a, b)),
+        _ => None,
+    };
     // Warm-up: the first result is kept for the comparison; the two after it time one GEMM.
     operands.launch(stream, blas, blas_lt, precision, n)?;
     let first = operands.result(stream)?;
@@ -450,10 +493,7 @@ fn gemm_phase(
             "two identical {} GEMMs gave different results (first at element {position})",
             precision.name()
         )),
-        None => match &host {
-            Some((a, b)) => check_product(precision, n, a, b, &last, 64).err(),
-            None => None,
-        },
+        None => host.and_then(|(a, b)| check_product(precision, n, a, b, &last, 64).err()),
     };
     Ok(GemmResult {
         precision,
@@ -803,15 +843,19 @@ fn host_phase(
 }
 
 fn sustained_phase(
-    stream: &Arc<CudaStream>,
-    timer: &Timer,
-    blas: &CudaBlas,
-    blas_lt: &CudaBlasLT,
+    gpu: &Gpu<'_>,
+    inputs: &Inputs,
     plan: &Plan,
     observer: &mut dyn Observer,
 ) -> Result<(Vec<u64>, Duration), SuiteError> {
-    let n = plan.gemm_size;
-    let (mut operands, _) = Operands::new(stream, blas_lt, Precision::Fp16, n)?;
+    let Gpu {
+        stream,
+        timer,
+        blas,
+        blas_lt,
+    } = *gpu;
+    let n = inputs.n;
+    let (mut operands, _) = Operands::new(stream, blas_lt, Precision::Fp16, inputs)?;
     operands.launch(stream, blas, blas_lt, Precision::Fp16, n)?;
     let one_ns = timer.time(
         &mut || operands.launch(stream, blas, blas_lt, Precision::Fp16, n),
