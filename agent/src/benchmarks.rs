@@ -40,6 +40,9 @@ pub const DEFAULT_BENCHMARK_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3_
 pub const DEFAULT_SIMULATED_SUITE: Duration = Duration::from_secs(150);
 /// The real suite's sustained phase.
 pub const DEFAULT_SUSTAINED: Duration = Duration::from_secs(60);
+/// Why a GPU in MIG mode is not benchmarked.
+pub const MIG_ENABLED: &str =
+    "MIG is enabled: the suite measures whole GPUs; disable MIG to benchmark this GPU";
 /// A GPU the suite could not start on (another compute process) is tried again after this.
 pub const RETRY_BUSY: Duration = Duration::from_secs(15 * 60);
 /// A GPU the suite failed on (a CUDA error) is tried again after this.
@@ -353,6 +356,17 @@ impl Benchmarks {
             if let Suite::Real(suite) = &self.suite {
                 if model_of(gpu).is_none() {
                     // Not a catalog model: nothing to score it against.
+                    continue;
+                }
+                if gpu.mig_enabled == Some(true) {
+                    // Said once; the GPU is looked at again when its MIG mode changes (the
+                    // inventory is read again at every start and registration).
+                    let entry = self.schedule.gpus.entry(gpu.gpu_uuid.clone()).or_default();
+                    if entry.problem.as_deref() != Some(MIG_ENABLED) {
+                        entry.problem = Some(MIG_ENABLED.to_owned());
+                        queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
+                        tracing::warn!(gpu = %gpu.gpu_uuid, "benchmark suite skipped: {MIG_ENABLED}");
+                    }
                     continue;
                 }
                 let cancel = Arc::new(AtomicBool::new(false));
@@ -815,6 +829,40 @@ mod tests {
         };
         Benchmarks::open(&queue, simulated, Uuid::nil(), None).unwrap();
         assert!(stored_schedule(&queue).unwrap().gpus.is_empty());
+    }
+
+    /// A GPU in MIG mode is not benchmarked (the suite measures whole GPUs); `status` says why.
+    #[test]
+    fn a_gpu_in_mig_mode_is_skipped_and_said_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut queue = Queue::open(dir.path()).unwrap();
+        let mut benchmarks = Benchmarks::open(
+            &queue,
+            real_suite(),
+            Uuid::nil(),
+            Some(DEFAULT_BENCHMARK_INTERVAL),
+        )
+        .unwrap();
+        let mig = DetectedGpu {
+            mig_enabled: Some(true),
+            ..h100("GPU-mig-0")
+        };
+        let none = BTreeSet::new();
+        for now in [0, 1_000] {
+            assert_eq!(
+                benchmarks
+                    .step(&mut queue, now, std::slice::from_ref(&mig), &none, &[])
+                    .unwrap(),
+                Step::Idle
+            );
+        }
+        assert!(benchmarks.job.is_none());
+        let stored = stored_schedule(&queue).unwrap();
+        assert_eq!(
+            stored.gpus["GPU-mig-0"].problem.as_deref(),
+            Some(MIG_ENABLED)
+        );
+        assert_eq!(stored.gpus["GPU-mig-0"].runs, 0);
     }
 
     #[test]
