@@ -664,6 +664,19 @@ mod tests {
         }))
     }
 
+    /// A queue in `dir` and a real suite's schedule over it.
+    fn real_benchmarks(dir: &std::path::Path) -> (Queue, Benchmarks) {
+        let queue = Queue::open(dir).unwrap();
+        let benchmarks = Benchmarks::open(
+            &queue,
+            real_suite(),
+            Uuid::nil(),
+            Some(DEFAULT_BENCHMARK_INTERVAL),
+        )
+        .unwrap();
+        (queue, benchmarks)
+    }
+
     /// Steps until the real suite's thread has answered.
     fn settle(
         benchmarks: &mut Benchmarks,
@@ -690,14 +703,7 @@ mod tests {
             return; // A GPU host: scripts/gpu-check.sh runs the suite for real.
         }
         let dir = tempfile::tempdir().unwrap();
-        let mut queue = Queue::open(dir.path()).unwrap();
-        let mut benchmarks = Benchmarks::open(
-            &queue,
-            real_suite(),
-            Uuid::nil(),
-            Some(DEFAULT_BENCHMARK_INTERVAL),
-        )
-        .unwrap();
+        let (mut queue, mut benchmarks) = real_benchmarks(dir.path());
         let gpus = [h100("GPU-real-0")];
         let none = BTreeSet::new();
         let started = benchmarks.step(&mut queue, 0, &gpus, &none, &[]).unwrap();
@@ -731,14 +737,7 @@ mod tests {
     #[test]
     fn a_rental_stops_the_real_suites_thread() {
         let dir = tempfile::tempdir().unwrap();
-        let mut queue = Queue::open(dir.path()).unwrap();
-        let mut benchmarks = Benchmarks::open(
-            &queue,
-            real_suite(),
-            Uuid::nil(),
-            Some(DEFAULT_BENCHMARK_INTERVAL),
-        )
-        .unwrap();
+        let (mut queue, mut benchmarks) = real_benchmarks(dir.path());
         let gpus = [h100("GPU-real-0")];
         let none = BTreeSet::new();
         benchmarks.step(&mut queue, 0, &gpus, &none, &[]).unwrap();
@@ -835,14 +834,7 @@ mod tests {
     #[test]
     fn a_gpu_in_mig_mode_is_skipped_and_said_so() {
         let dir = tempfile::tempdir().unwrap();
-        let mut queue = Queue::open(dir.path()).unwrap();
-        let mut benchmarks = Benchmarks::open(
-            &queue,
-            real_suite(),
-            Uuid::nil(),
-            Some(DEFAULT_BENCHMARK_INTERVAL),
-        )
-        .unwrap();
+        let (mut queue, mut benchmarks) = real_benchmarks(dir.path());
         let mig = DetectedGpu {
             mig_enabled: Some(true),
             ..h100("GPU-mig-0")

@@ -262,6 +262,18 @@ fn gemm_config<T: Copy>(n: i32, one: T, zero: T) -> GemmConfig<T> {
     }
 }
 
+/// `values` in a narrower format, and widened back to f32 as the GPU will hold them (for the
+/// host's check of the product).
+fn narrowed<T: Copy>(
+    values: &[f32],
+    narrow: impl Fn(f32) -> T,
+    widen: impl Fn(T) -> f32,
+) -> (Vec<T>, Vec<f32>) {
+    let narrow: Vec<T> = values.iter().map(|v| narrow(*v)).collect();
+    let widened = narrow.iter().map(|v| widen(*v)).collect();
+    (narrow, widened)
+}
+
 /// The GEMMs' random-normal inputs, made once on the host (the same on every host).
 struct Inputs {
     n: usize,
@@ -304,32 +316,24 @@ impl<'lt> Operands<'lt> {
                 (operands, None)
             }
             Precision::Fp16 => {
-                let a: Vec<f16> = a.iter().map(|v| f16::from_f32(*v)).collect();
-                let b: Vec<f16> = b.iter().map(|v| f16::from_f32(*v)).collect();
-                let widened = (
-                    a.iter().map(|v| v.to_f32()).collect(),
-                    b.iter().map(|v| v.to_f32()).collect(),
-                );
+                let (a, a_widened) = narrowed(a, f16::from_f32, f16::to_f32);
+                let (b, b_widened) = narrowed(b, f16::from_f32, f16::to_f32);
                 let operands = Operands::F16 {
                     a: cuda(upload, stream.clone_htod(&a))?,
                     b: cuda(upload, stream.clone_htod(&b))?,
                     c: cuda(zeros, stream.alloc_zeros(n * n))?,
                 };
-                (operands, Some(widened))
+                (operands, Some((a_widened, b_widened)))
             }
             Precision::Bf16 => {
-                let a: Vec<bf16> = a.iter().map(|v| bf16::from_f32(*v)).collect();
-                let b: Vec<bf16> = b.iter().map(|v| bf16::from_f32(*v)).collect();
-                let widened = (
-                    a.iter().map(|v| v.to_f32()).collect(),
-                    b.iter().map(|v| v.to_f32()).collect(),
-                );
+                let (a, a_widened) = narrowed(a, bf16::from_f32, bf16::to_f32);
+                let (b, b_widened) = narrowed(b, bf16::from_f32, bf16::to_f32);
                 let operands = Operands::Bf16 {
                     a: cuda(upload, stream.clone_htod(&a))?,
                     b: cuda(upload, stream.clone_htod(&b))?,
                     c: cuda(zeros, stream.alloc_zeros(n * n))?,
                 };
-                (operands, Some(widened))
+                (operands, Some((a_widened, b_widened)))
             }
             Precision::Fp8 => {
                 let a = fp8_values(0x5eed_a008 + n as u64, n * n);
