@@ -7,6 +7,7 @@
 //! Preconditions, checked first: the GPU is not in MIG mode (the suite measures whole GPUs) and
 //! no other compute process runs on it.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -66,15 +67,21 @@ struct Sample {
     temperature_c: Option<i32>,
 }
 
-struct NvmlObserver<'a> {
-    device: nvml_wrapper::Device<'a>,
-    cancel: &'a AtomicBool,
+/// What the sensors showed while the suite ran.
+#[derive(Debug, Clone, Default)]
+struct Sensors {
     sustained: Vec<Sample>,
     max_temperature_c: i32,
     /// Trouble clock-event bits seen under load.
     trouble: u64,
     /// The best PCIe link seen while a copy was in flight.
     pcie: Option<(u32, u32)>,
+}
+
+struct NvmlObserver<'a> {
+    device: nvml_wrapper::Device<'a>,
+    cancel: &'a AtomicBool,
+    seen: Sensors,
 }
 
 impl Observer for NvmlObserver<'_> {
@@ -88,11 +95,12 @@ impl Observer for NvmlObserver<'_> {
             .temperature(TemperatureSensor::Gpu)
             .ok()
             .and_then(|t| i32::try_from(t).ok());
+        let seen = &mut self.seen;
         if let Some(t) = temperature {
-            self.max_temperature_c = self.max_temperature_c.max(t);
+            seen.max_temperature_c = seen.max_temperature_c.max(t);
         }
         if let Ok(reasons) = self.device.current_throttle_reasons() {
-            self.trouble |= reasons.bits() & clock_events::TROUBLE;
+            seen.trouble |= reasons.bits() & clock_events::TROUBLE;
         }
         match phase {
             Phase::HostCopy => {
@@ -100,12 +108,12 @@ impl Observer for NvmlObserver<'_> {
                     self.device.current_pcie_link_gen(),
                     self.device.current_pcie_link_width(),
                 ) {
-                    self.pcie = Some(self.pcie.map_or((generation, width), |(g, w)| {
+                    seen.pcie = Some(seen.pcie.map_or((generation, width), |(g, w)| {
                         (g.max(generation), w.max(width))
                     }));
                 }
             }
-            Phase::Sustained => self.sustained.push(Sample {
+            Phase::Sustained => seen.sustained.push(Sample {
                 sm_clock_mhz: self.device.clock_info(Clock::SM).ok(),
                 memory_clock_mhz: self.device.clock_info(Clock::Memory).ok(),
                 temperature_c: temperature,
@@ -230,14 +238,14 @@ pub fn run(
             .device_by_uuid(gpu_uuid)
             .map_err(|_| SuiteError::NoSuchGpu(gpu_uuid.to_owned()))?,
         cancel,
-        sustained: Vec::new(),
-        max_temperature_c: idle_temperature_c,
-        trouble: 0,
-        pcie: None,
+        seen: Sensors {
+            max_temperature_c: idle_temperature_c,
+            ..Sensors::default()
+        },
     };
     let measured = gpunex_gpu::cuda::run(gpu_uuid, &suite.plan, &mut observer)?;
     let after = health(&device);
-    let mut xids = std::collections::BTreeSet::new();
+    let mut xids = BTreeSet::new();
     if let Some(set) = &events {
         while let Ok(event) = set.wait(0) {
             if let Some(XidError::Value(xid)) = event.event_data
@@ -270,6 +278,99 @@ pub fn run(
     if cancel.load(Ordering::Relaxed) {
         return Err(SuiteError::Cancelled);
     }
+    for g in &measured.gemm {
+        if let Some(wrong) = &g.wrong {
+            notes.push(wrong.clone());
+        }
+    }
+    let mut host_figures = Vec::new();
+    match hostbench::storage(&suite.state_dir, suite.storage_bytes, 4, 3) {
+        Ok(storage) => {
+            if !storage.direct {
+                notes.push(
+                    "the file system refused O_DIRECT: storage measured with buffered I/O, the cache dropped".to_owned(),
+                );
+            }
+            host_figures.push(storage.read);
+            host_figures.push(storage.write);
+        }
+        Err(error) => notes.push(format!("storage not measured: {error}")),
+    }
+    if cancel.load(Ordering::Relaxed) {
+        return Err(SuiteError::Cancelled);
+    }
+    match network(suite) {
+        Ok(network) => {
+            host_figures.push(network.rtt);
+            host_figures.push(network.throughput);
+        }
+        Err(error) => notes.push(format!("network not measured: {error}")),
+    }
+    let readings = Readings {
+        seen: observer.seen,
+        before,
+        after,
+        xids,
+        pcie_max: (
+            device.max_pcie_link_gen().ok(),
+            device.max_pcie_link_width().ok(),
+        ),
+        power_limit_w: device.enforced_power_limit().map_or(0, |mw| mw / 1_000),
+        default_power_limit_w: device
+            .power_management_limit_default()
+            .map_or(0, |mw| mw / 1_000),
+        idle_temperature_c,
+        driver_version: nvml
+            .sys_driver_version()
+            .unwrap_or_else(|_| "unknown".to_owned()),
+        cuda_version: nvml.sys_cuda_driver_version().map_or_else(
+            |_| "unknown".to_owned(),
+            |v| {
+                format!(
+                    "{}.{}",
+                    nvml_wrapper::cuda_driver_version_major(v),
+                    nvml_wrapper::cuda_driver_version_minor(v)
+                )
+            },
+        ),
+    };
+    let (run, environment) = assemble(gpu_uuid, &measured, &readings, host_figures);
+    Ok(Finished {
+        run,
+        environment,
+        kmsg_seq,
+        notes,
+        measured,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// What NVML read around the run.
+#[derive(Debug, Clone, Default)]
+struct Readings {
+    seen: Sensors,
+    before: Health,
+    after: Health,
+    xids: BTreeSet<u32>,
+    /// The PCIe link's maximum generation and width.
+    pcie_max: (Option<u32>, Option<u32>),
+    power_limit_w: u32,
+    default_power_limit_w: u32,
+    idle_temperature_c: i32,
+    driver_version: String,
+    cuda_version: String,
+}
+
+/// The run as the platform reads it, from what the GPU measured, what NVML read and the host's
+/// figures: figures in thousandths of their unit (TFLOPS and GB/s as `gpunex_gpu` computes
+/// them), counters as their change over the run (retired pages and remaps as they stand after
+/// it).
+fn assemble(
+    gpu_uuid: &str,
+    measured: &Measured,
+    readings: &Readings,
+    host_figures: Vec<Figure>,
+) -> (Run, Environment) {
     let mut figures: Vec<Figure> = measured
         .gemm
         .iter()
@@ -289,106 +390,72 @@ pub fn run(
     figures.push(figure(Metric::MemCopyGbS, &measured.mem_copy));
     figures.push(figure(Metric::HostToDeviceGbS, &measured.host_to_device));
     figures.push(figure(Metric::DeviceToHostGbS, &measured.device_to_host));
-    for g in &measured.gemm {
-        if let Some(wrong) = &g.wrong {
-            notes.push(wrong.clone());
-        }
-    }
-    match hostbench::storage(&suite.state_dir, suite.storage_bytes, 4, 3) {
-        Ok(storage) => {
-            if !storage.direct {
-                notes.push(
-                    "the file system refused O_DIRECT: storage measured with buffered I/O, the cache dropped".to_owned(),
-                );
-            }
-            figures.push(storage.read);
-            figures.push(storage.write);
-        }
-        Err(error) => notes.push(format!("storage not measured: {error}")),
-    }
-    if cancel.load(Ordering::Relaxed) {
-        return Err(SuiteError::Cancelled);
-    }
-    match network(suite) {
-        Ok(network) => {
-            figures.push(network.rtt);
-            figures.push(network.throughput);
-        }
-        Err(error) => notes.push(format!("network not measured: {error}")),
-    }
-    let pcie = observer.pcie.map(|(generation, width)| PcieUnderLoad {
+    figures.extend(host_figures);
+    let Readings {
+        seen,
+        before,
+        after,
+        ..
+    } = readings;
+    let pcie = seen.pcie.map(|(generation, width)| PcieUnderLoad {
         generation,
         width,
-        max_generation: device.max_pcie_link_gen().unwrap_or(generation),
-        max_width: device.max_pcie_link_width().unwrap_or(width),
+        max_generation: readings.pcie_max.0.unwrap_or(generation),
+        max_width: readings.pcie_max.1.unwrap_or(width),
     });
-    let sustained = &observer.sustained;
+    let since = |after: Option<u64>, before: Option<u64>| {
+        after.unwrap_or(0).saturating_sub(before.unwrap_or(0))
+    };
     let health = HealthSignals {
         results_verified: measured.results_verified(),
-        ecc_uncorrected: after
-            .ecc_uncorrected
-            .unwrap_or(0)
-            .saturating_sub(before.ecc_uncorrected.unwrap_or(0)),
+        ecc_uncorrected: since(after.ecc_uncorrected, before.ecc_uncorrected),
         retired_pages: after.retired_pages.unwrap_or(0),
         row_remap_pending: after.remap_pending,
         row_remap_failed: after.remap_failed,
-        xids: xids.into_iter().collect(),
-        throttle_mask: observer.trouble,
+        xids: readings.xids.iter().copied().collect(),
+        throttle_mask: seen.trouble,
         sustained_ratio_bp: measured.sustained_ratio_bp(),
-        max_temperature_c: observer.max_temperature_c,
-        sustained_temperature_c: median(sustained.iter().filter_map(|s| s.temperature_c).collect())
-            .unwrap_or(observer.max_temperature_c),
-        power_limit_w: device.enforced_power_limit().map_or(0, |mw| mw / 1_000),
-        default_power_limit_w: device
-            .power_management_limit_default()
-            .map_or(0, |mw| mw / 1_000),
+        max_temperature_c: seen.max_temperature_c,
+        sustained_temperature_c: median(
+            seen.sustained
+                .iter()
+                .filter_map(|s| s.temperature_c)
+                .collect(),
+        )
+        .unwrap_or(seen.max_temperature_c),
+        power_limit_w: readings.power_limit_w,
+        default_power_limit_w: readings.default_power_limit_w,
         pcie,
-        pcie_replays: after
-            .pcie_replays
-            .unwrap_or(0)
-            .saturating_sub(before.pcie_replays.unwrap_or(0)),
+        pcie_replays: since(after.pcie_replays, before.pcie_replays),
     };
-    let cuda_version = nvml.sys_cuda_driver_version().map_or_else(
-        |_| "unknown".to_owned(),
-        |v| {
-            format!(
-                "{}.{}",
-                nvml_wrapper::cuda_driver_version_major(v),
-                nvml_wrapper::cuda_driver_version_minor(v)
-            )
-        },
-    );
     let environment = Environment {
-        driver_version: nvml
-            .sys_driver_version()
-            .unwrap_or_else(|_| "unknown".to_owned()),
-        cuda_version,
-        sm_clock_mhz: median(sustained.iter().filter_map(|s| s.sm_clock_mhz).collect())
-            .unwrap_or(0),
+        driver_version: readings.driver_version.clone(),
+        cuda_version: readings.cuda_version.clone(),
+        sm_clock_mhz: median(
+            seen.sustained
+                .iter()
+                .filter_map(|s| s.sm_clock_mhz)
+                .collect(),
+        )
+        .unwrap_or(0),
         memory_clock_mhz: median(
-            sustained
+            seen.sustained
                 .iter()
                 .filter_map(|s| s.memory_clock_mhz)
                 .collect(),
         )
         .unwrap_or(0),
-        idle_temperature_c,
+        idle_temperature_c: readings.idle_temperature_c,
         mig_enabled: false,
         sustained_seconds: u32::try_from(measured.sustained_elapsed.as_secs()).unwrap_or(u32::MAX),
     };
-    Ok(Finished {
-        run: Run {
-            gpu_uuid: gpu_uuid.to_owned(),
-            method_version: METHOD_VERSION,
-            figures,
-            health,
-        },
-        environment,
-        kmsg_seq,
-        notes,
-        measured,
-        elapsed: started.elapsed(),
-    })
+    let run = Run {
+        gpu_uuid: gpu_uuid.to_owned(),
+        method_version: METHOD_VERSION,
+        figures,
+        health,
+    };
+    (run, environment)
 }
 
 /// The network figures to the platform, from this thread (its own runtime and client).
@@ -398,4 +465,187 @@ fn network(suite: &RealSuite) -> anyhow::Result<hostbench::NetworkFigures> {
         .enable_all()
         .build()?;
     runtime.block_on(hostbench::network(&client, 20, 4, 16 << 20, 3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpunex_domain::benchmark::{Outcome, check_plausible, reference, score, verdict};
+    use gpunex_domain::gpu::{GpuModel, GpuVariant, find_model};
+    use gpunex_gpu::{GemmResult, Precision};
+
+    fn h100_sxm() -> (&'static GpuModel, &'static GpuVariant) {
+        let model = find_model("h100-80gb").unwrap();
+        let variant = model
+            .variants
+            .iter()
+            .find(|v| v.form_factor == "SXM5")
+            .unwrap();
+        (model, variant)
+    }
+
+    const LINK: PcieUnderLoad = PcieUnderLoad {
+        generation: 5,
+        width: 16,
+        max_generation: 5,
+        max_width: 16,
+    };
+
+    /// Ten trials within 1 % of `milli`.
+    fn trials(milli: u64) -> Trials {
+        Trials {
+            values_milli: (0..10).map(|i| milli * (995 + i) / 1_000).collect(),
+        }
+    }
+
+    /// What the suite would measure on a healthy H100 SXM: each figure at the datasheet's
+    /// healthy-achieved value, as `gpunex_gpu` computes figures.
+    fn healthy() -> Measured {
+        let (model, variant) = h100_sxm();
+        let at = |metric| {
+            trials(
+                reference(model, variant, metric, Some(&LINK), &[])
+                    .unwrap()
+                    .value_milli,
+            )
+        };
+        let gemm = [
+            (Precision::Fp32, Metric::Fp32Tflops),
+            (Precision::Tf32, Metric::Tf32Tflops),
+            (Precision::Fp16, Metric::Fp16Tflops),
+            (Precision::Bf16, Metric::Bf16Tflops),
+            (Precision::Fp8, Metric::Fp8Tflops),
+        ]
+        .map(|(precision, metric)| GemmResult {
+            precision,
+            trials: at(metric),
+            per_trial: 4,
+            wrong: None,
+        });
+        Measured {
+            device_name: "NVIDIA H100 80GB HBM3".to_owned(),
+            compute_capability: (9, 0),
+            gemm: gemm.to_vec(),
+            mem_read: at(Metric::MemReadGbS),
+            mem_write: at(Metric::MemWriteGbS),
+            mem_copy: at(Metric::MemCopyGbS),
+            host_to_device: at(Metric::HostToDeviceGbS),
+            device_to_host: at(Metric::DeviceToHostGbS),
+            sustained_windows_milli: vec![640_000, 636_000, 641_000, 638_000, 635_000, 639_000],
+            sustained_elapsed: Duration::from_secs(60),
+            memory_bytes: 2 << 30,
+            elapsed: Duration::from_secs(88),
+        }
+    }
+
+    fn readings() -> Readings {
+        Readings {
+            seen: Sensors {
+                sustained: vec![
+                    Sample {
+                        sm_clock_mhz: Some(1_980),
+                        memory_clock_mhz: Some(2_619),
+                        temperature_c: Some(66),
+                    };
+                    120
+                ],
+                max_temperature_c: 69,
+                trouble: 0,
+                pcie: Some((5, 16)),
+            },
+            before: Health {
+                ecc_uncorrected: Some(5),
+                pcie_replays: Some(10),
+                ..Health::default()
+            },
+            after: Health {
+                ecc_uncorrected: Some(5),
+                pcie_replays: Some(13),
+                ..Health::default()
+            },
+            pcie_max: (Some(5), Some(16)),
+            power_limit_w: 700,
+            default_power_limit_w: 700,
+            idle_temperature_c: 31,
+            driver_version: "550.54.15".to_owned(),
+            cuda_version: "12.4".to_owned(),
+            ..Readings::default()
+        }
+    }
+
+    fn judge(measured: &Measured, readings: &Readings) -> (Run, u64, Outcome, Vec<String>) {
+        let (model, variant) = h100_sxm();
+        let (run, _) = assemble("GPU-h100-0", measured, readings, Vec::new());
+        check_plausible(variant, &run).unwrap();
+        let pcie = run.health.pcie;
+        let scored = score(&run, |metric| {
+            reference(model, variant, metric, pcie.as_ref(), &[])
+        });
+        let verdict = verdict(variant, &run, &scored);
+        let codes = verdict.reasons.iter().map(|r| r.code.clone()).collect();
+        (run, scored.score_bp, verdict.outcome, codes)
+    }
+
+    /// The suite's measurements become a run the platform accepts and scores as measured: the
+    /// units agree (a healthy H100 scores about 100 % of the datasheet's healthy figures and
+    /// passes), every required figure is there, and the counters are the run's own.
+    #[test]
+    fn a_healthy_gpus_measurements_make_a_plausible_passing_run() {
+        let (run, score_bp, outcome, codes) = judge(&healthy(), &readings());
+        assert_eq!(outcome, Outcome::Pass, "{codes:?}");
+        assert!((9_900..=10_100).contains(&score_bp), "{score_bp}");
+        let (model, variant) = h100_sxm();
+        for metric in Metric::required(variant) {
+            assert!(run.figure(metric).is_some(), "{metric:?}");
+        }
+        // gpunex_gpu's thousandths are the domain's: an 8192-cubed FP16 GEMM every 1.389 ms on an
+        // H100 SXM is its datasheet's healthy figure (989.5 TFLOPS x 80 %).
+        let healthy_fp16 = reference(model, variant, Metric::Fp16Tflops, Some(&LINK), &[])
+            .unwrap()
+            .value_milli;
+        let measured = gpunex_gpu::tflops_milli(gpunex_gpu::gemm_flops(8_192), 1_389_000);
+        assert!(
+            measured.abs_diff(healthy_fp16) < healthy_fp16 / 1_000,
+            "{measured} {healthy_fp16}"
+        );
+        let fp16 = run.figure(Metric::Fp16Tflops).unwrap();
+        assert_eq!(fp16.trials, 10);
+        assert!(fp16.p10_milli <= fp16.median_milli && fp16.median_milli <= fp16.p90_milli);
+        assert_eq!(
+            run.health.ecc_uncorrected, 0,
+            "the counter's change, not its total"
+        );
+        assert_eq!(run.health.pcie_replays, 3);
+        assert_eq!(run.health.sustained_ratio_bp, 639_000 * 10_000 / 640_000);
+        assert_eq!(run.health.sustained_temperature_c, 66);
+        assert_eq!(run.health.pcie, Some(LINK));
+        let (_, environment) = assemble("GPU-h100-0", &healthy(), &readings(), Vec::new());
+        assert_eq!(
+            (environment.sm_clock_mhz, environment.sustained_seconds),
+            (1_980, 60)
+        );
+    }
+
+    #[test]
+    fn a_wrong_result_new_ecc_errors_or_a_missing_figure_fail_the_run() {
+        let mut wrong = healthy();
+        wrong.gemm[2].wrong = Some("two identical fp16 GEMMs gave different results".to_owned());
+        let (_, _, outcome, codes) = judge(&wrong, &readings());
+        assert_eq!(outcome, Outcome::Fail);
+        assert!(codes.contains(&"wrong_results".to_owned()), "{codes:?}");
+
+        let mut ecc = readings();
+        ecc.after.ecc_uncorrected = Some(7);
+        let (run, _, outcome, codes) = judge(&healthy(), &ecc);
+        assert_eq!(run.health.ecc_uncorrected, 2);
+        assert_eq!(outcome, Outcome::Fail);
+        assert!(codes.contains(&"ecc_uncorrected".to_owned()), "{codes:?}");
+
+        // An H100 run without FP8 is incomplete: the suite reports no run rather than this.
+        let mut no_fp8 = healthy();
+        no_fp8.gemm.retain(|g| g.precision != Precision::Fp8);
+        let (_, _, outcome, codes) = judge(&no_fp8, &readings());
+        assert_eq!(outcome, Outcome::Fail);
+        assert!(codes.contains(&"incomplete_run".to_owned()), "{codes:?}");
+    }
 }
