@@ -76,6 +76,9 @@ pub struct Schedule {
     /// The last kernel-log record the real suite read (XIDs are reported once).
     #[serde(default)]
     pub kmsg_seq: Option<u64>,
+    /// Why this host runs no suite at all (no CUDA driver library, no cuBLAS), while it is so.
+    #[serde(default)]
+    pub unavailable: Option<String>,
 }
 
 /// Why a GPU's suite is due now, if it is.
@@ -245,8 +248,17 @@ impl Benchmarks {
             if !self.told_unavailable {
                 self.told_unavailable = true;
                 tracing::warn!("no benchmark suite: {why}");
+                // Kept for `gpunex-agent status`.
+                if self.schedule.unavailable.as_deref() != Some(why.as_str()) {
+                    self.schedule.unavailable = Some(why.clone());
+                    queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
+                }
             }
             return Ok(Step::Idle);
+        }
+        if self.schedule.unavailable.is_some() {
+            self.schedule.unavailable = None;
+            queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
         }
         if let Some(running) = self.running.clone() {
             let gpu_uuid = running.gpu.gpu_uuid.clone();
@@ -720,7 +732,22 @@ mod tests {
         );
         assert!(matches!(benchmarks.suite, Suite::Unavailable(_)));
         assert!(queue.pending(10).unwrap().is_empty());
+        assert_eq!(
+            benchmarks
+                .step(&mut queue, 2_000, &gpus, &none, &[])
+                .unwrap(),
+            Step::Idle
+        );
         let stored = stored_schedule(&queue).unwrap();
+        assert!(
+            stored
+                .unavailable
+                .as_deref()
+                .unwrap()
+                .contains("could not be loaded"),
+            "status says why: {:?}",
+            stored.unavailable
+        );
         assert_eq!(stored.running, None);
         assert_eq!(stored.gpus.get("GPU-real-0").map_or(0, |g| g.runs), 0);
         // And it does not start again.

@@ -632,6 +632,9 @@ async fn status_command(config: &Config, json: bool) -> anyhow::Result<()> {
             .map(|gpu| format!("; running on {gpu}"))
             .unwrap_or_default()
     );
+    if let Some(why) = &schedule.unavailable {
+        println!("          no suite on this host: {why}");
+    }
     for (gpu, entry) in &schedule.gpus {
         if let Some(problem) = &entry.problem {
             println!(
