@@ -22,7 +22,7 @@ use std::time::Duration;
 use gpunex_domain::benchmark::simulated::{self, Profile};
 use gpunex_domain::fleet::DetectedGpu;
 use gpunex_domain::gpu::{GPU_CATALOG, GpuModel, GpuVariant, find_model};
-use gpunex_wire::benchmarks::{BenchmarkRunReport, Environment};
+use gpunex_wire::benchmarks::{BenchmarkRunReport, BenchmarkSkippedReport, Environment};
 use gpunex_wire::fleet::{AgentEvent, AgentEventBody, RetestAssignment};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -62,6 +62,9 @@ pub struct GpuSchedule {
     /// Why the suite could not run or finish last time, and when it is tried again.
     #[serde(default)]
     pub problem: Option<String>,
+    /// The reason for skipping the suite the platform was last told (cleared by a run).
+    #[serde(default)]
+    pub reported: Option<String>,
     #[serde(default)]
     pub retry_at_ms: Option<i64>,
 }
@@ -245,6 +248,7 @@ impl Benchmarks {
         retests: &[RetestAssignment],
     ) -> anyhow::Result<Step> {
         if let Suite::Unavailable(why) = &self.suite {
+            let why = why.clone();
             if !self.told_unavailable {
                 self.told_unavailable = true;
                 tracing::warn!("no benchmark suite: {why}");
@@ -253,6 +257,10 @@ impl Benchmarks {
                     self.schedule.unavailable = Some(why.clone());
                     queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
                 }
+            }
+            // The provider sees why on the platform, once per GPU.
+            for gpu in gpus {
+                self.report_skip(queue, &gpu.gpu_uuid, &why)?;
             }
             return Ok(Step::Idle);
         }
@@ -365,25 +373,25 @@ impl Benchmarks {
             ) else {
                 continue;
             };
-            if let Suite::Real(suite) = &self.suite {
+            if let Suite::Real(suite) = self.suite.clone() {
                 if model_of(gpu).is_none() {
                     // Not a catalog model: nothing to score it against.
                     continue;
                 }
                 if gpu.mig_enabled == Some(true) {
-                    // Said once; the GPU is looked at again when its MIG mode changes (the
-                    // inventory is read again at every start and registration).
+                    // Said once (here and to the platform); the GPU is looked at again when its
+                    // MIG mode changes (the inventory is read again at every start).
                     let entry = self.schedule.gpus.entry(gpu.gpu_uuid.clone()).or_default();
                     if entry.problem.as_deref() != Some(MIG_ENABLED) {
                         entry.problem = Some(MIG_ENABLED.to_owned());
-                        queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
                         tracing::warn!(gpu = %gpu.gpu_uuid, "benchmark suite skipped: {MIG_ENABLED}");
                     }
+                    self.report_skip(queue, &gpu.gpu_uuid, MIG_ENABLED)?;
                     continue;
                 }
                 let cancel = Arc::new(AtomicBool::new(false));
                 let (sender, result) = std::sync::mpsc::channel();
-                let suite = (**suite).clone();
+                let suite = *suite;
                 let uuid = gpu.gpu_uuid.clone();
                 let kmsg = self.schedule.kmsg_seq;
                 let stop = cancel.clone();
@@ -433,6 +441,8 @@ impl Benchmarks {
         entry.driver = Some(driver_of(&running.gpu));
         entry.problem = None;
         entry.retry_at_ms = None;
+        // A recorded run ends what the platform shows as skipped.
+        entry.reported = None;
         if running.why == Due::Requested {
             entry.answered_request.clone_from(&running.request);
         }
@@ -452,6 +462,37 @@ impl Benchmarks {
         Ok(Step::Finished { gpu_uuid, run_id })
     }
 
+    /// Tells the platform, once per GPU and reason, that the suite is skipped on `gpu_uuid` and
+    /// why (through the durable queue, with the schedule that remembers it was said).
+    fn report_skip(
+        &mut self,
+        queue: &mut Queue,
+        gpu_uuid: &str,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        let reason = skip_reason(reason);
+        let entry = self.schedule.gpus.entry(gpu_uuid.to_owned()).or_default();
+        if entry.reported.as_deref() == Some(reason.as_str()) {
+            return Ok(());
+        }
+        entry.reported = Some(reason.clone());
+        let event = AgentEvent {
+            event_id: Uuid::now_v7(),
+            occurred_at: crate::clock::now_text(),
+            body: AgentEventBody::BenchmarkSkipped(BenchmarkSkippedReport {
+                machine_id: self.machine_id,
+                gpu_uuid: gpu_uuid.to_owned(),
+                reason,
+            }),
+        };
+        queue.enqueue_with_state(
+            &event,
+            BENCHMARKS_KEY,
+            &serde_json::to_string(&self.schedule)?,
+        )?;
+        Ok(())
+    }
+
     /// The suite could not run or finish on `gpu_uuid`: try again later, and say why.
     fn defer(
         &mut self,
@@ -465,6 +506,10 @@ impl Benchmarks {
             _ => RETRY_FAILED,
         };
         let why = error.to_string();
+        if !matches!(error, SuiteError::Precondition { .. }) {
+            // A failing suite is the provider's to see; a busy GPU is not.
+            self.report_skip(queue, gpu_uuid, &format!("the suite failed: {why}"))?;
+        }
         let entry = self.schedule.gpus.entry(gpu_uuid.to_owned()).or_default();
         entry.problem = Some(why.clone());
         entry.retry_at_ms =
@@ -545,6 +590,19 @@ fn simulated_report(
         started_at: running.started_at.clone(),
         finished_at: crate::clock::now_text(),
     })
+}
+
+/// A reason as the platform takes it: no control characters, at most 500 characters.
+fn skip_reason(text: &str) -> String {
+    let clean: String = text
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match clean.char_indices().nth(499) {
+        Some((cut, _)) => format!("{}…", &clean[..cut]),
+        None => clean,
+    }
 }
 
 /// A real run's report.
@@ -689,6 +747,26 @@ mod tests {
         (queue, benchmarks)
     }
 
+    /// The queued events, which must all be skip reports: (GPU, reason) each.
+    fn skips(queue: &Queue) -> Vec<(String, String)> {
+        queue
+            .pending(100)
+            .unwrap()
+            .into_iter()
+            .map(|e| match e.body {
+                AgentEventBody::BenchmarkSkipped(s) => (s.gpu_uuid, s.reason),
+                other => panic!("not a skip report: {other:?}"),
+            })
+            .collect()
+    }
+
+    fn reason_of(queue: &Queue) -> String {
+        skips(queue)
+            .first()
+            .map(|s| s.1.clone())
+            .unwrap_or_default()
+    }
+
     /// Steps until the real suite's thread has answered.
     fn settle(
         benchmarks: &mut Benchmarks,
@@ -738,6 +816,15 @@ mod tests {
                 .unwrap(),
             Step::Idle
         );
+        // The platform is told why, once per GPU, and no run is queued.
+        benchmarks
+            .step(&mut queue, 3_000, &gpus, &none, &[])
+            .unwrap();
+        assert_eq!(
+            skips(&queue),
+            vec![("GPU-real-0".to_owned(), reason_of(&queue))]
+        );
+        assert!(reason_of(&queue).contains("could not be loaded"));
         let stored = stored_schedule(&queue).unwrap();
         assert!(
             stored
@@ -876,12 +963,24 @@ mod tests {
             );
         }
         assert!(benchmarks.job.is_none());
+        assert_eq!(
+            skips(&queue),
+            vec![("GPU-mig-0".to_owned(), MIG_ENABLED.to_owned())]
+        );
         let stored = stored_schedule(&queue).unwrap();
         assert_eq!(
             stored.gpus["GPU-mig-0"].problem.as_deref(),
             Some(MIG_ENABLED)
         );
         assert_eq!(stored.gpus["GPU-mig-0"].runs, 0);
+    }
+
+    #[test]
+    fn skip_reasons_fit_what_the_platform_takes() {
+        assert_eq!(skip_reason(" no\tcuBLAS\n "), "no cuBLAS");
+        let long = skip_reason(&"é".repeat(600));
+        assert_eq!(long.chars().count(), 500);
+        assert!(long.ends_with('…'));
     }
 
     #[test]

@@ -247,5 +247,6 @@ fn kind_of(event: &AgentEvent) -> &'static str {
         gpunex_wire::fleet::AgentEventBody::JobStarted(_) => "job_started",
         gpunex_wire::fleet::AgentEventBody::JobEnded(_) => "job_ended",
         gpunex_wire::fleet::AgentEventBody::BenchmarkRun(_) => "benchmark_run",
+        gpunex_wire::fleet::AgentEventBody::BenchmarkSkipped(_) => "benchmark_skipped",
     }
 }

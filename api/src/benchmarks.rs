@@ -92,6 +92,27 @@ pub(crate) fn check_report(
     Ok((gpu, submitted))
 }
 
+/// Checks an agent's report that it skips a GPU's suite: the GPU is on the agent's machine and
+/// the reason is a plain text of at most 500 characters. Answers what the write needs.
+pub(crate) fn check_skipped(
+    state: &AppState,
+    machine_id: Uuid,
+    field: &str,
+    report: &wb::BenchmarkSkippedReport,
+) -> Result<BenchedGpu, ApiError> {
+    let gpu = app_benchmarks::benched_gpu(&state.credentials, machine_id, &report.gpu_uuid)
+        .ok_or_else(|| {
+            ApiError::body(
+                &format!("{field}/gpu_uuid"),
+                ErrorCode::UnknownGpu,
+                "not a GPU registered on this machine",
+            )
+        })?;
+    gpunex_domain::benchmark_log::decide_skipped(&gpu, &report.reason, state.clock.now())
+        .map_err(|e| rejection(field, e))?;
+    Ok(gpu)
+}
+
 fn percent(bp: u64) -> String {
     format!("{}.{:02}", bp / 100, bp % 100)
 }
@@ -201,6 +222,10 @@ pub fn gpu_view(gpu: &GpuBenchmarks, paused: Option<String>) -> wb::GpuBenchmark
             at: timestamp(r.at.unix_micros()),
         }),
         delisting_paused: paused,
+        suite_skipped: gpu.skipped.as_ref().map(|s| wb::SuiteSkippedView {
+            reason: s.reason.clone(),
+            at: timestamp(s.at.unix_micros()),
+        }),
     }
 }
 
@@ -222,7 +247,16 @@ fn read_view(state: &AppState, gpu_uuid: &str) -> Result<wb::GpuBenchmarksView, 
         )
     });
     match (view, registered) {
-        (Some(gpu), _) => Ok(gpu_view(&gpu, paused)),
+        (Some(mut gpu), registered) => {
+            // A GPU whose first benchmark event is not a run (a re-test asked for, a skipped
+            // suite) has its model from the fleet.
+            if gpu.model_id.is_empty()
+                && let Some((_, _, Some(model_id))) = registered
+            {
+                gpu.model_id = model_id;
+            }
+            Ok(gpu_view(&gpu, paused))
+        }
         (None, Some((provider_id, machine_id, model_id))) => {
             let empty = GpuBenchmarks::new(
                 gpu_uuid,

@@ -26,6 +26,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use gpunex_app::command::{Executor, Rejection};
 use gpunex_app::fleet::{self as app_fleet, Recorded};
+use gpunex_domain::benchmark_log::BenchmarkRejection;
 
 use gpunex_app::presence::whole_seconds as seconds;
 pub use gpunex_app::presence::{FleetConfig, run_watchdog};
@@ -174,6 +175,17 @@ pub async fn agent_events(
                     event.event_id,
                 )?;
             }
+            wf::AgentEventBody::BenchmarkSkipped(report) => {
+                if report.machine_id != machine_id {
+                    return Err(not_owned(report.machine_id));
+                }
+                crate::benchmarks::check_skipped(
+                    &state,
+                    machine_id,
+                    &format!("/events/{i}/body"),
+                    report,
+                )?;
+            }
             wf::AgentEventBody::GpuCondition(report) => {
                 if report.machine_id != machine_id {
                     return Err(not_owned(report.machine_id));
@@ -269,6 +281,11 @@ pub async fn agent_events(
                 }
                 wf::AgentEventBody::BenchmarkRun(report) => {
                     let (p, s) = benchmark_run(&state, &delivery, machine_id, i, report).await?;
+                    (Some(p), s)
+                }
+                wf::AgentEventBody::BenchmarkSkipped(report) => {
+                    let (p, s) =
+                        benchmark_skipped(&state, &delivery, machine_id, i, report).await?;
                     (Some(p), s)
                 }
             },
@@ -443,19 +460,50 @@ async fn benchmark_run(
     let outcome =
         gpunex_app::benchmarks::record_run(&exec, delivery.event_id, &meta, &gpu, &submitted)
             .await?;
+    benchmark_delivered(state, delivery, &field, "benchmark run", outcome).await
+}
+
+/// Records that the agent skips a GPU's suite, under the agent's event id.
+async fn benchmark_skipped(
+    state: &AppState,
+    delivery: &Delivery,
+    machine_id: Uuid,
+    i: usize,
+    report: &gpunex_wire::benchmarks::BenchmarkSkippedReport,
+) -> Result<(u64, &'static str), ApiError> {
+    let field = format!("/events/{i}/body");
+    let gpu = crate::benchmarks::check_skipped(state, machine_id, &field, report)?;
+    let exec = Executor::new(&state.store, &state.credentials);
+    let meta = agent_metadata(machine_id, delivery);
+    let outcome = gpunex_app::benchmarks::record_skipped(
+        &exec,
+        delivery.event_id,
+        &meta,
+        &gpu,
+        &report.reason,
+    )
+    .await?;
+    benchmark_delivered(state, delivery, &field, "benchmark skipped", outcome).await
+}
+
+/// A benchmark command's answer as a delivery's result.
+async fn benchmark_delivered(
+    state: &AppState,
+    delivery: &Delivery,
+    field: &str,
+    retry: &'static str,
+    outcome: Result<gpunex_app::command::Done, Rejection<BenchmarkRejection>>,
+) -> Result<(u64, &'static str), ApiError> {
     let outcome = match outcome {
         Ok(done) => match done {
             gpunex_app::command::Done::Committed(committed) => Ok(Recorded {
                 position: committed.last_position(),
                 replayed: committed.replayed,
             }),
-            gpunex_app::command::Done::Nothing => Err(Rejection::Contended {
-                retry: "benchmark run",
-                attempts: 1,
-            }),
+            gpunex_app::command::Done::Nothing => Err(Rejection::Contended { retry, attempts: 1 }),
         },
         Err(Rejection::Rule(error)) => {
-            return Err(crate::benchmarks::rejection(&field, error));
+            return Err(crate::benchmarks::rejection(field, error));
         }
         Err(Rejection::Contended { retry, attempts }) => {
             Err(Rejection::Contended { retry, attempts })

@@ -130,6 +130,30 @@ pub async fn record_run(
     .await
 }
 
+/// Records that the agent of `gpu.machine_id` skips its suite, under the agent's own event id
+/// (a re-sent report is absorbed by the store's idempotency).
+pub async fn record_skipped(
+    exec: &Executor<'_>,
+    report_id: Uuid,
+    meta: &Metadata,
+    gpu: &BenchedGpu,
+    reason: &str,
+) -> Outcome {
+    on_gpu_stream(exec, &gpu.gpu_uuid, |stream, version, now| {
+        let event = benchmark_log::decide_skipped(gpu, reason, now)?;
+        Ok(vec![StreamAppend {
+            stream_id: stream.clone(),
+            expected: expected_at(version),
+            events: vec![NewEvent::from_domain(
+                report_id,
+                &DomainEvent::Benchmark(BenchmarkEvent::SuiteSkipped(event)),
+                meta.clone(),
+            )],
+        }])
+    })
+    .await
+}
+
 /// Asks for a re-test of `gpu_uuid` (of `provider_id`).
 pub async fn request_retest(
     exec: &Executor<'_>,

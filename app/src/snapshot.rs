@@ -25,7 +25,8 @@ pub const SNAPSHOT_NAME: &str = "read_models";
 /// 4: the payout book keeps only open payouts and batch heads (the rest is in the stored payouts
 ///    projection).
 /// 5: the market keeps the benchmark model (runs, scores, verdicts, automatic listing state).
-pub const SNAPSHOT_FORMAT: u32 = 5;
+/// 6: the benchmark model keeps why an agent skips a GPU's suite.
+pub const SNAPSHOT_FORMAT: u32 = 6;
 
 /// Events applied after which the follower writes a new snapshot; also the most a start folds
 /// after the newest snapshot (while this process or another keeps following the log).

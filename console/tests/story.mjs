@@ -23,6 +23,17 @@ import { gzipSync } from "node:zlib";
 import { createRequire } from "node:module";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
+
+/** A UUIDv7 (the agent API takes event ids of that version): milliseconds, then random bits. */
+function uuidv7() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  let ms = BigInt(Date.now());
+  for (let i = 5; i >= 0; i--) { bytes[i] = Number(ms & 0xffn); ms >>= 8n; }
+  bytes[6] = (bytes[6] & 0x0f) | 0x70;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
 import assert from "node:assert/strict";
 
 const [base, shots, label = "console"] = process.argv.slice(2);
@@ -490,6 +501,24 @@ try {
   await page.getByRole("button", { name: "Pedir una nueva prueba" }).first().click();
   await page.getByText("Nueva prueba pedida").first().waitFor();
   await check(page, "benchmarks");
+  // An agent that cannot run the suite on a GPU says why (here as its own API call would), and
+  // the tab shows the reason beside the latest run.
+  const asAgent = { authorization: `Bearer ${agentToken}`, "content-type": "application/json" };
+  const machine = await (await fetch(`${base}/v1/agent/machine`, { headers: asAgent })).json();
+  // Not the GPU whose re-test is waiting: its next run would end the skip before the check.
+  const views = await Promise.all(machine.gpus.map(async (g) =>
+    [g, await (await fetch(`${base}/v1/gpus/${encodeURIComponent(g.gpu_uuid)}/benchmarks`)).json()]));
+  const [quiet] = views.find(([, view]) => view.retest === null && view.latest);
+  const skipReason = "MIG is enabled: the suite measures whole GPUs; disable MIG to benchmark this GPU";
+  const skipped = await fetch(`${base}/v1/agent/events`, {
+    method: "POST", headers: asAgent, body: JSON.stringify({ events: [{
+      event_id: uuidv7(), occurred_at: new Date().toISOString(), kind: "benchmark_skipped",
+      body: { machine_id: machine.machine_id, gpu_uuid: quiet.gpu_uuid, reason: skipReason },
+    }] }),
+  });
+  assert.equal(skipped.status, 200, await skipped.text());
+  await page.reload();
+  await page.getByText(`${skipReason} (desde`).first().waitFor();
   await page.getByRole("link", { name: "Rendimiento", exact: true }).click();
   await page.getByRole("table", { name: "Tiempo en línea por máquina" }).waitFor();
   await check(page, "performance");

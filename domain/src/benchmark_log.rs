@@ -139,6 +139,19 @@ pub struct RetestRequested {
     pub at: Timestamp,
 }
 
+/// `benchmark.suite_skipped`: the machine's agent cannot run the suite on this GPU (no CUDA
+/// driver library or cuBLAS on the host, the GPU in MIG mode, the suite failing on it), in its
+/// own words; shown to the provider until a run is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteSkipped {
+    pub gpu_uuid: String,
+    pub provider_id: Uuid,
+    pub machine_id: Uuid,
+    pub reason: String,
+    pub at: Timestamp,
+}
+
 /// `benchmark.override_set`: an admin keeps the GPU listed whatever the verdict on its latest
 /// run (`run_id`); the override ends when an admin clears it or when a newer run is recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,6 +216,7 @@ pub enum BenchmarkEvent {
     RunRecorded(Box<RunRecorded>),
     RunRefused(Box<RunRefused>),
     RetestRequested(RetestRequested),
+    SuiteSkipped(SuiteSkipped),
     OverrideSet(OverrideSet),
     OverrideCleared(OverrideCleared),
     GpuDelisted(ListingActed),
@@ -528,6 +542,22 @@ pub fn clean_reason(reason: &str) -> Result<String, BenchmarkRejection> {
         ));
     }
     Ok(reason.to_owned())
+}
+
+/// Records that the agent of `gpu`'s machine cannot run the suite on it, and why (at most
+/// [`REASON_MAX`] characters, as the agent wrote it).
+pub fn decide_skipped(
+    gpu: &BenchedGpu,
+    reason: &str,
+    now: Timestamp,
+) -> Result<SuiteSkipped, BenchmarkRejection> {
+    Ok(SuiteSkipped {
+        gpu_uuid: gpu.gpu_uuid.clone(),
+        provider_id: gpu.provider_id,
+        machine_id: gpu.machine_id,
+        reason: clean_reason(reason)?,
+        at: now,
+    })
 }
 
 /// One GPU whose latest verdict asks for a listing action the fleet has not taken yet.

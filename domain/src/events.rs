@@ -14,7 +14,7 @@ use crate::accounts::{AccountEvent, EmailClaimed, RoleGranted, RoleRevoked, User
 pub use crate::adjustments::AdjustmentPosted;
 use crate::benchmark_log::{
     BenchmarkEvent, DelistingPaused, DelistingResumed, ListingActed, OverrideCleared, OverrideSet,
-    RetestRequested, RunRecorded, RunRefused,
+    RetestRequested, RunRecorded, RunRefused, SuiteSkipped,
 };
 use crate::credentials::{CredentialEvent, ProviderTokenClaimed, TokenIssued, TokenRevoked};
 use crate::fleet::{
@@ -108,6 +108,7 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
     v1(BENCHMARK_RUN_RECORDED),
     v1(BENCHMARK_RUN_REFUSED),
     v1(BENCHMARK_RETEST_REQUESTED),
+    v1(BENCHMARK_SUITE_SKIPPED),
     v1(BENCHMARK_OVERRIDE_SET),
     v1(BENCHMARK_OVERRIDE_CLEARED),
     v1(BENCHMARK_GPU_DELISTED),
@@ -119,6 +120,7 @@ pub const EVENT_CATALOG: &[EventSpec] = &[
 pub const BENCHMARK_RUN_RECORDED: &str = "benchmark.run_recorded";
 pub const BENCHMARK_RUN_REFUSED: &str = "benchmark.run_refused";
 pub const BENCHMARK_RETEST_REQUESTED: &str = "benchmark.retest_requested";
+pub const BENCHMARK_SUITE_SKIPPED: &str = "benchmark.suite_skipped";
 pub const BENCHMARK_OVERRIDE_SET: &str = "benchmark.override_set";
 pub const BENCHMARK_OVERRIDE_CLEARED: &str = "benchmark.override_cleared";
 pub const BENCHMARK_GPU_DELISTED: &str = "benchmark.gpu_delisted";
@@ -314,6 +316,7 @@ impl DomainEvent {
                 BenchmarkEvent::RunRecorded(_) => BENCHMARK_RUN_RECORDED,
                 BenchmarkEvent::RunRefused(_) => BENCHMARK_RUN_REFUSED,
                 BenchmarkEvent::RetestRequested(_) => BENCHMARK_RETEST_REQUESTED,
+                BenchmarkEvent::SuiteSkipped(_) => BENCHMARK_SUITE_SKIPPED,
                 BenchmarkEvent::OverrideSet(_) => BENCHMARK_OVERRIDE_SET,
                 BenchmarkEvent::OverrideCleared(_) => BENCHMARK_OVERRIDE_CLEARED,
                 BenchmarkEvent::GpuDelisted(_) => BENCHMARK_GPU_DELISTED,
@@ -397,6 +400,7 @@ impl DomainEvent {
                 BenchmarkEvent::RunRecorded(e) => serde_json::to_value(e),
                 BenchmarkEvent::RunRefused(e) => serde_json::to_value(e),
                 BenchmarkEvent::RetestRequested(e) => serde_json::to_value(e),
+                BenchmarkEvent::SuiteSkipped(e) => serde_json::to_value(e),
                 BenchmarkEvent::OverrideSet(e) => serde_json::to_value(e),
                 BenchmarkEvent::OverrideCleared(e) => serde_json::to_value(e),
                 BenchmarkEvent::GpuDelisted(e) | BenchmarkEvent::GpuRelisted(e) => {
@@ -654,6 +658,9 @@ fn decode_with(
         ))),
         (BENCHMARK_RETEST_REQUESTED, _) => benchmark(BenchmarkEvent::RetestRequested(
             source.parse::<RetestRequested>().map_err(json)?,
+        )),
+        (BENCHMARK_SUITE_SKIPPED, _) => benchmark(BenchmarkEvent::SuiteSkipped(
+            source.parse::<SuiteSkipped>().map_err(json)?,
         )),
         (BENCHMARK_OVERRIDE_SET, _) => benchmark(BenchmarkEvent::OverrideSet(
             source.parse::<OverrideSet>().map_err(json)?,

@@ -18,7 +18,10 @@ use gpunex_tests::{TestDb, conformance};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-conformance!(runs_are_scored_listed_delisted_and_relisted_within_the_fleet_rules);
+conformance!(
+    runs_are_scored_listed_delisted_and_relisted_within_the_fleet_rules,
+    an_agent_that_cannot_run_the_suite_says_why_on_the_platform
+);
 
 mod common;
 
@@ -133,6 +136,16 @@ fn run_event(h: &Host, gpu: &str, profile: Profile, seed: u64, driver: &str) -> 
             "started_at": (now - chrono::Duration::seconds(150)).to_rfc3339(),
             "finished_at": now.to_rfc3339(),
         }
+    })
+}
+
+/// The agent's word that it skips `gpu`'s suite.
+fn skipped_event(h: &Host, gpu: &str, reason: &str) -> Value {
+    json!({
+        "event_id": Uuid::now_v7(),
+        "occurred_at": chrono::Utc::now().to_rfc3339(),
+        "kind": "benchmark_skipped",
+        "body": {"machine_id": h.machine, "gpu_uuid": gpu, "reason": reason}
     })
 }
 
@@ -595,4 +608,74 @@ async fn runs_are_scored_listed_delisted_and_relisted_within_the_fleet_rules(db:
             "{gpu}"
         );
     }
+}
+
+/// An agent that cannot run the suite on a GPU (no cuBLAS in its image, say) tells the platform
+/// why; the provider sees the reason on the GPU's benchmarks until a run is recorded. A re-sent
+/// report is a duplicate; a malformed one, or one about another machine's GPU, is refused with
+/// nothing written.
+async fn an_agent_that_cannot_run_the_suite_says_why_on_the_platform(db: &TestDb) {
+    let state = AppState::load(db.open().await).await.unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let a = host(&base, &admin, "a@example.com", 2).await;
+    let b = host(&base, &admin, "b@example.com", 1).await;
+    let why = "cuBLAS (libcublas.so.12 and libcublasLt.so.12) could not be loaded: the agent's image ships them; on a bare host install the CUDA 12 runtime libraries";
+
+    let skipped = skipped_event(&a, &a.gpus[0], why);
+    let (status, answer) = report(&base, &a, vec![skipped.clone()]).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["results"][0]["status"], "recorded", "{answer}");
+    let view = benchmarks(&base, &a.gpus[0]).await;
+    assert_eq!(view["suite_skipped"]["reason"], why, "{view}");
+    assert_eq!(view["benchmark_listing"], "not_benchmarked", "{view}");
+    assert_eq!(view["model_id"], "h100-80gb", "{view}");
+    assert_eq!(
+        benchmarks(&base, &a.gpus[1]).await["suite_skipped"],
+        Value::Null
+    );
+
+    // The same report again (the queue re-sends after a lost answer): nothing new.
+    let (status, answer) = report(&base, &a, vec![skipped]).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["results"][0]["status"], "duplicate", "{answer}");
+
+    // Refused, with nothing written: an empty or overlong reason, another machine's GPU.
+    let before = state.store.head_position().await.unwrap();
+    for (event, code, field) in [
+        (
+            skipped_event(&a, &a.gpus[1], " "),
+            "invalid_benchmark",
+            "/events/0/body/reason",
+        ),
+        (
+            skipped_event(&a, &a.gpus[1], &"x".repeat(501)),
+            "invalid_benchmark",
+            "/events/0/body/reason",
+        ),
+        (
+            skipped_event(&a, &b.gpus[0], why),
+            "unknown_gpu",
+            "/events/0/body/gpu_uuid",
+        ),
+    ] {
+        let (status, problem) = report(&base, &a, vec![event]).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+        assert_eq!(problem["code"], "invalid_request", "{problem}");
+        assert_eq!(problem["errors"][0]["code"], code, "{problem}");
+        assert_eq!(problem["errors"][0]["field"], field, "{problem}");
+    }
+    assert_eq!(state.store.head_position().await.unwrap(), before);
+
+    // A run (the provider fixed the image) ends it.
+    let (status, answer) = report(
+        &base,
+        &a,
+        vec![run_event(&a, &a.gpus[0], Profile::Healthy, 1, "550.54.15")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let view = benchmarks(&base, &a.gpus[0]).await;
+    assert_eq!(view["suite_skipped"], Value::Null, "{view}");
+    assert_eq!(view["latest"]["verdict"]["outcome"], "pass", "{view}");
 }

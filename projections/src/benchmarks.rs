@@ -13,7 +13,7 @@ use gpunex_domain::Timestamp;
 use gpunex_domain::benchmark::{self, ListingAction, Metric, Outcome, Score, Verdict};
 use gpunex_domain::benchmark_log::{
     self, ACTION_WINDOW_MICROS, BenchmarkEvent, DelistingPaused, FleetActions, ListingActed,
-    OverrideSet, Pending, RetestRequested, RetestState, RunRecorded, RunRefused,
+    OverrideSet, Pending, RetestRequested, RetestState, RunRecorded, RunRefused, SuiteSkipped,
 };
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -70,6 +70,8 @@ pub struct GpuBenchmarks {
     /// A re-test no run has answered yet.
     pub retest: Option<RetestRequested>,
     pub last_provider_request: Option<Timestamp>,
+    /// Why the agent cannot run the suite on this GPU, until a run is recorded.
+    pub skipped: Option<SuiteSkipped>,
 }
 
 impl GpuBenchmarks {
@@ -91,6 +93,7 @@ impl GpuBenchmarks {
             override_set: None,
             retest: None,
             last_provider_request: None,
+            skipped: None,
         }
     }
 
@@ -302,6 +305,7 @@ impl Benchmarks {
                 // verdict an admin looked at).
                 gpu.retest = None;
                 gpu.override_set = None;
+                gpu.skipped = None;
                 // The GPU's previous figures leave its model's fleet; the new ones enter it.
                 let previous = gpu
                     .latest
@@ -344,6 +348,17 @@ impl Benchmarks {
                 }
                 gpu.refused_total += 1;
                 gpu.retest = None;
+                gpu.skipped = None;
+            }
+            BenchmarkEvent::SuiteSkipped(skipped) => {
+                let gpu = self.gpu_entry(
+                    &skipped.gpu_uuid,
+                    skipped.provider_id,
+                    skipped.machine_id,
+                    "",
+                );
+                gpu.stream_version = stream_version;
+                gpu.skipped = Some(skipped.clone());
             }
             BenchmarkEvent::RetestRequested(requested) => {
                 let gpu =

@@ -28,6 +28,26 @@ pub struct BenchmarkRunReport {
     pub finished_at: String,
 }
 
+/// An agent event: the agent cannot run the suite on one GPU of the machine (no CUDA driver
+/// library or cuBLAS on the host, the GPU in MIG mode, the suite failing on it). Sent once per GPU
+/// and reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchmarkSkippedReport {
+    pub machine_id: Uuid,
+    pub gpu_uuid: String,
+    /// One or more sentences, at most 500 characters.
+    #[schema(min_length = 1, max_length = 500)]
+    pub reason: String,
+}
+
+/// Why the agent of the GPU's machine cannot run the suite on it, until a run is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SuiteSkippedView {
+    pub reason: String,
+    pub at: String,
+}
+
 /// One run as the tab lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BenchmarkRunView {
@@ -122,6 +142,8 @@ pub struct GpuBenchmarksView {
     pub retest: Option<RetestView>,
     /// Set while automatic delisting is paused fleet-wide.
     pub delisting_paused: Option<String>,
+    /// Why the agent skips this GPU's suite, if it does (cleared by the next run).
+    pub suite_skipped: Option<SuiteSkippedView>,
 }
 
 /// `POST /v1/gpus/{gpu_uuid}/benchmarks/retest`

@@ -37,6 +37,8 @@ pub enum AgentEventBody {
     JobEnded(JobEndedReport),
     /// One run of the benchmark suite on one GPU (the event id is the run id).
     BenchmarkRun(crate::benchmarks::BenchmarkRunReport),
+    /// The agent cannot run the suite on one GPU, and says why.
+    BenchmarkSkipped(crate::benchmarks::BenchmarkSkippedReport),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

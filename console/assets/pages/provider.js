@@ -134,6 +134,9 @@ async function benchmarks(ctx, context) {
         latest.figures.some((f) => HOST_METRICS.includes(f.metric)) ? [t("benchmarks.host"),
           latest.figures.filter((f) => HOST_METRICS.includes(f.metric))
             .map((f) => `${t(`metric.${f.metric}`)} ${figure(f.median_milli, f.metric)}`).join(" · ")] : null,
+        view.suite_skipped ? [t("benchmarks.skipped_since"), t("benchmarks.skipped_text", {
+          reason: view.suite_skipped.reason, at: dateTime(view.suite_skipped.at, ctx.zone),
+        })] : null,
         latest.run.simulated_profile ? [t("benchmarks.simulated"), latest.run.simulated_profile] : null,
         view.retest ? [t("benchmarks.retest_waiting"), dateTime(view.retest.at, ctx.zone)] : null,
         view.override ? [t("benchmarks.override"), `${view.override.reason} (${view.override.by})`] : null,
@@ -171,7 +174,11 @@ async function benchmarks(ctx, context) {
     table(t("benchmarks.gpus"), [
       [t("gpu.name"), (g) => `${g.name} (#${g.index})`],
       [t("gpu.machine"), (g) => g.machine.host.hostname],
-      [t("benchmarks.score"), (g) => views.get(g.gpu_uuid).score_pct ? percentBp(views.get(g.gpu_uuid).score_bp) : t("benchmarks.not_run"), { numeric: true }],
+      [t("benchmarks.score"), (g) => {
+        const view = views.get(g.gpu_uuid);
+        if (view.score_pct) return percentBp(view.score_bp);
+        return view.suite_skipped ? t("benchmarks.skipped", { reason: view.suite_skipped.reason }) : t("benchmarks.not_run");
+      }, { numeric: true }],
       [t("benchmarks.verdict"), (g) => {
         const latest = views.get(g.gpu_uuid).latest;
         return latest ? badge(t(`benchmarks.outcome.${latest.verdict.outcome}`), OUTCOME_KIND[latest.verdict.outcome]) : "—";
