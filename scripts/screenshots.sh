@@ -5,8 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONSOLE_ONLY=sqlite bash scripts/console.sh
-rm -rf docs/screenshots
+# The images only: the folder's README stays.
 mkdir -p docs/screenshots
+find docs/screenshots -name '*.jpg' -delete
 shots=target/console/sqlite
 cp "$shots"/[0-9][0-9]-*.jpg docs/screenshots/
 find docs/screenshots -name '*-375px.jpg' \
