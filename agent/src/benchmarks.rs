@@ -335,6 +335,17 @@ impl Benchmarks {
                             self.suite = Suite::Unavailable(why);
                             return Ok(Step::Idle);
                         }
+                        Err(SuiteError::Cancelled) => {
+                            // Only a rental stops the thread, and that path took the job
+                            // already; nothing to report either way.
+                            self.running = None;
+                            self.schedule.running = None;
+                            queue.set_state(
+                                BENCHMARKS_KEY,
+                                &serde_json::to_string(&self.schedule)?,
+                            )?;
+                            return Ok(Step::Aborted { gpu_uuid });
+                        }
                         Err(error) => return self.defer(queue, &gpu_uuid, now_ms, &error),
                     }
                 }

@@ -736,16 +736,7 @@ async fn bench_gpu(config: &Config, only: Option<String>, json: bool) -> anyhow:
         anyhow::bail!("no GPU here has the UUID {}", only.unwrap_or_default());
     }
     std::fs::create_dir_all(&config.state_dir)?;
-    let suite = gpusuite::RealSuite {
-        plan: gpunex_gpu::Plan {
-            sustained: config.benchmark_sustained,
-            ..gpunex_gpu::Plan::default()
-        },
-        state_dir: config.state_dir.clone(),
-        storage_bytes: gpusuite::STORAGE_BYTES,
-        server: config.server_url.clone(),
-        token: config.token.clone().unwrap_or_default(),
-    };
+    let suite = gpusuite::RealSuite::from_config(config);
     let mut reports = Vec::new();
     let mut failed = false;
     for gpu in gpus {

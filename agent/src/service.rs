@@ -277,16 +277,9 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
         }
     } else {
         match gpunex_gpu::cuda::probe() {
-            Ok(()) => crate::benchmarks::Suite::Real(Box::new(crate::gpusuite::RealSuite {
-                plan: gpunex_gpu::Plan {
-                    sustained: config.benchmark_sustained,
-                    ..gpunex_gpu::Plan::default()
-                },
-                state_dir: config.state_dir.clone(),
-                storage_bytes: crate::gpusuite::STORAGE_BYTES,
-                server: config.server_url.clone(),
-                token: config.token.clone().unwrap_or_default(),
-            })),
+            Ok(()) => crate::benchmarks::Suite::Real(Box::new(
+                crate::gpusuite::RealSuite::from_config(config),
+            )),
             Err(error) => crate::benchmarks::Suite::Unavailable(format!(
                 "{error}; no run is reported, and the platform lists the GPU by its datasheet figures"
             )),

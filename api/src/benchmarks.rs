@@ -50,6 +50,22 @@ pub(crate) fn rejection(prefix: &str, error: BenchmarkRejection) -> ApiError {
     }
 }
 
+/// The GPU an agent reports on, which must be on its own machine.
+fn machine_gpu(
+    state: &AppState,
+    machine_id: Uuid,
+    field: &str,
+    gpu_uuid: &str,
+) -> Result<BenchedGpu, ApiError> {
+    app_benchmarks::benched_gpu(&state.credentials, machine_id, gpu_uuid).ok_or_else(|| {
+        ApiError::body(
+            &format!("{field}/gpu_uuid"),
+            ErrorCode::UnknownGpu,
+            "not a GPU registered on this machine",
+        )
+    })
+}
+
 /// Checks an agent's benchmark report as the write will decide it (the request is refused as
 /// one, before anything is written): the GPU is on the agent's machine and the run passes the
 /// domain's checks. Answers what the write needs.
@@ -60,14 +76,7 @@ pub(crate) fn check_report(
     report: &wb::BenchmarkRunReport,
     run_id: Uuid,
 ) -> Result<(BenchedGpu, Submitted), ApiError> {
-    let gpu = app_benchmarks::benched_gpu(&state.credentials, machine_id, &report.gpu_uuid)
-        .ok_or_else(|| {
-            ApiError::body(
-                &format!("{field}/gpu_uuid"),
-                ErrorCode::UnknownGpu,
-                "not a GPU registered on this machine",
-            )
-        })?;
+    let gpu = machine_gpu(state, machine_id, field, &report.gpu_uuid)?;
     let submitted = Submitted {
         run_id,
         simulated_profile: report.simulated_profile.clone(),
@@ -100,14 +109,7 @@ pub(crate) fn check_skipped(
     field: &str,
     report: &wb::BenchmarkSkippedReport,
 ) -> Result<BenchedGpu, ApiError> {
-    let gpu = app_benchmarks::benched_gpu(&state.credentials, machine_id, &report.gpu_uuid)
-        .ok_or_else(|| {
-            ApiError::body(
-                &format!("{field}/gpu_uuid"),
-                ErrorCode::UnknownGpu,
-                "not a GPU registered on this machine",
-            )
-        })?;
+    let gpu = machine_gpu(state, machine_id, field, &report.gpu_uuid)?;
     gpunex_domain::benchmark_log::decide_skipped(&gpu, &report.reason, state.clock.now())
         .map_err(|e| rejection(field, e))?;
     Ok(gpu)
