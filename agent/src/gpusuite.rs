@@ -46,23 +46,6 @@ pub struct RealSuite {
     pub token: String,
 }
 
-impl RealSuite {
-    /// The suite as the agent's configuration sets it (`--benchmark-sustained`, the state
-    /// directory, the platform and the token).
-    pub fn from_config(config: &crate::config::Config) -> RealSuite {
-        RealSuite {
-            plan: Plan {
-                sustained: config.benchmark_sustained,
-                ..Plan::default()
-            },
-            state_dir: config.state_dir.clone(),
-            storage_bytes: STORAGE_BYTES,
-            server: config.server_url.clone(),
-            token: config.token.clone().unwrap_or_default(),
-        }
-    }
-}
-
 /// A finished run.
 #[derive(Debug, Clone)]
 pub struct Finished {

@@ -736,7 +736,7 @@ async fn bench_gpu(config: &Config, only: Option<String>, json: bool) -> anyhow:
         anyhow::bail!("no GPU here has the UUID {}", only.unwrap_or_default());
     }
     std::fs::create_dir_all(&config.state_dir)?;
-    let suite = gpusuite::RealSuite::from_config(config);
+    let suite = service::real_suite(config);
     let mut reports = Vec::new();
     let mut failed = false;
     for gpu in gpus {

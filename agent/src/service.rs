@@ -207,6 +207,21 @@ fn settle(
 /// The long-running service: detect, register, then each tick sample the GPUs, queue condition
 /// changes, follow the rentals assigned to this machine (start, meter, stop, report), deliver the
 /// queue, and send a heartbeat when one is due. Stops on SIGTERM or Ctrl-C.
+/// The suite on real GPUs as the agent's configuration sets it (`--benchmark-sustained`, the
+/// state directory, the platform and the token).
+pub fn real_suite(config: &Config) -> crate::gpusuite::RealSuite {
+    crate::gpusuite::RealSuite {
+        plan: gpunex_gpu::Plan {
+            sustained: config.benchmark_sustained,
+            ..gpunex_gpu::Plan::default()
+        },
+        state_dir: config.state_dir.clone(),
+        storage_bytes: crate::gpusuite::STORAGE_BYTES,
+        server: config.server_url.clone(),
+        token: config.token.clone().unwrap_or_default(),
+    }
+}
+
 pub async fn run(config: &Config) -> anyhow::Result<()> {
     // Without a driver, fail at once with one sentence, before waiting on anything.
     let nvml = match config.simulate {
@@ -277,9 +292,7 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
         }
     } else {
         match gpunex_gpu::cuda::probe() {
-            Ok(()) => crate::benchmarks::Suite::Real(Box::new(
-                crate::gpusuite::RealSuite::from_config(config),
-            )),
+            Ok(()) => crate::benchmarks::Suite::Real(Box::new(real_suite(config))),
             Err(error) => crate::benchmarks::Suite::Unavailable(format!(
                 "{error}; no run is reported, and the platform lists the GPU by its datasheet figures"
             )),
