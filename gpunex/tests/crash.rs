@@ -30,29 +30,47 @@ impl Drop for Server {
 }
 
 /// `gpunex serve` on `db`; with `crash`, it aborts right after committing a keyed request.
+///
+/// The server binds port 0 and the test reads the address from its "gpunex listening" log
+/// line: a port picked here and bound later by the server could be taken in between by another
+/// test's server, and this test would then talk to that one.
 fn start(db: &TestDb, dir: &std::path::Path, crash: bool) -> Server {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    use std::io::BufRead;
     let mut command = std::process::Command::new(GPUNEX);
     command
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
         .args(["--no-outbox", "--no-payout-scheduler"])
         .current_dir(dir)
         .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
-        .stderr(std::process::Stdio::null());
+        .env("RUST_LOG", "warn,gpunex_api=info")
+        .stderr(std::process::Stdio::piped());
     if crash {
         command.env("GPUNEX_TEST_CRASH_AFTER_COMMIT", "1");
     }
+    let mut child = command.spawn().unwrap();
+    let (found, address) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    // Reads the log to its end, so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(record) = serde_json::from_str::<Value>(&line)
+                && record["fields"]["message"] == "gpunex listening"
+                && let Some(address) = record["fields"]["address"].as_str()
+            {
+                let _ = found.send(address.to_owned());
+            }
+        }
+    });
+    let address = address
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the server did not say where it listens");
     let server = Server {
-        child: command.spawn().unwrap(),
-        base: format!("http://127.0.0.1:{port}"),
+        child,
+        base: format!("http://{address}"),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while std::net::TcpStream::connect(address.as_str()).is_err() {
         assert!(Instant::now() < deadline, "the server did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
