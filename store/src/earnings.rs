@@ -22,8 +22,9 @@ use gpunex_projections::earnings_lines::{
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
+use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{Binds, placeholders, values};
-use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
+use crate::{Backend, READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
 /// 4,500 per statement, under SQLite's 32,766).
@@ -129,6 +130,224 @@ const LINE_INDEXES: [(&str, &str); 2] = [
     ("earnings_lines_by_position", "provider_id, position"),
 ];
 
+/// The statements that write a page of the earnings projection, for `rows` rows, shared by the
+/// store's writer and the rebuild's rusqlite connection (both read `?` and `$N` placeholders).
+fn insert_rentals_sql(backend: Backend, rows: usize) -> String {
+    format!(
+        "INSERT INTO earnings_rentals (rental_id, renter_id, provider_id, machine_id, model_id, \
+         gpu_uuids) VALUES {} ON CONFLICT (rental_id) DO NOTHING",
+        values(backend, rows, 6)
+    )
+}
+
+fn insert_lines_sql(backend: Backend, rows: usize) -> String {
+    format!(
+        "INSERT INTO earnings_lines ({LINE_COLUMNS}, {THROUGH_COLUMNS}) VALUES {}",
+        values(backend, rows, 18)
+    )
+}
+
+fn upsert_hours_sql(backend: Backend, rows: usize) -> String {
+    format!(
+        "INSERT INTO earnings_gpu_hours ({HOUR_KEY_COLUMNS}, {HOUR_SUM_COLUMNS}) VALUES {} \
+         ON CONFLICT (provider_id, hour_us, gpu_uuid, model_id) DO UPDATE SET {HOUR_ADD}",
+        values(backend, rows, 12)
+    )
+}
+
+/// Moves the checkpoint from `$4` to `$1` (no row: another fold moved it first).
+const MOVE_CHECKPOINT: &str = "UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 \
+     WHERE projection = $3 AND position = $4";
+
+const UPSERT_PROVIDER: &str = "INSERT INTO earnings_providers (provider_id, last_at_us, \
+     through_gross, through_fee, through_net, through_gpu_seconds, through_lines) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (provider_id) DO UPDATE SET \
+     last_at_us = excluded.last_at_us, through_gross = excluded.through_gross, \
+     through_fee = excluded.through_fee, through_net = excluded.through_net, \
+     through_gpu_seconds = excluded.through_gpu_seconds, through_lines = excluded.through_lines";
+
+/// How a fold's pages are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// Through the store's writer, as every live write: the live runner and a reader's
+    /// catch-up.
+    Live,
+    /// A rebuild's pages: on SQLite through the rebuild's own rusqlite connection
+    /// ([`crate::sqlite_bulk::RebuildWriter`]), one cached statement stepped per row, rather than
+    /// every value bound through sqlx's worker; on PostgreSQL as [`Writes::Live`].
+    Bulk,
+}
+
+/// What one page's batch wrote that the next page's fold reads: the rentals it started and its
+/// providers' cursors.
+#[derive(Debug, Default)]
+struct Carried {
+    rentals: HashMap<Uuid, RentalRef>,
+    cursors: HashMap<Uuid, Cursor>,
+}
+
+impl Carried {
+    fn of(batch: &EarningsBatch) -> Carried {
+        Carried {
+            rentals: batch
+                .rentals
+                .iter()
+                .map(|r| (r.rental_id, r.clone()))
+                .collect(),
+            cursors: batch.cursors.iter().map(|(id, c)| (*id, *c)).collect(),
+        }
+    }
+}
+
+/// The earnings projection's page steps ([`crate::pages`]).
+struct EarningsPages<'a> {
+    store: &'a Store,
+    writes: Writes,
+}
+
+impl PageFold for EarningsPages<'_> {
+    type Batch = EarningsBatch;
+    type Carried = Carried;
+
+    async fn fold(
+        &self,
+        after: u64,
+        carried: &Carried,
+    ) -> Result<Option<Folded<EarningsBatch>>, StoreError> {
+        let events = self
+            .store
+            .read_all(after, self.store.inner.fold_page_events)
+            .await?;
+        let Some(to) = events.last().map(|e| e.position) else {
+            return Ok(None);
+        };
+        Ok(Some(Folded {
+            events: events.len() as u64,
+            to,
+            batch: self.store.fold_earnings(&events, carried).await?,
+        }))
+    }
+
+    fn carry(batch: &EarningsBatch) -> Carried {
+        Carried::of(batch)
+    }
+
+    async fn commit(&self, batch: EarningsBatch, from: u64, to: u64) -> Result<(), StoreError> {
+        self.store
+            .commit_earnings(batch, from, to, self.writes)
+            .await
+    }
+}
+
+/// [`Store::commit_earnings`] on a rusqlite connection: the same rows, statements and checkpoint
+/// move as the sqlx path, in one `BEGIN IMMEDIATE` transaction.
+fn write_page_sqlite(
+    conn: &mut rusqlite::Connection,
+    batch: &EarningsBatch,
+    from: u64,
+    to: u64,
+    now: i64,
+) -> Result<(), StoreError> {
+    use crate::sqlite_bulk::bulk_error;
+    use rusqlite::params;
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(bulk_error)?;
+    let moved = tx
+        .prepare_cached(MOVE_CHECKPOINT)
+        .and_then(|mut moved| moved.execute(params![to_i64(to), now, EARNINGS, to_i64(from)]))
+        .map_err(bulk_error)?;
+    if moved != 1 {
+        return Err(StoreError::CheckpointMoved {
+            projection: EARNINGS.to_owned(),
+            expected: from,
+        });
+    }
+    {
+        let mut insert = tx
+            .prepare_cached(&insert_rentals_sql(Backend::Sqlite, 1))
+            .map_err(bulk_error)?;
+        for rental in &batch.rentals {
+            insert
+                .execute(params![
+                    rental.rental_id.to_string(),
+                    rental.renter_id.to_string(),
+                    rental.provider_id.to_string(),
+                    rental.machine_id.to_string(),
+                    rental.model_id,
+                    serde_json::to_string(&rental.gpu_uuids).map_err(corrupt)?,
+                ])
+                .map_err(bulk_error)?;
+        }
+        let mut insert = tx
+            .prepare_cached(&insert_lines_sql(Backend::Sqlite, 1))
+            .map_err(bulk_error)?;
+        // The ids' text in one buffer each, not one allocation per row and column.
+        let mut ids = [uuid::fmt::Hyphenated::LENGTH; 4].map(|n| vec![0_u8; n]);
+        for line in &batch.lines {
+            let [provider, entry, report, rental] = &mut ids;
+            insert
+                .execute(params![
+                    to_i64(line.position),
+                    &*line.provider_id.hyphenated().encode_lower(provider),
+                    line.at_us,
+                    &*line.entry_id.hyphenated().encode_lower(entry),
+                    &*line.report_id.hyphenated().encode_lower(report),
+                    &*line.rental_id.hyphenated().encode_lower(rental),
+                    to_i64(line.from_gpu_seconds),
+                    to_i64(line.to_gpu_seconds),
+                    line.price_per_gpu_hour,
+                    line.gross,
+                    line.fee,
+                    line.net,
+                    i64::from(line.fee_bp),
+                    line.through.gross,
+                    line.through.fee,
+                    line.through.net,
+                    to_i64(line.through.gpu_seconds),
+                    to_i64(line.through.lines),
+                ])
+                .map_err(bulk_error)?;
+        }
+        let mut upsert = tx
+            .prepare_cached(&upsert_hours_sql(Backend::Sqlite, 1))
+            .map_err(bulk_error)?;
+        for ((provider, hour, gpu, model), sums) in &batch.hours {
+            upsert
+                .execute(params![
+                    provider.to_string(),
+                    hour,
+                    gpu,
+                    model,
+                    sums.gpu.gross,
+                    sums.gpu.fee,
+                    sums.gpu.net,
+                    to_i64(sums.gpu.gpu_seconds),
+                    to_i64(sums.gpu.lines),
+                    sums.model_net,
+                    to_i64(sums.model_lines),
+                    to_i64(sums.through_position),
+                ])
+                .map_err(bulk_error)?;
+        }
+        let mut upsert = tx.prepare_cached(UPSERT_PROVIDER).map_err(bulk_error)?;
+        for (provider, cursor) in &batch.cursors {
+            upsert
+                .execute(params![
+                    provider.to_string(),
+                    cursor.last_at_us,
+                    cursor.through.gross,
+                    cursor.through.fee,
+                    cursor.through.net,
+                    to_i64(cursor.through.gpu_seconds),
+                    to_i64(cursor.through.lines),
+                ])
+                .map_err(bulk_error)?;
+        }
+    }
+    tx.commit().map_err(bulk_error)
+}
+
 impl Store {
     /// How far the earnings projection has folded the log.
     pub async fn earnings_checkpoint(&self) -> Result<u64, StoreError> {
@@ -139,23 +358,17 @@ impl Store {
     /// when there is nothing left. Another process doing the same is harmless: each batch moves
     /// the checkpoint only from where it started (`CheckpointMoved` for the loser).
     pub async fn catch_up_earnings(&self) -> Result<RunReport, StoreError> {
-        let mut report = RunReport {
-            checkpoint: self.earnings_checkpoint().await?,
-            ..RunReport::default()
+        self.fold_earnings_pages(Writes::Live).await
+    }
+
+    /// [`Store::catch_up_earnings`], each page read and folded while the one before it is
+    /// committed ([`crate::pages`]).
+    async fn fold_earnings_pages(&self, writes: Writes) -> Result<RunReport, StoreError> {
+        let pages = EarningsPages {
+            store: self,
+            writes,
         };
-        loop {
-            let events = self
-                .read_all(report.checkpoint, READ_BATCH_EVENTS_MAX)
-                .await?;
-            let Some(to) = events.last().map(|e| e.position) else {
-                return Ok(report);
-            };
-            let batch = self.fold_earnings(&events).await?;
-            self.commit_earnings(&batch, report.checkpoint, to).await?;
-            report.events += events.len() as u64;
-            report.batches += 1;
-            report.checkpoint = to;
-        }
+        fold_pages(self.earnings_checkpoint().await?, &pages).await
     }
 
     /// Whether the earnings projection has folded the log up to `position`; if not, folds what
@@ -181,15 +394,22 @@ impl Store {
         }
     }
 
-    /// Decodes the events the fold reads and folds them with what it needs from before.
-    async fn fold_earnings(&self, events: &[RecordedEvent]) -> Result<EarningsBatch, StoreError> {
+    /// Decodes the events the fold reads and folds them with what it needs from before: from
+    /// `carried` (the page before, maybe not committed yet), else from the tables.
+    async fn fold_earnings(
+        &self,
+        events: &[RecordedEvent],
+        carried: &Carried,
+    ) -> Result<EarningsBatch, StoreError> {
         let projected = events
             .iter()
             .filter(|e| e.event_type == USAGE_METERED || e.event_type == RENTAL_STARTED)
             .map(RecordedEvent::to_projected)
             .collect::<Result<Vec<_>, _>>()?;
-        let (rentals, providers) = needs(&projected);
-        let before = Before {
+        let (mut rentals, mut providers) = needs(&projected);
+        rentals.retain(|id| !carried.rentals.contains_key(id));
+        providers.retain(|id| !carried.cursors.contains_key(id));
+        let mut before = Before {
             rentals: self
                 .earnings_rentals(&rentals)
                 .await?
@@ -198,27 +418,41 @@ impl Store {
                 .collect(),
             cursors: self.earnings_cursors(&providers).await?,
         };
+        before.rentals.extend(
+            carried
+                .rentals
+                .iter()
+                .map(|(id, rental)| (*id, rental.clone())),
+        );
+        before
+            .cursors
+            .extend(carried.cursors.iter().map(|(id, c)| (*id, *c)));
         Ok(fold_batch(&projected, &before)?)
     }
 
+    /// Writes `batch` and moves the checkpoint from `from` to `to`, in one transaction.
     async fn commit_earnings(
         &self,
-        batch: &EarningsBatch,
+        batch: EarningsBatch,
         from: u64,
         to: u64,
+        writes: Writes,
     ) -> Result<(), StoreError> {
         let now = self.now_us();
+        if let (Writes::Bulk, crate::store::Db::Sqlite(db)) = (writes, &self.inner.db) {
+            return db
+                .rebuild_writer
+                .run(move |conn| write_page_sqlite(conn, &batch, from, to, now))
+                .await;
+        }
         in_transaction!(self, |tx| {
-            let moved = sqlx::query(
-                "UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 \
-                 WHERE projection = $3 AND position = $4",
-            )
-            .bind(to_i64(to))
-            .bind(now)
-            .bind(EARNINGS)
-            .bind(to_i64(from))
-            .execute(&mut *tx)
-            .await?;
+            let moved = sqlx::query(MOVE_CHECKPOINT)
+                .bind(to_i64(to))
+                .bind(now)
+                .bind(EARNINGS)
+                .bind(to_i64(from))
+                .execute(&mut *tx)
+                .await?;
             if moved.rows_affected() != 1 {
                 return Err(StoreError::CheckpointMoved {
                     projection: EARNINGS.to_owned(),
@@ -226,11 +460,7 @@ impl Store {
                 });
             }
             for chunk in batch.rentals.chunks(ROWS_PER_STATEMENT) {
-                let sql = format!(
-                    "INSERT INTO earnings_rentals (rental_id, renter_id, provider_id, machine_id, \
-                     model_id, gpu_uuids) VALUES {} ON CONFLICT (rental_id) DO NOTHING",
-                    values(self.backend(), chunk.len(), 6)
-                );
+                let sql = insert_rentals_sql(self.backend(), chunk.len());
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
                 for rental in chunk {
                     query = query
@@ -244,10 +474,7 @@ impl Store {
                 query.execute(&mut *tx).await?;
             }
             for chunk in batch.lines.chunks(ROWS_PER_STATEMENT) {
-                let sql = format!(
-                    "INSERT INTO earnings_lines ({LINE_COLUMNS}, {THROUGH_COLUMNS}) VALUES {}",
-                    values(self.backend(), chunk.len(), 18)
-                );
+                let sql = insert_lines_sql(self.backend(), chunk.len());
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
                 for line in chunk {
                     query = query
@@ -274,12 +501,7 @@ impl Store {
             }
             let hours: Vec<(&HourKey, &HourSums)> = batch.hours.iter().collect();
             for chunk in hours.chunks(ROWS_PER_STATEMENT) {
-                let sql = format!(
-                    "INSERT INTO earnings_gpu_hours ({HOUR_KEY_COLUMNS}, {HOUR_SUM_COLUMNS}) \
-                     VALUES {} ON CONFLICT (provider_id, hour_us, gpu_uuid, model_id) DO UPDATE \
-                     SET {HOUR_ADD}",
-                    values(self.backend(), chunk.len(), 12)
-                );
+                let sql = upsert_hours_sql(self.backend(), chunk.len());
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
                 for ((provider, hour, gpu, model), sums) in chunk {
                     query = query
@@ -299,24 +521,16 @@ impl Store {
                 query.execute(&mut *tx).await?;
             }
             for (provider, cursor) in &batch.cursors {
-                sqlx::query(
-                    "INSERT INTO earnings_providers (provider_id, last_at_us, through_gross, \
-                     through_fee, through_net, through_gpu_seconds, through_lines) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (provider_id) DO UPDATE SET \
-                     last_at_us = excluded.last_at_us, through_gross = excluded.through_gross, \
-                     through_fee = excluded.through_fee, through_net = excluded.through_net, \
-                     through_gpu_seconds = excluded.through_gpu_seconds, \
-                     through_lines = excluded.through_lines",
-                )
-                .bind(provider.to_string())
-                .bind(cursor.last_at_us)
-                .bind(cursor.through.gross)
-                .bind(cursor.through.fee)
-                .bind(cursor.through.net)
-                .bind(to_i64(cursor.through.gpu_seconds))
-                .bind(to_i64(cursor.through.lines))
-                .execute(&mut *tx)
-                .await?;
+                sqlx::query(UPSERT_PROVIDER)
+                    .bind(provider.to_string())
+                    .bind(cursor.last_at_us)
+                    .bind(cursor.through.gross)
+                    .bind(cursor.through.fee)
+                    .bind(cursor.through.net)
+                    .bind(to_i64(cursor.through.gpu_seconds))
+                    .bind(to_i64(cursor.through.lines))
+                    .execute(&mut *tx)
+                    .await?;
             }
         });
         Ok(())
@@ -351,7 +565,7 @@ impl Store {
             }
         });
         let _folding = self.inner.earnings_fold.lock().await;
-        let folded = self.catch_up_earnings().await;
+        let folded = self.fold_earnings_pages(Writes::Bulk).await;
         in_transaction!(self, |tx| {
             for (name, columns) in LINE_INDEXES {
                 sqlx::query(sqlx::AssertSqlSafe(format!(

@@ -152,6 +152,7 @@ pub mod fleet;
 pub mod idempotency;
 pub mod job_logs;
 mod key_scope;
+mod pages;
 pub mod payouts;
 mod plan;
 mod postgres;

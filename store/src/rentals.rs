@@ -15,6 +15,7 @@ use gpunex_projections::rentals::{RENTALS, Replay, fold_batch, needs};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
+use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{placeholders, values};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64};
 
@@ -41,6 +42,55 @@ fn is_rental_event(event: &RecordedEvent) -> bool {
     event.event_type.starts_with("rental.")
 }
 
+/// The rentals projection's page steps ([`crate::pages`]): each page is read and folded while
+/// the one before it is committed, and the rentals that page changed are handed to the next
+/// fold as they are.
+struct RentalsPages<'a>(&'a Store);
+
+impl PageFold for RentalsPages<'_> {
+    type Batch = BTreeMap<Uuid, RentalState>;
+    type Carried = HashMap<Uuid, RentalState>;
+
+    async fn fold(
+        &self,
+        after: u64,
+        carried: &Self::Carried,
+    ) -> Result<Option<Folded<Self::Batch>>, StoreError> {
+        let events = self
+            .0
+            .read_all(after, self.0.inner.fold_page_events)
+            .await?;
+        let Some(to) = events.last().map(|e| e.position) else {
+            return Ok(None);
+        };
+        let projected = events
+            .iter()
+            .filter(|e| is_rental_event(e))
+            .map(RecordedEvent::to_projected)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut ids = needs(&projected);
+        ids.retain(|id| !carried.contains_key(id));
+        let mut before = self.0.stored_rentals(&ids).await?;
+        before.extend(carried.iter().map(|(id, state)| (*id, state.clone())));
+        Ok(Some(Folded {
+            events: events.len() as u64,
+            to,
+            batch: fold_batch(&projected, &before)?,
+        }))
+    }
+
+    fn carry(changed: &Self::Batch) -> Self::Carried {
+        changed
+            .iter()
+            .map(|(id, state)| (*id, state.clone()))
+            .collect()
+    }
+
+    async fn commit(&self, changed: Self::Batch, from: u64, to: u64) -> Result<(), StoreError> {
+        self.0.commit_rentals(&changed, from, to).await
+    }
+}
+
 impl Store {
     /// How far the rentals projection has folded the log.
     pub async fn rentals_checkpoint(&self) -> Result<u64, StoreError> {
@@ -51,29 +101,7 @@ impl Store {
     /// when there is nothing left. Another process doing the same is harmless: a batch moves
     /// the checkpoint only from where it started (`CheckpointMoved` for the loser).
     pub async fn catch_up_rentals(&self) -> Result<RunReport, StoreError> {
-        let mut report = RunReport {
-            checkpoint: self.rentals_checkpoint().await?,
-            ..RunReport::default()
-        };
-        loop {
-            let events = self
-                .read_all(report.checkpoint, READ_BATCH_EVENTS_MAX)
-                .await?;
-            let Some(to) = events.last().map(|e| e.position) else {
-                return Ok(report);
-            };
-            let projected = events
-                .iter()
-                .filter(|e| is_rental_event(e))
-                .map(RecordedEvent::to_projected)
-                .collect::<Result<Vec<_>, _>>()?;
-            let before = self.stored_rentals(&needs(&projected)).await?;
-            let changed = fold_batch(&projected, &before)?;
-            self.commit_rentals(&changed, report.checkpoint, to).await?;
-            report.events += events.len() as u64;
-            report.batches += 1;
-            report.checkpoint = to;
-        }
+        fold_pages(self.rentals_checkpoint().await?, &RentalsPages(self)).await
     }
 
     /// Whether the rentals projection has folded the log up to `position`; if not, folds what

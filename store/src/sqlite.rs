@@ -35,8 +35,8 @@ pub(crate) struct SqliteBackend {
     pub path: std::path::PathBuf,
     /// Pages of events for projections, read through rusqlite (see `sqlite_scan`).
     events: std::sync::Arc<crate::sqlite_scan::EventReader>,
-    /// The ledger rebuild's page writes, through rusqlite (see `sqlite_bulk`).
-    rebuild_writer: std::sync::Arc<crate::sqlite_bulk::RebuildWriter>,
+    /// The rebuilds' page writes (ledger, earnings), through rusqlite (see `sqlite_bulk`).
+    pub rebuild_writer: std::sync::Arc<crate::sqlite_bulk::RebuildWriter>,
     clock: gpunex_domain::clock::SharedClock,
 }
 

@@ -1,4 +1,5 @@
-//! The SQLite ledger rebuild's page writes, through `rusqlite` on a blocking thread.
+//! The SQLite rebuilds' page writes, through `rusqlite` on a blocking thread: the ledger's
+//! (here) and the earnings projection's (`earnings::write_page_sqlite`).
 //!
 //! A rebuild writes about 2.6 journal rows per event into the unindexed `*_rebuild` tables.
 //! Through sqlx every value of every row is bound into an argument buffer and handed to its
@@ -29,10 +30,6 @@ pub(crate) struct RebuildWriter {
     conn: Mutex<Option<Connection>>,
 }
 
-fn bulk_error(error: rusqlite::Error) -> StoreError {
-    StoreError::Direct(error.to_string())
-}
-
 fn open(path: &std::path::Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
@@ -55,15 +52,14 @@ impl RebuildWriter {
         }
     }
 
-    /// In one transaction: checks that `run_id` still owns the rebuild tables (recording
-    /// `through` as its progress), then writes `batch` into them.
-    pub async fn write_page(
-        self: &Arc<Self>,
-        projection: &'static str,
-        run_id: Uuid,
-        through: u64,
-        batch: LedgerBatch,
-    ) -> Result<(), StoreError> {
+    /// Runs `write` on this writer's connection, on a blocking thread. The connection is kept
+    /// for the next call only after a write that succeeded (a failed transaction rolled back
+    /// when it was dropped).
+    pub async fn run<T, F>(self: &Arc<Self>, write: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
         let writer = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let mut slot = writer
@@ -74,9 +70,7 @@ impl RebuildWriter {
                 Some(conn) => conn,
                 None => open(&writer.path, writer.busy_timeout)?,
             };
-            let written = write_page(&mut conn, projection, run_id, through, &batch);
-            // A connection whose transaction failed rolled it back when it was dropped; it is
-            // kept only after a page that committed.
+            let written = write(&mut conn);
             if written.is_ok() {
                 *slot = Some(conn);
             }
@@ -85,6 +79,24 @@ impl RebuildWriter {
         .await
         .map_err(|e| StoreError::Direct(e.to_string()))?
     }
+
+    /// In one transaction: checks that `run_id` still owns the rebuild tables (recording
+    /// `through` as its progress), then writes `batch` into them.
+    pub async fn write_page(
+        self: &Arc<Self>,
+        projection: &'static str,
+        run_id: Uuid,
+        through: u64,
+        batch: LedgerBatch,
+    ) -> Result<(), StoreError> {
+        self.run(move |conn| write_page(conn, projection, run_id, through, &batch))
+            .await
+    }
+}
+
+/// A rusqlite error as the store's.
+pub(crate) fn bulk_error(error: rusqlite::Error) -> StoreError {
+    StoreError::Direct(error.to_string())
 }
 
 fn write_page(

@@ -30,6 +30,9 @@ pub struct StoreOptions {
     pub postgres_connections_max: u32,
     /// What the store stamps `recorded_at_us` and checkpoint times with.
     pub clock: gpunex_domain::clock::SharedClock,
+    /// Events per page that the earnings and rentals projections fold and commit at once (at
+    /// most [`crate::READ_BATCH_EVENTS_MAX`]); tests make it small to cross many pages.
+    pub fold_page_events: usize,
 }
 
 impl Default for StoreOptions {
@@ -37,6 +40,7 @@ impl Default for StoreOptions {
         StoreOptions {
             postgres_connections_max: 16,
             clock: std::sync::Arc::new(crate::SystemClock),
+            fold_page_events: crate::READ_BATCH_EVENTS_MAX,
         }
     }
 }
@@ -56,6 +60,8 @@ pub(crate) struct Inner {
     pub head: watch::Sender<u64>,
     listener: OnceCell<()>,
     clock: gpunex_domain::clock::SharedClock,
+    /// See [`StoreOptions::fold_page_events`].
+    pub fold_page_events: usize,
     /// Held while this process folds the earnings projection, so its readers fold it once.
     pub earnings_fold: tokio::sync::Mutex<()>,
     /// Held while this process folds the rentals projection.
@@ -131,6 +137,9 @@ impl Store {
                 head,
                 listener: OnceCell::new(),
                 clock: options.clock.clone(),
+                fold_page_events: options
+                    .fold_page_events
+                    .clamp(1, crate::READ_BATCH_EVENTS_MAX),
                 earnings_fold: tokio::sync::Mutex::new(()),
                 rentals_fold: tokio::sync::Mutex::new(()),
                 payouts_fold: tokio::sync::Mutex::new(()),

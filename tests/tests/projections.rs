@@ -9,6 +9,7 @@ conformance!(
     a_reader_far_behind_reads_many_hours_from_their_lines,
     earnings_lines_are_stored_read_as_of_a_position_and_audited,
     rentals_are_stored_paged_and_audited,
+    small_pages_fold_as_one_page,
     payouts_are_stored_paged_and_audited,
     runner_folds_every_event_once,
     failure_mid_batch_neither_loses_nor_doubles,
@@ -103,6 +104,113 @@ fn usage_events_of(
         )));
     }
     (rental.rental_id, events)
+}
+
+/// The earnings and rentals projections fold each page while the page before it is committed,
+/// handing that page's rentals and provider cursors over in memory. With pages of 7 events, a
+/// rental starts in one page and is metered in the next ones, providers' running sums cross
+/// every page, and a rental ends pages after it started; the live catch-up and the rebuild (on
+/// SQLite, through the rebuild's own connection) both store exactly the fold of the whole log.
+async fn small_pages_fold_as_one_page(db: &TestDb) {
+    use gpunex_domain::DomainEvent;
+    use gpunex_domain::rental::{EndCause, RentalEnded, RentalEvent};
+    use gpunex_domain::time::Timestamp;
+    let store = Store::open(
+        &db.url,
+        &gpunex_store::StoreOptions {
+            fold_page_events: 7,
+            ..gpunex_store::StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    const SECOND: i64 = 1_000_000;
+    let t0 = 1_790_000_000 * SECOND;
+    let (a, b) = (provider(1), provider(2));
+    let mut rentals = Vec::new();
+    // Two rentals of a and one of b, appended in turns of 5 events, so pages mix them.
+    let mut streams: Vec<_> = [(a, 40), (b, 33), (a, 21)]
+        .into_iter()
+        .map(|(provider_id, lines)| {
+            usage_events(provider_id, lines, |i| {
+                t0 + SECOND * i64::try_from(i).unwrap()
+            })
+        })
+        .collect();
+    let mut versions = vec![0_u64; streams.len()];
+    while streams.iter().any(|(_, events)| !events.is_empty()) {
+        for (n, (rental_id, events)) in streams.iter_mut().enumerate() {
+            let turn: Vec<_> = events.drain(..events.len().min(5)).collect();
+            if turn.is_empty() {
+                continue;
+            }
+            let expected = match versions[n] {
+                0 => ExpectedVersion::NoStream,
+                v => ExpectedVersion::Exact(v),
+            };
+            versions[n] += turn.len() as u64;
+            store
+                .append(stream(&format!("rental-{rental_id}")), expected, turn)
+                .await
+                .unwrap();
+        }
+    }
+    for (rental_id, _) in &streams {
+        rentals.push(*rental_id);
+    }
+    let ended = RentalEvent::Ended(RentalEnded {
+        rental_id: rentals[1],
+        cause: EndCause::RenterCancelled,
+        ended_at: Timestamp::from_unix_micros(t0 + 40 * SECOND),
+        ended_by: "test".to_owned(),
+        evidence: String::new(),
+    });
+    store
+        .append(
+            stream(&format!("rental-{}", rentals[1])),
+            ExpectedVersion::Exact(versions[1]),
+            vec![gpunex_tests::new_event(&DomainEvent::Rental(ended))],
+        )
+        .await
+        .unwrap();
+    let head = store.head_position().await.unwrap();
+    assert_eq!(head, 3 + 40 + 33 + 21 + 1);
+
+    let live = store.catch_up_earnings().await.unwrap();
+    assert_eq!((live.checkpoint, live.batches), (head, head.div_ceil(7)));
+    assert_eq!(store.catch_up_rentals().await.unwrap().checkpoint, head);
+    let expect = |report: &AuditReport| {
+        assert!(report.is_clean(), "{:?}", report.findings);
+        assert_eq!(report.earnings_lines_checked, 94);
+        assert_eq!(report.rentals_checked, 3);
+    };
+    store.run_projections().await.unwrap();
+    expect(&audit(&store).await);
+    let all = (
+        Timestamp::from_unix_micros(0),
+        Timestamp::from_unix_micros(i64::MAX),
+    );
+    let sums = |lines: std::ops::Range<i64>| {
+        let gross: i64 = lines.map(|i| 1_000 + i).sum();
+        gross
+    };
+    let of_a = store.earnings_sums(a, all.0, all.1, head).await.unwrap();
+    assert_eq!((of_a.lines, of_a.gross), (61, sums(0..40) + sums(0..21)));
+    let of_b = store.earnings_sums(b, all.0, all.1, head).await.unwrap();
+    assert_eq!((of_b.lines, of_b.gross), (33, sums(0..33)));
+
+    // The rebuilds fold the same pages again into emptied tables.
+    assert_eq!(store.rebuild_earnings().await.unwrap(), head);
+    assert_eq!(store.rebuild_rentals().await.unwrap(), head);
+    expect(&audit(&store).await);
+    assert_eq!(
+        store.earnings_sums(a, all.0, all.1, head).await.unwrap(),
+        of_a
+    );
+    assert_eq!(
+        store.earnings_sums(b, all.0, all.1, head).await.unwrap(),
+        of_b
+    );
 }
 
 /// The stored earnings projection folds lines across batches as the in-memory model would,
