@@ -2,10 +2,11 @@
 //! simulate`, it starts `gpunex serve` as a fresh process twice, first with no read-model
 //! snapshot stored (a fold of the whole log, which writes one) and then as a restart from that
 //! snapshot, and measures the time until `/readyz` answers ready with every read model caught
-//! up, the server's resident memory after each start and after a stretch of load, the provider dashboard and statement latency over HTTP (beside
-//! `/healthz` through the same client, the HTTP floor), and the stored projection's catch-up
-//! (a full rebuild of the ledger read model) beside a bare ordered read of the same log: the
-//! figures run twice, on logs of different lengths, show whether cost is flat in history.
+//! up, the server's resident memory after each start and after a stretch of load, the provider
+//! dashboard and statement latency over HTTP (beside `/healthz` through the same client, the HTTP
+//! floor), and each stored projection's catch-up (a full rebuild) beside a bare ordered read of
+//! the same log made right before it: the figures run twice, on logs of different lengths, show
+//! whether cost is flat in history.
 //! Resident memory is read from `/proc/<pid>/status` (Linux).
 
 use std::time::{Duration, Instant};
@@ -61,22 +62,25 @@ pub struct ScaleReport {
     /// After `load_seconds` of requests.
     pub rss_loaded_mib: u64,
     pub load_seconds: u64,
-    /// A bare ordered read of the whole log (the ceiling of any catch-up).
-    pub bare_read_events_per_second: u64,
-    /// The stored ledger projection rebuilt from position 0.
-    pub catch_up_events_per_second: u64,
-    /// The stored earnings projection (usage lines with running sums) rebuilt from position 0.
-    pub earnings_catch_up_events_per_second: u64,
-    /// The stored rentals projection (every rental's state) rebuilt from position 0.
-    pub rentals_catch_up_events_per_second: u64,
-    /// The same for the stored payouts projection.
-    pub payouts_catch_up_events_per_second: u64,
+    /// Each stored projection rebuilt from position 0 (ledger, earnings, rentals, payouts),
+    /// beside a bare ordered read of the whole log made right before it.
+    pub catch_up: Vec<CatchUp>,
     pub reference_healthz: Latency,
     pub endpoints: Vec<Endpoint>,
     /// `POST /v1/agent/events` with one usage report, while another writer appends.
     pub usage_report: Option<Latency>,
     /// Events the other writer appended meanwhile, per second.
     pub concurrent_appends_per_second: u64,
+}
+
+/// One stored projection's full catch-up (a rebuild from position 0) beside a bare ordered read
+/// of the same log made right before it, so both find the page cache in the same state.
+#[derive(Debug, Serialize)]
+pub struct CatchUp {
+    pub projection: &'static str,
+    pub events_per_second: u64,
+    /// The ceiling of any catch-up.
+    pub bare_read_events_per_second: u64,
 }
 
 /// The server process, killed when dropped.
@@ -380,25 +384,26 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     let today = gpunex_app::payout_run::today_utc(store.clock().now());
 
     eprintln!(
-        "{events} events: bare ordered read, then a full rebuild of the ledger projection ..."
+        "{events} events: each stored projection rebuilt, beside a bare ordered read of the log ..."
     );
     let head = store.head_position().await?;
-    let (read, bare) = bare_read(&store, head).await?;
-    let started = Instant::now();
-    let rebuilt = store.rebuild_ledger(&|_| {}).await?;
-    let catch_up = started.elapsed();
-    eprintln!("... and of the stored earnings projection ...");
-    let started = Instant::now();
-    let earnings_rebuilt = store.rebuild_earnings().await?;
-    let earnings_catch_up = started.elapsed();
-    eprintln!("... and of the stored rentals projection ...");
-    let started = Instant::now();
-    let rentals_rebuilt = store.rebuild_rentals().await?;
-    let rentals_catch_up = started.elapsed();
-    eprintln!("... and of the stored payouts projection ...");
-    let started = Instant::now();
-    let payouts_rebuilt = store.rebuild_payouts().await?;
-    let payouts_catch_up = started.elapsed();
+    let mut catch_up = Vec::new();
+    for projection in ["ledger", "earnings", "rentals", "payouts"] {
+        eprintln!("... {projection}");
+        let (read, bare) = bare_read(&store, head).await?;
+        let started = Instant::now();
+        let rebuilt = match projection {
+            "ledger" => store.rebuild_ledger(&|_| {}).await?,
+            "earnings" => store.rebuild_earnings().await?,
+            "rentals" => store.rebuild_rentals().await?,
+            _ => store.rebuild_payouts().await?,
+        };
+        catch_up.push(CatchUp {
+            projection,
+            events_per_second: rate(rebuilt, started.elapsed()),
+            bare_read_events_per_second: rate(read, bare),
+        });
+    }
 
     // A first start with no snapshot folds the whole log (and writes one); a restart begins
     // from that snapshot, as every start after a server has run does.
@@ -506,11 +511,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         snapshot_bytes,
         rss_loaded_mib: rss_loaded,
         load_seconds: args.load_seconds,
-        bare_read_events_per_second: rate(read, bare),
-        catch_up_events_per_second: rate(rebuilt, catch_up),
-        earnings_catch_up_events_per_second: rate(earnings_rebuilt, earnings_catch_up),
-        rentals_catch_up_events_per_second: rate(rentals_rebuilt, rentals_catch_up),
-        payouts_catch_up_events_per_second: rate(payouts_rebuilt, payouts_catch_up),
+        catch_up,
         reference_healthz,
         endpoints,
         usage_report,
@@ -530,42 +531,15 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         report.ready_seconds, report.rss_ready_mib, report.rss_loaded_mib, report.load_seconds
     );
     println!("read-model snapshot {:>9} bytes", report.snapshot_bytes);
-    println!(
-        "ledger catch-up     {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
-        report.catch_up_events_per_second,
-        report.bare_read_events_per_second,
-        ratio(
-            report.catch_up_events_per_second,
-            report.bare_read_events_per_second
-        )
-    );
-    println!(
-        "earnings catch-up   {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
-        report.earnings_catch_up_events_per_second,
-        report.bare_read_events_per_second,
-        ratio(
-            report.earnings_catch_up_events_per_second,
-            report.bare_read_events_per_second
-        )
-    );
-    println!(
-        "rentals catch-up    {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
-        report.rentals_catch_up_events_per_second,
-        report.bare_read_events_per_second,
-        ratio(
-            report.rentals_catch_up_events_per_second,
-            report.bare_read_events_per_second
-        )
-    );
-    println!(
-        "payouts catch-up    {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
-        report.payouts_catch_up_events_per_second,
-        report.bare_read_events_per_second,
-        ratio(
-            report.payouts_catch_up_events_per_second,
-            report.bare_read_events_per_second
-        )
-    );
+    for model in &report.catch_up {
+        println!(
+            "{:<9} catch-up {:>9} events/s   bare ordered read {:>9} events/s   ratio {}",
+            model.projection,
+            model.events_per_second,
+            model.bare_read_events_per_second,
+            ratio(model.events_per_second, model.bare_read_events_per_second)
+        );
+    }
     print_endpoints(&report.reference_healthz, &report.endpoints);
     if let Some(usage) = &report.usage_report {
         println!(

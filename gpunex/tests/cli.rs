@@ -770,14 +770,23 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
     assert!(report["ready_seconds"].as_f64().unwrap() > 0.0, "{report}");
     assert!(report["rss_ready_mib"].as_u64().unwrap() > 0, "{report}");
     assert!(report["rss_loaded_mib"].as_u64().unwrap() > 0, "{report}");
-    assert!(report["catch_up_events_per_second"].as_u64().unwrap() > 0);
-    assert!(
-        report["earnings_catch_up_events_per_second"]
-            .as_u64()
-            .unwrap()
-            > 0
+    let catch_up = report["catch_up"].as_array().unwrap();
+    let projections: Vec<&str> = catch_up
+        .iter()
+        .map(|c| c["projection"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        projections,
+        ["ledger", "earnings", "rentals", "payouts"],
+        "{report}"
     );
-    assert!(report["bare_read_events_per_second"].as_u64().unwrap() > 0);
+    for model in catch_up {
+        assert!(model["events_per_second"].as_u64().unwrap() > 0, "{model}");
+        assert!(
+            model["bare_read_events_per_second"].as_u64().unwrap() > 0,
+            "{model}"
+        );
+    }
     let endpoints = report["endpoints"].as_array().unwrap();
     assert_eq!(endpoints.len(), 5, "{report}");
     for endpoint in endpoints {

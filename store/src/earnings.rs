@@ -22,7 +22,7 @@ use gpunex_projections::earnings_lines::{
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::pages::{Folded, PageFold, fold_pages};
+use crate::pages::{PageFold, fold_pages};
 use crate::sql::{Binds, placeholders, values};
 use crate::{Backend, READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
@@ -209,23 +209,18 @@ impl PageFold for EarningsPages<'_> {
     type Batch = EarningsBatch;
     type Carried = Carried;
 
+    async fn read(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
+        self.store
+            .read_all(after, self.store.inner.fold_page_events)
+            .await
+    }
+
     async fn fold(
         &self,
-        after: u64,
+        events: &[RecordedEvent],
         carried: &Carried,
-    ) -> Result<Option<Folded<EarningsBatch>>, StoreError> {
-        let events = self
-            .store
-            .read_all(after, self.store.inner.fold_page_events)
-            .await?;
-        let Some(to) = events.last().map(|e| e.position) else {
-            return Ok(None);
-        };
-        Ok(Some(Folded {
-            events: events.len() as u64,
-            to,
-            batch: self.store.fold_earnings(&events, carried).await?,
-        }))
+    ) -> Result<EarningsBatch, StoreError> {
+        self.store.fold_earnings(events, carried).await
     }
 
     fn carry(batch: &EarningsBatch) -> Carried {
@@ -361,8 +356,8 @@ impl Store {
         self.fold_earnings_pages(Writes::Live).await
     }
 
-    /// [`Store::catch_up_earnings`], each page read and folded while the one before it is
-    /// committed ([`crate::pages`]).
+    /// [`Store::catch_up_earnings`]: while one page is committed, the next is folded and the
+    /// one after it read ([`crate::pages`]).
     async fn fold_earnings_pages(&self, writes: Writes) -> Result<RunReport, StoreError> {
         let pages = EarningsPages {
             store: self,

@@ -1,5 +1,6 @@
 //! The one catch-up loop of the stored projections that fold with state from before a page
-//! (earnings, rentals): each page is read and folded while the page before it is committed.
+//! (earnings, rentals): while one page is committed, the next is folded and the one after it
+//! read, so the reads, the fold and the writes run side by side.
 //!
 //! A page's fold needs the projection's rows as of the end of the page before it. The rows that
 //! page changed are handed over in memory (`carry`); every other row is read from the tables,
@@ -12,15 +13,7 @@ use std::future::Future;
 
 use gpunex_projections::RunReport;
 
-use crate::StoreError;
-
-/// A page of events folded: how many events it held, the position of its last one, and the
-/// rows the fold made.
-pub(crate) struct Folded<B> {
-    pub events: u64,
-    pub to: u64,
-    pub batch: B,
-}
+use crate::{RecordedEvent, StoreError};
 
 /// One projection's page steps, for [`fold_pages`].
 pub(crate) trait PageFold: Sync {
@@ -29,12 +22,18 @@ pub(crate) trait PageFold: Sync {
     /// What a batch hands the next page's fold.
     type Carried: Default + Send + Sync;
 
-    /// Reads and folds the page after `after` (`None`: nothing left).
-    fn fold(
+    /// The page of events after `after` (empty: nothing left).
+    fn read(
         &self,
         after: u64,
+    ) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
+
+    /// Folds a page, with what the page before it handed over.
+    fn fold(
+        &self,
+        events: &[RecordedEvent],
         carried: &Self::Carried,
-    ) -> impl Future<Output = Result<Option<Folded<Self::Batch>>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Self::Batch, StoreError>> + Send;
 
     /// What `batch` hands the next page's fold.
     fn carry(batch: &Self::Batch) -> Self::Carried;
@@ -48,7 +47,15 @@ pub(crate) trait PageFold: Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// Folds and commits pages after `checkpoint` until the log has no more.
+/// A page folded and not committed yet.
+struct Pending<B> {
+    events: u64,
+    to: u64,
+    batch: B,
+}
+
+/// Folds and commits pages after `checkpoint` until the log has no more: page `n` is committed
+/// while page `n + 1` is folded and page `n + 2` is read.
 pub(crate) async fn fold_pages<P: PageFold>(
     checkpoint: u64,
     pages: &P,
@@ -57,18 +64,50 @@ pub(crate) async fn fold_pages<P: PageFold>(
         checkpoint,
         ..RunReport::default()
     };
-    let mut page = pages.fold(checkpoint, &P::Carried::default()).await?;
-    while let Some(Folded { events, to, batch }) = page {
-        let carried = P::carry(&batch);
-        let (committed, next) = tokio::join!(
-            pages.commit(batch, report.checkpoint, to),
-            pages.fold(to, &carried)
+    let mut pending: Option<Pending<P::Batch>> = None;
+    let mut events = pages.read(checkpoint).await?;
+    while let Some(last) = events.last().map(|e| e.position) {
+        let carried = pending
+            .as_ref()
+            .map_or_else(P::Carried::default, |page| P::carry(&page.batch));
+        let from = report.checkpoint;
+        // In this order: the commit and the read start on their threads before the fold, whose
+        // decoding runs here and now, on this task's thread.
+        let (committed, next, folded) = tokio::join!(
+            async {
+                match pending.take() {
+                    Some(page) => {
+                        let done = (page.events, page.to);
+                        pages
+                            .commit(page.batch, from, page.to)
+                            .await
+                            .map(|()| Some(done))
+                    }
+                    None => Ok(None),
+                }
+            },
+            pages.read(last),
+            pages.fold(&events, &carried)
         );
-        committed?;
-        report.events += events;
-        report.batches += 1;
-        report.checkpoint = to;
-        page = next?;
+        if let Some((count, to)) = committed? {
+            committed_page(&mut report, count, to);
+        }
+        pending = Some(Pending {
+            events: events.len() as u64,
+            to: last,
+            batch: folded?,
+        });
+        events = next?;
+    }
+    if let Some(page) = pending {
+        pages.commit(page.batch, report.checkpoint, page.to).await?;
+        committed_page(&mut report, page.events, page.to);
     }
     Ok(report)
+}
+
+fn committed_page(report: &mut RunReport, events: u64, to: u64) {
+    report.events += events;
+    report.batches += 1;
+    report.checkpoint = to;
 }

@@ -15,7 +15,7 @@ use gpunex_projections::rentals::{RENTALS, Replay, fold_batch, needs};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::pages::{Folded, PageFold, fold_pages};
+use crate::pages::{PageFold, fold_pages};
 use crate::sql::{placeholders, values};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64};
 
@@ -42,27 +42,23 @@ fn is_rental_event(event: &RecordedEvent) -> bool {
     event.event_type.starts_with("rental.")
 }
 
-/// The rentals projection's page steps ([`crate::pages`]): each page is read and folded while
-/// the one before it is committed, and the rentals that page changed are handed to the next
-/// fold as they are.
+/// The rentals projection's page steps ([`crate::pages`]): the rentals a page changed are handed
+/// to the next page's fold as they are.
 struct RentalsPages<'a>(&'a Store);
 
 impl PageFold for RentalsPages<'_> {
     type Batch = BTreeMap<Uuid, RentalState>;
     type Carried = HashMap<Uuid, RentalState>;
 
+    async fn read(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
+        self.0.read_all(after, self.0.inner.fold_page_events).await
+    }
+
     async fn fold(
         &self,
-        after: u64,
+        events: &[RecordedEvent],
         carried: &Self::Carried,
-    ) -> Result<Option<Folded<Self::Batch>>, StoreError> {
-        let events = self
-            .0
-            .read_all(after, self.0.inner.fold_page_events)
-            .await?;
-        let Some(to) = events.last().map(|e| e.position) else {
-            return Ok(None);
-        };
+    ) -> Result<Self::Batch, StoreError> {
         let projected = events
             .iter()
             .filter(|e| is_rental_event(e))
@@ -72,11 +68,7 @@ impl PageFold for RentalsPages<'_> {
         ids.retain(|id| !carried.contains_key(id));
         let mut before = self.0.stored_rentals(&ids).await?;
         before.extend(carried.iter().map(|(id, state)| (*id, state.clone())));
-        Ok(Some(Folded {
-            events: events.len() as u64,
-            to,
-            batch: fold_batch(&projected, &before)?,
-        }))
+        Ok(fold_batch(&projected, &before)?)
     }
 
     fn carry(changed: &Self::Batch) -> Self::Carried {
