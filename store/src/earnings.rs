@@ -166,6 +166,92 @@ const UPSERT_PROVIDER: &str = "INSERT INTO earnings_providers (provider_id, last
      through_fee = excluded.through_fee, through_net = excluded.through_net, \
      through_gpu_seconds = excluded.through_gpu_seconds, through_lines = excluded.through_lines";
 
+/// A page's lines, inserted the way each database takes many rows best.
+trait InsertLines {
+    fn insert_lines(
+        &mut self,
+        lines: &[LineRow],
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl InsertLines for sqlx::SqliteConnection {
+    /// Multi-row `INSERT`s of [`ROWS_PER_STATEMENT`] rows.
+    async fn insert_lines(&mut self, lines: &[LineRow]) -> Result<(), StoreError> {
+        for chunk in lines.chunks(ROWS_PER_STATEMENT) {
+            let sql = insert_lines_sql(Backend::Sqlite, chunk.len());
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for line in chunk {
+                query = query
+                    .bind(to_i64(line.position))
+                    .bind(line.provider_id.to_string())
+                    .bind(line.at_us)
+                    .bind(line.entry_id.to_string())
+                    .bind(line.report_id.to_string())
+                    .bind(line.rental_id.to_string())
+                    .bind(to_i64(line.from_gpu_seconds))
+                    .bind(to_i64(line.to_gpu_seconds))
+                    .bind(line.price_per_gpu_hour)
+                    .bind(line.gross)
+                    .bind(line.fee)
+                    .bind(line.net)
+                    .bind(i64::from(line.fee_bp))
+                    .bind(line.through.gross)
+                    .bind(line.through.fee)
+                    .bind(line.through.net)
+                    .bind(to_i64(line.through.gpu_seconds))
+                    .bind(to_i64(line.through.lines));
+            }
+            query.execute(&mut *self).await?;
+        }
+        Ok(())
+    }
+}
+
+impl InsertLines for sqlx::PgConnection {
+    /// One `INSERT ... SELECT * FROM UNNEST(...)` of one array per column, as the ledger's
+    /// journal lines are written: 18 parameters for the page rather than 18 a row.
+    async fn insert_lines(&mut self, lines: &[LineRow]) -> Result<(), StoreError> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let ints = |f: fn(&LineRow) -> i64| lines.iter().map(f).collect::<Vec<i64>>();
+        let texts = |f: fn(&LineRow) -> Uuid| {
+            lines
+                .iter()
+                .map(|l| f(l).to_string())
+                .collect::<Vec<String>>()
+        };
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO earnings_lines ({LINE_COLUMNS}, {THROUGH_COLUMNS}) SELECT * FROM UNNEST(\
+             $1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], \
+             $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], \
+             $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], \
+             $17::bigint[], $18::bigint[])"
+        )))
+        .bind(ints(|l| to_i64(l.position)))
+        .bind(texts(|l| l.provider_id))
+        .bind(ints(|l| l.at_us))
+        .bind(texts(|l| l.entry_id))
+        .bind(texts(|l| l.report_id))
+        .bind(texts(|l| l.rental_id))
+        .bind(ints(|l| to_i64(l.from_gpu_seconds)))
+        .bind(ints(|l| to_i64(l.to_gpu_seconds)))
+        .bind(ints(|l| l.price_per_gpu_hour))
+        .bind(ints(|l| l.gross))
+        .bind(ints(|l| l.fee))
+        .bind(ints(|l| l.net))
+        .bind(ints(|l| i64::from(l.fee_bp)))
+        .bind(ints(|l| l.through.gross))
+        .bind(ints(|l| l.through.fee))
+        .bind(ints(|l| l.through.net))
+        .bind(ints(|l| to_i64(l.through.gpu_seconds)))
+        .bind(ints(|l| to_i64(l.through.lines)))
+        .execute(&mut *self)
+        .await?;
+        Ok(())
+    }
+}
+
 /// How a fold's pages are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Writes {
@@ -468,32 +554,7 @@ impl Store {
                 }
                 query.execute(&mut *tx).await?;
             }
-            for chunk in batch.lines.chunks(ROWS_PER_STATEMENT) {
-                let sql = insert_lines_sql(self.backend(), chunk.len());
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for line in chunk {
-                    query = query
-                        .bind(to_i64(line.position))
-                        .bind(line.provider_id.to_string())
-                        .bind(line.at_us)
-                        .bind(line.entry_id.to_string())
-                        .bind(line.report_id.to_string())
-                        .bind(line.rental_id.to_string())
-                        .bind(to_i64(line.from_gpu_seconds))
-                        .bind(to_i64(line.to_gpu_seconds))
-                        .bind(line.price_per_gpu_hour)
-                        .bind(line.gross)
-                        .bind(line.fee)
-                        .bind(line.net)
-                        .bind(i64::from(line.fee_bp))
-                        .bind(line.through.gross)
-                        .bind(line.through.fee)
-                        .bind(line.through.net)
-                        .bind(to_i64(line.through.gpu_seconds))
-                        .bind(to_i64(line.through.lines));
-                }
-                query.execute(&mut *tx).await?;
-            }
+            InsertLines::insert_lines(&mut *tx, &batch.lines).await?;
             let hours: Vec<(&HourKey, &HourSums)> = batch.hours.iter().collect();
             for chunk in hours.chunks(ROWS_PER_STATEMENT) {
                 let sql = upsert_hours_sql(self.backend(), chunk.len());
