@@ -326,24 +326,14 @@ impl Benchmarks {
                             real_report(self.machine_id, &running, finished)
                         }
                         Err(SuiteError::Unavailable(why)) => {
-                            self.running = None;
-                            self.schedule.running = None;
-                            queue.set_state(
-                                BENCHMARKS_KEY,
-                                &serde_json::to_string(&self.schedule)?,
-                            )?;
+                            self.end_run(queue)?;
                             self.suite = Suite::Unavailable(why);
                             return Ok(Step::Idle);
                         }
                         Err(SuiteError::Cancelled) => {
                             // Only a rental stops the thread, and that path took the job
                             // already; nothing to report either way.
-                            self.running = None;
-                            self.schedule.running = None;
-                            queue.set_state(
-                                BENCHMARKS_KEY,
-                                &serde_json::to_string(&self.schedule)?,
-                            )?;
+                            self.end_run(queue)?;
                             return Ok(Step::Aborted { gpu_uuid });
                         }
                         Err(error) => return self.defer(queue, &gpu_uuid, now_ms, &error),
@@ -504,6 +494,14 @@ impl Benchmarks {
         Ok(())
     }
 
+    /// No suite runs any more: forgets the running one and keeps the schedule that says so.
+    fn end_run(&mut self, queue: &mut Queue) -> anyhow::Result<()> {
+        self.running = None;
+        self.schedule.running = None;
+        queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
+        Ok(())
+    }
+
     /// The suite could not run or finish on `gpu_uuid`: try again later, and say why.
     fn defer(
         &mut self,
@@ -525,9 +523,7 @@ impl Benchmarks {
         entry.problem = Some(why.clone());
         entry.retry_at_ms =
             Some(now_ms.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(0)));
-        self.schedule.running = None;
-        self.running = None;
-        queue.set_state(BENCHMARKS_KEY, &serde_json::to_string(&self.schedule)?)?;
+        self.end_run(queue)?;
         tracing::warn!(gpu = %gpu_uuid, retry_in_s = wait.as_secs(), "benchmark suite did not finish: {why}");
         Ok(Step::Deferred {
             gpu_uuid: gpu_uuid.to_owned(),
