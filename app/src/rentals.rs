@@ -106,11 +106,26 @@ pub fn online_gpu_seconds(
     seconds.saturating_mul(rental.started.gpu_uuids.len() as u64)
 }
 
-/// The machine's online and offline transitions, for metering its rentals.
-pub fn transitions_of(models: &ReadModels, machine_id: &Uuid) -> Vec<(bool, Timestamp)> {
-    models
-        .with_fleet(|f| f.machine(machine_id).map(|m| m.transitions.clone()))
-        .unwrap_or_default()
+/// The machine's online and offline transitions for a window that starts at `from`, for
+/// metering a rental that started then: from memory when it holds them (the last month), from
+/// the stored presence history otherwise, folded at least as far as the in-memory models.
+pub async fn transitions_since(
+    store: &Store,
+    models: &ReadModels,
+    machine_id: Uuid,
+    from: Timestamp,
+) -> Result<Vec<(bool, Timestamp)>, AppError> {
+    let in_memory = models.with_fleet(|f| {
+        f.machine(&machine_id)
+            .filter(|m| m.transitions_cover(from))
+            .map(|m| m.transitions.clone())
+    });
+    match in_memory {
+        Some(transitions) => Ok(transitions),
+        None => Ok(store
+            .machine_transitions(machine_id, from, models.position())
+            .await?),
+    }
 }
 
 /// A rental's state: from memory while it is open, from the stored rentals projection once it
@@ -363,9 +378,14 @@ pub async fn meter(
                 let stream = StreamId::parse(format!("machine-{machine}"))
                     .unwrap_or_else(|_| unreachable!("a hyphenated uuid is a valid stream id"));
                 models.wait_for_streams(exec.store(), &[&stream]).await?;
-                let rental = rental_of(exec.store(), models, rental_id).await?;
-                Ok(rental.map(|rental| Metering {
-                    transitions: transitions_of(models, &machine),
+                let Some(rental) = rental_of(exec.store(), models, rental_id).await? else {
+                    return Ok(None);
+                };
+                let transitions =
+                    transitions_since(exec.store(), models, machine, rental.started.started_at)
+                        .await?;
+                Ok(Some(Metering {
+                    transitions,
                     tier: tier_of(models, rental.started.provider_id),
                     rental,
                 }))

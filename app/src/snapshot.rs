@@ -26,7 +26,9 @@ pub const SNAPSHOT_NAME: &str = "read_models";
 ///    projection).
 /// 5: the market keeps the benchmark model (runs, scores, verdicts, automatic listing state).
 /// 6: the benchmark model keeps why an agent skips a GPU's suite.
-pub const SNAPSHOT_FORMAT: u32 = 6;
+/// 7: the fleet keeps a month of presence transitions per machine, and from when (the rest is
+///    in the stored presence history).
+pub const SNAPSHOT_FORMAT: u32 = 7;
 
 /// Events applied after which the follower writes a new snapshot; also the most a start folds
 /// after the newest snapshot (while this process or another keeps following the log).

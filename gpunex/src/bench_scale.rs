@@ -388,7 +388,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     );
     let head = store.head_position().await?;
     let mut catch_up = Vec::new();
-    for projection in ["ledger", "earnings", "rentals", "payouts"] {
+    for projection in ["ledger", "earnings", "rentals", "payouts", "presence"] {
         eprintln!("... {projection}");
         let (read, bare) = bare_read(&store, head).await?;
         let started = Instant::now();
@@ -396,7 +396,8 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             "ledger" => store.rebuild_ledger(&|_| {}).await?,
             "earnings" => store.rebuild_earnings().await?,
             "rentals" => store.rebuild_rentals().await?,
-            _ => store.rebuild_payouts().await?,
+            "payouts" => store.rebuild_payouts().await?,
+            _ => store.rebuild_presence().await?,
         };
         catch_up.push(CatchUp {
             projection,

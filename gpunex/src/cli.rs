@@ -695,6 +695,8 @@ fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
     println!("rentals checked:       {}", report.rentals_checked);
     println!("payouts checkpoint:    {}", report.payouts_checkpoint);
     println!("payouts checked:       {}", report.payouts_checked);
+    println!("presence checkpoint:   {}", report.presence_checkpoint);
+    println!("presence checked:      {}", report.presence_checked);
     println!("read-model snapshot:   {}", report.snapshot);
     println!(
         "total debits:          {} micro-USDC",

@@ -777,7 +777,7 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
         .collect();
     assert_eq!(
         projections,
-        ["ledger", "earnings", "rentals", "payouts"],
+        ["ledger", "earnings", "rentals", "payouts", "presence"],
         "{report}"
     );
     for model in catch_up {

@@ -11,8 +11,11 @@ use gpunex_domain::fleet::{
 use gpunex_domain::time::{MICROS_PER_DAY, Timestamp};
 use uuid::Uuid;
 
-/// Presence transitions older than this (before the newest event) are forgotten.
-pub const PRESENCE_HISTORY_DAYS: i64 = 90;
+/// Presence transitions older than this many days before a machine's newest one are forgotten
+/// here (the stored presence history keeps them all, `crate::presence_history`). The widest
+/// window the live models read is 30 days back from now (the listings' and the console's
+/// uptime), so a day's margin keeps every one of them exact.
+pub const PRESENCE_MEMORY_DAYS: i64 = 31;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MachineState {
@@ -32,8 +35,13 @@ pub struct MachineState {
     /// When the current state began: the online event's time, or the last heartbeat before
     /// going offline. `None` before the first heartbeat.
     pub since: Option<Timestamp>,
-    /// `(online, at)` transitions in log order, for downtime accounting.
+    /// `(online, at)` transitions in log order, for downtime accounting: those of the last
+    /// [`PRESENCE_MEMORY_DAYS`], and the one before them (the state a window starts in).
     pub transitions: Vec<(bool, Timestamp)>,
+    /// `None` while `transitions` holds every transition of the machine; once older ones are
+    /// forgotten, the instant of the first one kept: `transitions` is exact for a window that
+    /// starts then or later, and the stored presence history answers for an earlier one.
+    pub transitions_from: Option<Timestamp>,
     /// Conditions active now, per GPU, with when they were observed to start.
     pub conditions: BTreeMap<String, BTreeMap<GpuCondition, Timestamp>>,
     /// The machine stream's version: the expected version of the next watchdog append.
@@ -41,7 +49,14 @@ pub struct MachineState {
 }
 
 impl MachineState {
-    /// The provider's downtime of this machine inside `window`, net of platform outages.
+    /// The provider's downtime of this machine inside `window`, net of platform outages. Exact
+    /// for a window that memory covers ([`MachineState::transitions_cover`]): every window the
+    /// live models ask for ends now and starts at most 30 days before.
+    /// Whether `transitions` answers for a window that starts at `from`.
+    pub fn transitions_cover(&self, from: Timestamp) -> bool {
+        self.transitions_from.is_none_or(|first| first <= from)
+    }
+
     pub fn downtime_micros(&self, outages: &[Span], window: Span, now: Timestamp) -> i64 {
         let offline = fleet::offline_spans(&self.transitions, now);
         fleet::provider_downtime_micros(&offline, outages, window)
@@ -75,18 +90,14 @@ impl Fleet {
                         self.gpu_machine.remove(&gpu.gpu.gpu_uuid);
                     }
                 }
-                let (registered_at, registrations, online, since, transitions, conditions) =
-                    match previous {
-                        Some(p) => (
-                            p.registered_at,
-                            p.registrations + 1,
-                            p.online,
-                            p.since,
-                            p.transitions,
-                            p.conditions,
-                        ),
-                        None => (recorded_at, 1, false, None, Vec::new(), BTreeMap::new()),
-                    };
+                let (registered_at, registrations, online, since) = match &previous {
+                    Some(p) => (p.registered_at, p.registrations + 1, p.online, p.since),
+                    None => (recorded_at, 1, false, None),
+                };
+                let (transitions, transitions_from, conditions) = previous.map_or_else(
+                    || (Vec::new(), None, BTreeMap::new()),
+                    |p| (p.transitions, p.transitions_from, p.conditions),
+                );
                 self.by_provider
                     .entry(registered.provider_id)
                     .or_default()
@@ -106,6 +117,7 @@ impl Fleet {
                         online,
                         since,
                         transitions,
+                        transitions_from,
                         conditions,
                         stream_version,
                     },
@@ -139,7 +151,7 @@ impl Fleet {
                     machine.since = Some(online.at);
                     machine.transitions.push((true, online.at));
                     machine.stream_version = stream_version;
-                    forget_old(&mut machine.transitions, recorded_at);
+                    machine.forget_old(recorded_at);
                 }
             }
             FleetEvent::MachineOffline(offline) => {
@@ -148,7 +160,7 @@ impl Fleet {
                     machine.since = Some(offline.last_heartbeat_at);
                     machine.transitions.push((false, offline.last_heartbeat_at));
                     machine.stream_version = stream_version;
-                    forget_old(&mut machine.transitions, recorded_at);
+                    machine.forget_old(recorded_at);
                 }
             }
             FleetEvent::GpuConditionChanged(changed) => {
@@ -228,14 +240,106 @@ impl Fleet {
     }
 }
 
-fn forget_old(transitions: &mut Vec<(bool, Timestamp)>, newest: Timestamp) {
-    let horizon = newest.unix_micros() - PRESENCE_HISTORY_DAYS * MICROS_PER_DAY;
-    // Keep the last transition before the horizon: it says what state the window starts in.
-    let old = transitions
-        .iter()
-        .take_while(|(_, at)| at.unix_micros() < horizon)
-        .count();
-    if old > 1 {
-        transitions.drain(..old - 1);
+impl MachineState {
+    /// Forgets the transitions older than [`PRESENCE_MEMORY_DAYS`] before `newest`, keeping the
+    /// last of them: it says what state the window starts in.
+    fn forget_old(&mut self, newest: Timestamp) {
+        let horizon = newest.unix_micros() - PRESENCE_MEMORY_DAYS * MICROS_PER_DAY;
+        let old = self
+            .transitions
+            .iter()
+            .take_while(|(_, at)| at.unix_micros() < horizon)
+            .count();
+        if old > 1 {
+            self.transitions.drain(..old - 1);
+            self.transitions_from = self.transitions.first().map(|(_, at)| *at);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpunex_domain::fleet::{MachineOffline, MachineOnline, MachineRegistered};
+
+    use super::*;
+
+    fn day(n: i64) -> Timestamp {
+        Timestamp::from_unix_micros(1_800_000_000_000_000 + n * MICROS_PER_DAY)
+    }
+
+    #[test]
+    fn memory_keeps_a_month_of_transitions_and_says_from_when() {
+        let machine_id = Uuid::from_u128(1);
+        let provider_id = Uuid::from_u128(2);
+        let mut fleet = Fleet::default();
+        let registered = FleetEvent::MachineRegistered(MachineRegistered {
+            machine_id,
+            provider_id,
+            host: HostInfo {
+                hostname: "rig".to_owned(),
+                cpu_model: None,
+                cpu_cores: None,
+                ram_mib: None,
+                disk_total_gib: None,
+                disk_free_gib: None,
+                os: None,
+                kernel: None,
+            },
+            agent_version: "1".to_owned(),
+            simulated: false,
+            gpu_count: 0,
+            detected_at: day(0),
+        });
+        fleet.apply(1, day(0).unix_micros(), &DomainEvent::Fleet(registered));
+        // Online each morning for 12 hours, for 60 days.
+        let mut all = Vec::new();
+        for n in 0..60 {
+            let up = day(n);
+            let down = Timestamp::from_unix_micros(up.unix_micros() + MICROS_PER_DAY / 2);
+            let online = FleetEvent::MachineOnline(MachineOnline {
+                machine_id,
+                provider_id,
+                at: up,
+            });
+            fleet.apply(0, up.unix_micros(), &DomainEvent::Fleet(online));
+            let offline = FleetEvent::MachineOffline(MachineOffline {
+                machine_id,
+                provider_id,
+                last_heartbeat_at: down,
+                detected_at: down,
+                grace_seconds: 60,
+            });
+            fleet.apply(0, down.unix_micros(), &DomainEvent::Fleet(offline));
+            all.extend([(true, up), (false, down)]);
+            let machine = fleet.machine(&machine_id).unwrap();
+            if n < PRESENCE_MEMORY_DAYS {
+                assert_eq!(machine.transitions_from, None, "day {n}");
+                assert_eq!(machine.transitions, all);
+            }
+        }
+        let machine = fleet.machine(&machine_id).unwrap();
+        let first = machine
+            .transitions_from
+            .expect("older transitions were forgotten");
+        assert_eq!(machine.transitions.first().map(|(_, at)| *at), Some(first));
+        assert!(machine.transitions.len() < all.len());
+        let newest = day(59).unix_micros() + MICROS_PER_DAY / 2;
+        assert!(first.unix_micros() < newest - PRESENCE_MEMORY_DAYS * MICROS_PER_DAY);
+        // Every 30-day window up to now is exact from memory; a longer one is not covered.
+        let now = Timestamp::from_unix_micros(newest + MICROS_PER_DAY / 4);
+        for days in [1, 7, 30] {
+            let window = Span {
+                from: Timestamp::from_unix_micros(now.unix_micros() - days * MICROS_PER_DAY),
+                until: now,
+            };
+            assert!(machine.transitions_cover(window.from));
+            assert_eq!(
+                fleet::online_micros(&machine.transitions, window),
+                fleet::online_micros(&all, window),
+                "{days} days"
+            );
+        }
+        assert!(!machine.transitions_cover(day(10)));
+        assert!(machine.transitions_cover(first));
     }
 }

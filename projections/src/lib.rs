@@ -22,6 +22,7 @@ pub mod ledger;
 pub mod market;
 pub mod payout_history;
 pub mod payouts;
+pub mod presence_history;
 pub mod reconcile;
 pub mod rentals;
 pub mod runner;
@@ -38,6 +39,7 @@ pub const PROJECTIONS: &[&str] = &[
     earnings_lines::EARNINGS,
     rentals::RENTALS,
     payout_history::PAYOUTS,
+    presence_history::PRESENCE,
 ];
 
 /// An event as projections see it: decoded at its current schema version, with its place in the log.

@@ -116,6 +116,12 @@ pub enum AuditFinding {
         stored: Option<String>,
         replayed: Option<String>,
     },
+    /// A stored presence transition differs from the replay's (or exists on one side only).
+    PresenceMismatch {
+        position: u64,
+        stored: Option<String>,
+        replayed: Option<String>,
+    },
 }
 
 impl AuditFinding {
@@ -128,7 +134,8 @@ impl AuditFinding {
             | AuditFinding::Undecodable { position, .. }
             | AuditFinding::ProjectionFailed { position, .. }
             | AuditFinding::LineMismatch { position, .. }
-            | AuditFinding::EarningsLineMismatch { position, .. } => Some(*position),
+            | AuditFinding::EarningsLineMismatch { position, .. }
+            | AuditFinding::PresenceMismatch { position, .. } => Some(*position),
             AuditFinding::HeadMismatch { log_position, .. } => Some(*log_position),
             AuditFinding::CheckpointAhead { .. }
             | AuditFinding::BalanceMismatch { .. }
@@ -291,6 +298,16 @@ impl fmt::Display for AuditFinding {
                 stored.as_deref().unwrap_or("(missing)"),
                 replayed.as_deref().unwrap_or("(missing)")
             ),
+            AuditFinding::PresenceMismatch {
+                position,
+                stored,
+                replayed,
+            } => write!(
+                f,
+                "presence transition at position {position}: stored {}, replayed {}",
+                stored.as_deref().unwrap_or("(missing)"),
+                replayed.as_deref().unwrap_or("(missing)")
+            ),
         }
     }
 }
@@ -319,6 +336,10 @@ pub struct AuditReport {
     /// compared.
     pub payouts_checkpoint: u64,
     pub payouts_checked: u64,
+    /// How far the stored presence history had folded, and how many of its transitions were
+    /// compared.
+    pub presence_checkpoint: u64,
+    pub presence_checked: u64,
     /// What the check of the in-memory read models' snapshot found (set by the caller that
     /// checks it; the store cannot fold those models).
     pub snapshot: String,
@@ -485,6 +506,8 @@ pub(crate) async fn run<S: AuditSource>(
         rentals_checked: 0,
         payouts_checkpoint: 0,
         payouts_checked: 0,
+        presence_checkpoint: 0,
+        presence_checked: 0,
         snapshot: "not checked".to_owned(),
         findings: findings.kept,
         findings_omitted: findings.omitted,

@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
 use crate::pages::{PageFold, fold_pages};
-use crate::sql::{Binds, placeholders, values};
+use crate::sql::{Binds, MOVE_CHECKPOINT, placeholders, values};
 use crate::{Backend, READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
@@ -154,10 +154,6 @@ fn upsert_hours_sql(backend: Backend, rows: usize) -> String {
         values(backend, rows, 12)
     )
 }
-
-/// Moves the checkpoint from `$4` to `$1` (no row: another fold moved it first).
-const MOVE_CHECKPOINT: &str = "UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 \
-     WHERE projection = $3 AND position = $4";
 
 const UPSERT_PROVIDER: &str = "INSERT INTO earnings_providers (provider_id, last_at_us, \
      through_gross, through_fee, through_net, through_gpu_seconds, through_lines) \

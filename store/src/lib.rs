@@ -157,6 +157,7 @@ pub mod payouts;
 mod plan;
 mod postgres;
 mod postgres_snapshot;
+pub mod presence_history;
 mod rebuild;
 pub mod rentals;
 mod rows;

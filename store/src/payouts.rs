@@ -19,7 +19,7 @@ use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::sql::{placeholders, values};
+use crate::sql::{MOVE_CHECKPOINT, placeholders, values};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row upsert (8 parameters a row).
@@ -173,16 +173,13 @@ impl Store {
             .map(|b| Ok((b, serde_json::to_string(b).map_err(corrupt)?)))
             .collect::<Result<_, StoreError>>()?;
         in_transaction!(self, |tx| {
-            let moved = sqlx::query(
-                "UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 \
-                 WHERE projection = $3 AND position = $4",
-            )
-            .bind(to_i64(to))
-            .bind(now)
-            .bind(PAYOUTS)
-            .bind(to_i64(from))
-            .execute(&mut *tx)
-            .await?;
+            let moved = sqlx::query(MOVE_CHECKPOINT)
+                .bind(to_i64(to))
+                .bind(now)
+                .bind(PAYOUTS)
+                .bind(to_i64(from))
+                .execute(&mut *tx)
+                .await?;
             if moved.rows_affected() != 1 {
                 return Err(StoreError::CheckpointMoved {
                     projection: PAYOUTS.to_owned(),

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
 use crate::pages::{PageFold, fold_pages};
-use crate::sql::{placeholders, values};
+use crate::sql::{MOVE_CHECKPOINT, placeholders, values};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row upsert (7 parameters a row).
@@ -137,16 +137,13 @@ impl Store {
             .map(|state| Ok((state, serde_json::to_string(state).map_err(corrupt)?)))
             .collect::<Result<_, StoreError>>()?;
         in_transaction!(self, |tx| {
-            let moved = sqlx::query(
-                "UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 \
-                 WHERE projection = $3 AND position = $4",
-            )
-            .bind(to_i64(to))
-            .bind(now)
-            .bind(RENTALS)
-            .bind(to_i64(from))
-            .execute(&mut *tx)
-            .await?;
+            let moved = sqlx::query(MOVE_CHECKPOINT)
+                .bind(to_i64(to))
+                .bind(now)
+                .bind(RENTALS)
+                .bind(to_i64(from))
+                .execute(&mut *tx)
+                .await?;
             if moved.rows_affected() != 1 {
                 return Err(StoreError::CheckpointMoved {
                     projection: RENTALS.to_owned(),

@@ -6,6 +6,11 @@ use crate::Backend;
 /// The parameter list of `rows` rows of `n` values each. SQLite gets anonymous `?` parameters:
 /// sqlx looks every numbered or named one up by name, a scan of the statement's parameters, which
 /// made a 4,500-parameter insert quadratic (80% of a rebuild's time); PostgreSQL needs `$n`.
+/// Moves a projection's checkpoint (`$3`) from `$4` to `$1`, stamped `$2`, in the transaction
+/// that writes its rows (no row: another fold moved it first, `StoreError::CheckpointMoved`).
+pub(crate) const MOVE_CHECKPOINT: &str = "UPDATE projection_checkpoints SET position = $1, \
+     updated_at_us = $2 WHERE projection = $3 AND position = $4";
+
 pub(crate) fn values(backend: Backend, rows: usize, n: usize) -> String {
     (0..rows)
         .map(|r| {

@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     pub rentals_fold: tokio::sync::Mutex<()>,
     /// Held while this process folds the payouts projection.
     pub payouts_fold: tokio::sync::Mutex<()>,
+    /// Held while the presence projection folds (see `rentals_fold`).
+    pub presence_fold: tokio::sync::Mutex<()>,
 }
 
 /// A cheap-to-clone handle on the event store.
@@ -143,6 +145,7 @@ impl Store {
                 earnings_fold: tokio::sync::Mutex::new(()),
                 rentals_fold: tokio::sync::Mutex::new(()),
                 payouts_fold: tokio::sync::Mutex::new(()),
+                presence_fold: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -370,22 +373,21 @@ impl Store {
         };
         let rentals = self.run_rentals().await?;
         let payouts = self.run_payouts().await?;
+        let presence = self.run_presence().await?;
+        let reports = [earnings, rentals, payouts, presence];
         Ok(RunReport {
-            events: ledger
-                .events
-                .max(earnings.events)
-                .max(rentals.events)
-                .max(payouts.events),
-            batches: ledger
-                .batches
-                .max(earnings.batches)
-                .max(rentals.batches)
-                .max(payouts.batches),
-            checkpoint: ledger
-                .checkpoint
-                .min(earnings.checkpoint)
-                .min(rentals.checkpoint)
-                .min(payouts.checkpoint),
+            events: reports
+                .iter()
+                .map(|r| r.events)
+                .fold(ledger.events, u64::max),
+            batches: reports
+                .iter()
+                .map(|r| r.batches)
+                .fold(ledger.batches, u64::max),
+            checkpoint: reports
+                .iter()
+                .map(|r| r.checkpoint)
+                .fold(ledger.checkpoint, u64::min),
         })
     }
 
@@ -399,7 +401,8 @@ impl Store {
         let earnings = self.rebuild_earnings().await?;
         let rentals = self.rebuild_rentals().await?;
         let payouts = self.rebuild_payouts().await?;
-        Ok(ledger.min(earnings).min(rentals).min(payouts))
+        let presence = self.rebuild_presence().await?;
+        Ok(ledger.min(earnings).min(rentals).min(payouts).min(presence))
     }
 
     /// Rebuilds the ledger projection alone (see `rebuild_projections`); returns its checkpoint.
@@ -481,6 +484,7 @@ impl Store {
         self.verify_earnings(&mut report).await?;
         self.verify_rentals(&mut report).await?;
         self.verify_payouts(&mut report).await?;
+        self.verify_presence(&mut report).await?;
         Ok(report)
     }
 
