@@ -375,7 +375,7 @@ impl ReadModels {
         for event in events.iter().filter(relevant) {
             match event.decode() {
                 Ok(decoded) => {
-                    self.apply(&decoded);
+                    self.apply(event.recorded_at_us, &decoded);
                     if let Ok(mut applications) = self.applications.write() {
                         applications.apply(event.position, &decoded);
                     }
@@ -521,9 +521,9 @@ impl ReadModels {
 
     /// Applies one event to the credentials, users and catalog additions (the follower's work;
     /// writers wait for their position instead, so a snapshot is exactly the fold of the log).
-    fn apply(&self, event: &DomainEvent) {
+    fn apply(&self, recorded_at_us: i64, event: &DomainEvent) {
         if let Ok(mut credentials) = self.inner.write() {
-            credentials.apply(event);
+            credentials.apply(recorded_at_us, event);
         }
         if let Ok(mut users) = self.users.write() {
             users.apply(event);
@@ -677,7 +677,7 @@ mod tests {
         )
         .unwrap();
         event.expires_at = Some(Timestamp::from_unix_micros(1_000));
-        cache.apply(&DomainEvent::Credential(CredentialEvent::Issued(event)));
+        cache.apply(0, &DomainEvent::Credential(CredentialEvent::Issued(event)));
         assert!(
             cache
                 .authenticate(&new.token, Timestamp::from_unix_micros(999))
@@ -727,7 +727,7 @@ mod tests {
             Timestamp::from_unix_micros(0),
         )
         .unwrap();
-        cache.apply(&DomainEvent::Credential(CredentialEvent::Issued(event)));
+        cache.apply(0, &DomainEvent::Credential(CredentialEvent::Issued(event)));
         assert_eq!(
             cache
                 .authenticate(&new.token, Timestamp::from_unix_micros(0))

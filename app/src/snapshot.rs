@@ -27,7 +27,7 @@ pub const SNAPSHOT_NAME: &str = "read_models";
 /// 5: the market keeps the benchmark model (runs, scores, verdicts, automatic listing state).
 /// 6: the benchmark model keeps why an agent skips a GPU's suite.
 /// 7: the fleet keeps a month of presence transitions per machine, and from when (the rest is
-///    in the stored presence history).
+///    in the stored presence history); the credentials forget a token a day after it expires.
 pub const SNAPSHOT_FORMAT: u32 = 7;
 
 /// Events applied after which the follower writes a new snapshot; also the most a start folds

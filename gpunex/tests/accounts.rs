@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 conformance!(
     sign_up_sign_in_and_out,
     failed_sign_ins_are_rate_limited,
-    one_address_one_account_across_processes
+    one_address_one_account_across_processes,
+    sessions_are_forgotten_a_day_after_they_expire
 );
 
 mod common;
@@ -24,6 +25,87 @@ async fn call(
 }
 
 const PASSWORD: &str = "correct horse battery staple";
+
+/// Every sign-in issues a token, so servers forget one a day after it expires: the admin's list
+/// shows it until then, it never authenticates after its expiry, and a restarted server (from
+/// the snapshot or the log) agrees.
+async fn sessions_are_forgotten_a_day_after_they_expire(db: &TestDb) {
+    let clock = gpunex_tests::manual_clock();
+    let store = db.open_with_clock(clock.clone()).await;
+    let (admin, _) = gpunex_app::credentials::issue_unattended(
+        &store,
+        gpunex_domain::credentials::Role::Admin,
+        "ops",
+        "cli",
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let app = common::serve(AppState::load(store.clone()).await.unwrap()).await;
+    let signup = json!({"email": "ada@example.com", "password": PASSWORD});
+    let (status, _, _) = call(&app, "POST", "/v1/accounts", None, Some(signup)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let sign_in = || {
+        let app = app.clone();
+        async move {
+            let body = json!({"email": "ada@example.com", "password": PASSWORD});
+            let (status, _, session) = call(&app, "POST", "/v1/sessions", None, Some(body)).await;
+            assert_eq!(status, StatusCode::CREATED, "{session}");
+            // A token is `<prefix>_<id, 32 hex digits>_<secret>`.
+            let token = session["token"].as_str().unwrap().to_owned();
+            let (rest, _secret) = token.rsplit_once('_').unwrap();
+            let (_, id) = rest.rsplit_once('_').unwrap();
+            let id = uuid::Uuid::try_parse(id).unwrap().to_string();
+            (token, id)
+        }
+    };
+    let listed = |base: String| {
+        let admin = admin.token.clone();
+        async move {
+            let (status, _, page) = call(&base, "GET", "/v1/tokens", Some(&admin), None).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            page["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["token_id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let (first, first_id) = sign_in().await;
+    assert!(listed(app.clone()).await.contains(&first_id));
+
+    // Expired after 12 hours; still listed for a day after.
+    clock.advance_seconds(12 * 3_600 + 1);
+    assert_eq!(
+        call(&app, "GET", "/v1/me", Some(&first), None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let (_, second_id) = sign_in().await;
+    let tokens = listed(app.clone()).await;
+    assert!(tokens.contains(&first_id) && tokens.contains(&second_id));
+
+    // A day after it expired, the next sign-in makes every server forget it.
+    clock.advance_seconds(24 * 3_600);
+    let (third, third_id) = sign_in().await;
+    let tokens = listed(app.clone()).await;
+    assert!(!tokens.contains(&first_id), "{tokens:?}");
+    assert!(tokens.contains(&second_id) && tokens.contains(&third_id));
+    assert_eq!(
+        call(&app, "GET", "/v1/me", Some(&first), None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call(&app, "GET", "/v1/me", Some(&third), None).await.0,
+        StatusCode::OK
+    );
+
+    // A restarted server folds the same.
+    let restarted = common::serve(AppState::load(store.clone()).await.unwrap()).await;
+    let tokens = listed(restarted).await;
+    assert!(!tokens.contains(&first_id), "{tokens:?}");
+    assert!(tokens.contains(&second_id) && tokens.contains(&third_id));
+}
 
 async fn sign_up_sign_in_and_out(db: &TestDb) {
     let app = common::serve(AppState::load(db.open().await).await.unwrap()).await;

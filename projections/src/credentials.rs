@@ -1,15 +1,26 @@
-//! The credential registry: every token ever issued, with its role and whether it is revoked.
+//! The credential registry: every token that can still authenticate, with its role and whether
+//! it is revoked.
 //!
 //! Small and read on every request, so it is kept in memory by the API (folded from the log at
 //! start, then kept current by a subscription). `apply` is idempotent and tolerates seeing an
-//! event twice (the API applies its own writes at once, and the subscription delivers them again).
+//! event twice.
+//!
+//! A token that expires (a console session, 12 hours) is forgotten [`FORGET_EXPIRED_AFTER_MICROS`]
+//! after its expiry, once a later credential event is folded: it can never authenticate again,
+//! and every sign-in issues one, so keeping them would grow memory with history. The log keeps
+//! its issue and revocation for ever. Tokens without an expiry (API and agent tokens) are issued
+//! by hand and stay.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use gpunex_domain::DomainEvent;
 use gpunex_domain::credentials::{CredentialEvent, Role};
-use gpunex_domain::time::Timestamp;
+use gpunex_domain::time::{MICROS_PER_DAY, Timestamp};
 use uuid::Uuid;
+
+/// How long after its expiry a token is forgotten: a day, so that no process whose clock lags
+/// the one that recorded the event could still have accepted it.
+pub const FORGET_EXPIRED_AFTER_MICROS: i64 = MICROS_PER_DAY;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CredentialRecord {
@@ -30,13 +41,24 @@ pub struct Credentials {
     /// Each machine id an agent token was ever bound to, and the provider of the first such
     /// token: the id's holder, whatever later tokens say.
     machine_holders: HashMap<Uuid, Uuid>,
+    /// The tokens with an expiry, by when they expire: the next to forget come first.
+    expiring: BTreeSet<(Timestamp, Uuid)>,
 }
 
 impl Credentials {
-    pub fn apply(&mut self, event: &DomainEvent) {
+    /// Applies one event of the log, recorded at `recorded_at_us`.
+    pub fn apply(&mut self, recorded_at_us: i64, event: &DomainEvent) {
         let DomainEvent::Credential(event) = event else {
             return;
         };
+        // Whatever expired long enough before this event is forgotten first.
+        let forget_before = recorded_at_us.saturating_sub(FORGET_EXPIRED_AFTER_MICROS);
+        while let Some(&(expires_at, token_id)) = self.expiring.first()
+            && expires_at.unix_micros() < forget_before
+        {
+            self.expiring.pop_first();
+            self.tokens.remove(&token_id);
+        }
         match event {
             CredentialEvent::Issued(issued) => {
                 if let Role::Agent {
@@ -47,6 +69,13 @@ impl Credentials {
                     self.machine_holders
                         .entry(machine_id)
                         .or_insert(provider_id);
+                }
+                if let Some(expires_at) = issued.expires_at {
+                    if expires_at.unix_micros() < forget_before {
+                        // Seen again after it was forgotten: it stays forgotten.
+                        return;
+                    }
+                    self.expiring.insert((expires_at, issued.token_id));
                 }
                 self.tokens
                     .entry(issued.token_id)
@@ -141,7 +170,7 @@ mod tests {
             })),
         ];
         for event in events.iter().chain(events.iter()) {
-            credentials.apply(event);
+            credentials.apply(60, event);
         }
         assert_eq!(credentials.list(None).len(), 2);
         assert_eq!(credentials.list(Some(provider)).len(), 1);
@@ -156,5 +185,55 @@ mod tests {
                 .revoked_at
                 .is_none()
         );
+    }
+
+    #[test]
+    fn expired_tokens_are_forgotten_a_day_after_their_expiry() {
+        let hour = 3_600 * 1_000_000;
+        let session = |id: u128, issued_at: i64| {
+            DomainEvent::Credential(CredentialEvent::Issued(TokenIssued {
+                token_id: Uuid::from_u128(id),
+                role: Role::User {
+                    user_id: Uuid::from_u128(7),
+                },
+                label: "session".to_owned(),
+                secret_sha256: "0".repeat(64),
+                issued_at: Timestamp::from_unix_micros(issued_at),
+                issued_by: "user".to_owned(),
+                replaces: None,
+                expires_at: Some(Timestamp::from_unix_micros(issued_at + 12 * hour)),
+            }))
+        };
+        let mut credentials = Credentials::default();
+        credentials.apply(0, &issued(1, Role::Admin));
+        credentials.apply(0, &session(2, 0));
+        // Expired, but less than a day ago: still known (and refused by its expiry).
+        credentials.apply(30 * hour, &session(3, 30 * hour));
+        assert!(credentials.get(&Uuid::from_u128(2)).is_some());
+        // A day and more after it expired: forgotten at the next credential event.
+        credentials.apply(37 * hour, &session(4, 37 * hour));
+        assert!(credentials.get(&Uuid::from_u128(2)).is_none());
+        assert!(credentials.get(&Uuid::from_u128(3)).is_some());
+        assert!(
+            credentials.get(&Uuid::from_u128(1)).is_some(),
+            "no expiry: kept"
+        );
+        assert_eq!(credentials.expiring.len(), 2);
+        // Its issue seen again does not bring it back.
+        credentials.apply(37 * hour, &session(2, 0));
+        assert!(credentials.get(&Uuid::from_u128(2)).is_none());
+        assert_eq!(credentials.list(None).len(), 3);
+        // Events of other kinds forget nothing.
+        credentials.apply(
+            1_000 * hour,
+            &DomainEvent::ModelAdded(gpunex_domain::gpu::ModelAdded {
+                model_id: "m".to_owned(),
+                name: "M".to_owned(),
+                vram_gb: 1,
+                added_at: Timestamp::from_unix_micros(0),
+                added_by: "admin".to_owned(),
+            }),
+        );
+        assert_eq!(credentials.list(None).len(), 3);
     }
 }
