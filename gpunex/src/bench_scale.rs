@@ -62,8 +62,8 @@ pub struct ScaleReport {
     /// After `load_seconds` of requests.
     pub rss_loaded_mib: u64,
     pub load_seconds: u64,
-    /// Each stored projection rebuilt from position 0 (ledger, earnings, rentals, payouts),
-    /// beside a bare ordered read of the whole log made right before it.
+    /// Each stored projection rebuilt from position 0 (ledger, earnings, rentals, payouts,
+    /// presence), beside a bare ordered read of the whole log made right before it.
     pub catch_up: Vec<CatchUp>,
     pub reference_healthz: Latency,
     pub endpoints: Vec<Endpoint>,

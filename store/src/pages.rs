@@ -1,6 +1,6 @@
-//! The one catch-up loop of the stored projections that fold with state from before a page
-//! (earnings, rentals): while one page is committed, the next is folded and the one after it
-//! read, so the reads, the fold and the writes run side by side.
+//! The one catch-up loop of the earnings, rentals and presence projections: while one page is
+//! committed, the next is folded and the one after it read, so the reads, the fold and the
+//! writes run side by side.
 //!
 //! A page's fold needs the projection's rows as of the end of the page before it. The rows that
 //! page changed are handed over in memory (`carry`); every other row is read from the tables,
