@@ -49,14 +49,14 @@ pub struct MachineState {
 }
 
 impl MachineState {
-    /// The provider's downtime of this machine inside `window`, net of platform outages. Exact
-    /// for a window that memory covers ([`MachineState::transitions_cover`]): every window the
-    /// live models ask for ends now and starts at most 30 days before.
     /// Whether `transitions` answers for a window that starts at `from`.
     pub fn transitions_cover(&self, from: Timestamp) -> bool {
         self.transitions_from.is_none_or(|first| first <= from)
     }
 
+    /// The provider's downtime of this machine inside `window`, net of platform outages. Exact
+    /// for a window that memory covers ([`MachineState::transitions_cover`]): every window the
+    /// live models ask for ends now and starts at most 30 days before.
     pub fn downtime_micros(&self, outages: &[Span], window: Span, now: Timestamp) -> i64 {
         let offline = fleet::offline_spans(&self.transitions, now);
         fleet::provider_downtime_micros(&offline, outages, window)

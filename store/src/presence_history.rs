@@ -227,7 +227,7 @@ impl Store {
 
     /// The presence projection's part of `audit verify`: folds the log up to the checkpoint a
     /// page at a time and compares each page's transitions with the rows stored for the same
-    /// positions (memory holds one page); rows past the checkpoint are strays. The findings
+    /// positions (memory holds one page); rows past the last event compared are strays. The findings
     /// count only if the checkpoint did not move meanwhile (otherwise `presence_checked` is 0:
     /// run it again, or with the server stopped).
     pub(crate) async fn verify_presence(&self, report: &mut AuditReport) -> Result<(), StoreError> {
@@ -258,7 +258,9 @@ impl Store {
             checked += stored.len() as u64;
             after = last;
         }
-        let strays = self.transition_rows(checkpoint, u64::MAX >> 1).await?;
+        // Rows past what was compared (past the checkpoint, or past the log's end if the
+        // checkpoint is ahead of it) have no event to come from.
+        let strays = self.transition_rows(after, u64::MAX >> 1).await?;
         compare(&[], &strays, &mut row_findings);
         checked += strays.len() as u64;
         let mut findings = Findings {
