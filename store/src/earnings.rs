@@ -452,23 +452,10 @@ impl Store {
     /// is missing here and now (so a read never waits for a background runner that may not be
     /// there). Fails with `CheckpointMoved` only if another process keeps moving it.
     pub async fn earnings_reached(&self, position: u64) -> Result<(), StoreError> {
-        const ATTEMPTS: usize = 5;
-        let mut last = None;
-        for _ in 0..ATTEMPTS {
-            if self.earnings_checkpoint().await? >= position {
-                return Ok(());
-            }
-            let _folding = self.inner.earnings_fold.lock().await;
-            match self.catch_up_earnings().await {
-                Ok(_) => {}
-                Err(error @ StoreError::CheckpointMoved { .. }) => last = Some(error),
-                Err(error) => return Err(error),
-            }
-        }
-        match last {
-            Some(error) if self.earnings_checkpoint().await? < position => Err(error),
-            _ => Ok(()),
-        }
+        crate::pages::reach(self, EARNINGS, &self.inner.earnings_fold, position, || {
+            self.catch_up_earnings()
+        })
+        .await
     }
 
     /// Decodes the events the fold reads and folds them with what it needs from before: from

@@ -1,6 +1,7 @@
 //! The one catch-up loop of the earnings, rentals and presence projections: while one page is
 //! committed, the next is folded and the one after it read, so the reads, the fold and the
-//! writes run side by side.
+//! writes run side by side. And [`reach`]: how a reader of any stored projection makes it fold
+//! up to the reader's position first.
 //!
 //! A page's fold needs the projection's rows as of the end of the page before it. The rows that
 //! page changed are handed over in memory (`carry`); every other row is read from the tables,
@@ -13,7 +14,7 @@ use std::future::Future;
 
 use gpunex_projections::RunReport;
 
-use crate::{RecordedEvent, StoreError};
+use crate::{RecordedEvent, Store, StoreError};
 
 /// One projection's page steps, for [`fold_pages`].
 pub(crate) trait PageFold: Sync {
@@ -110,4 +111,38 @@ fn committed_page(report: &mut RunReport, events: u64, to: u64) {
     report.events += events;
     report.batches += 1;
     report.checkpoint = to;
+}
+
+/// Makes sure the stored projection `name` has folded the log up to `position`: if its
+/// checkpoint is short of it, folds what is missing here and now with the projection's `lock`
+/// held (a read never waits for a background runner that may not be there). Fails with
+/// `CheckpointMoved` only if another process keeps moving the checkpoint.
+pub(crate) async fn reach<F, Fut>(
+    store: &Store,
+    name: &str,
+    lock: &tokio::sync::Mutex<()>,
+    position: u64,
+    catch_up: F,
+) -> Result<(), StoreError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<RunReport, StoreError>>,
+{
+    const ATTEMPTS: usize = 5;
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        if store.consumer_checkpoint(name).await? >= position {
+            return Ok(());
+        }
+        let _folding = lock.lock().await;
+        match catch_up().await {
+            Ok(_) => {}
+            Err(error @ StoreError::CheckpointMoved { .. }) => last = Some(error),
+            Err(error) => return Err(error),
+        }
+    }
+    match last {
+        Some(error) if store.consumer_checkpoint(name).await? < position => Err(error),
+        _ => Ok(()),
+    }
 }

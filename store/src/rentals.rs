@@ -100,23 +100,10 @@ impl Store {
     /// is missing here and now (a read never waits for a background runner that may not be
     /// there). Fails with `CheckpointMoved` only if another process keeps moving it.
     pub async fn rentals_reached(&self, position: u64) -> Result<(), StoreError> {
-        const ATTEMPTS: usize = 5;
-        let mut last = None;
-        for _ in 0..ATTEMPTS {
-            if self.rentals_checkpoint().await? >= position {
-                return Ok(());
-            }
-            let _folding = self.inner.rentals_fold.lock().await;
-            match self.catch_up_rentals().await {
-                Ok(_) => {}
-                Err(error @ StoreError::CheckpointMoved { .. }) => last = Some(error),
-                Err(error) => return Err(error),
-            }
-        }
-        match last {
-            Some(error) if self.rentals_checkpoint().await? < position => Err(error),
-            _ => Ok(()),
-        }
+        crate::pages::reach(self, RENTALS, &self.inner.rentals_fold, position, || {
+            self.catch_up_rentals()
+        })
+        .await
     }
 
     /// Folds with the runner's lock held (the projection runner's entry point).
