@@ -251,16 +251,7 @@ mod tests {
         let spec = SimSpec::parse("2xH100,1xrtx-4090,1xL4").unwrap();
         let machine = Uuid::now_v7();
         let gpus = Simulated::new(spec, machine).inventory();
-        let host = HostInfo {
-            hostname: "sim".to_owned(),
-            cpu_model: None,
-            cpu_cores: None,
-            ram_mib: None,
-            disk_total_gib: None,
-            disk_free_gib: None,
-            os: None,
-            kernel: None,
-        };
+        let host = HostInfo::named("sim");
         validate_inventory(&host, &gpus).unwrap();
         let ids: Vec<_> = gpus
             .iter()

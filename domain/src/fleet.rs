@@ -41,6 +41,22 @@ pub struct HostInfo {
     pub kernel: Option<String>,
 }
 
+impl HostInfo {
+    /// A host of which nothing is known but its name.
+    pub fn named(hostname: &str) -> HostInfo {
+        HostInfo {
+            hostname: hostname.to_owned(),
+            cpu_model: None,
+            cpu_cores: None,
+            ram_mib: None,
+            disk_total_gib: None,
+            disk_free_gib: None,
+            os: None,
+            kernel: None,
+        }
+    }
+}
+
 /// A PCIe link: generation and lane count. Links train down at idle, so the current values are
 /// only meaningful under load; the maximum is what the slot and card support.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -1080,16 +1096,7 @@ mod tests {
     fn a_registration_replaces_the_machines_old_gpus_in_the_comparison() {
         let (machine, other, provider) =
             (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
-        let host = HostInfo {
-            hostname: "node-1".to_owned(),
-            cpu_model: None,
-            cpu_cores: None,
-            ram_mib: None,
-            disk_total_gib: None,
-            disk_free_gib: None,
-            os: None,
-            kernel: None,
-        };
+        let host = HostInfo::named("node-1");
         let new = [gpu(
             "GPU-new",
             "NVIDIA H100 80GB HBM3",

@@ -275,16 +275,7 @@ mod tests {
         let registered = FleetEvent::MachineRegistered(MachineRegistered {
             machine_id,
             provider_id,
-            host: HostInfo {
-                hostname: "rig".to_owned(),
-                cpu_model: None,
-                cpu_cores: None,
-                ram_mib: None,
-                disk_total_gib: None,
-                disk_free_gib: None,
-                os: None,
-                kernel: None,
-            },
+            host: HostInfo::named("rig"),
             agent_version: "1".to_owned(),
             simulated: false,
             gpu_count: 0,

@@ -971,16 +971,7 @@ mod tests {
         let registered = MachineRegistered {
             machine_id,
             provider_id,
-            host: HostInfo {
-                hostname: "n".to_owned(),
-                cpu_model: None,
-                cpu_cores: None,
-                ram_mib: None,
-                disk_total_gib: None,
-                disk_free_gib: None,
-                os: None,
-                kernel: None,
-            },
+            host: HostInfo::named("n"),
             agent_version: "t".to_owned(),
             simulated,
             gpu_count: 2,

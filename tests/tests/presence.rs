@@ -182,16 +182,7 @@ async fn a_rental_older_than_memory_is_metered_from_the_stored_history(db: &Test
     let registered = FleetEvent::MachineRegistered(MachineRegistered {
         machine_id,
         provider_id,
-        host: HostInfo {
-            hostname: "rig".to_owned(),
-            cpu_model: None,
-            cpu_cores: None,
-            ram_mib: None,
-            disk_total_gib: None,
-            disk_free_gib: None,
-            os: None,
-            kernel: None,
-        },
+        host: HostInfo::named("rig"),
         agent_version: "1".to_owned(),
         simulated: false,
         gpu_count: 1,
