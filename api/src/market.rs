@@ -99,16 +99,27 @@ fn price_view(set: &market::PriceSet) -> wm::PriceView {
     }
 }
 
-fn prices_view(registry: &ReadModels, provider_id: Uuid, at: Timestamp) -> wm::ProviderPrices {
-    let models = registry.with_market(|m| m.prices_of(provider_id));
-    prices_view_of(provider_id, models, at)
+/// Every price the provider set, in log order: the stored price history, folded at least as far
+/// as the in-memory models when the read began.
+async fn stored_prices(
+    state: &AppState,
+    provider_id: Uuid,
+) -> Result<Vec<(u64, market::PriceSet)>, ApiError> {
+    let position = state.credentials.position();
+    Ok(state.store.provider_prices(provider_id, position).await?)
 }
 
-fn prices_view_of(
+/// The provider's prices per model, from every price it set in log order.
+fn prices_view(
     provider_id: Uuid,
-    models: std::collections::BTreeMap<String, Vec<gpunex_domain::market::PriceSet>>,
+    history: impl IntoIterator<Item = market::PriceSet>,
     at: Timestamp,
 ) -> wm::ProviderPrices {
+    let mut models: std::collections::BTreeMap<String, Vec<market::PriceSet>> =
+        std::collections::BTreeMap::new();
+    for set in history {
+        models.entry(set.model_id.clone()).or_default().push(set);
+    }
     wm::ProviderPrices {
         provider_id,
         models: models
@@ -163,7 +174,9 @@ pub async fn set_price(
         Err(_) => request.model_id.clone(),
     };
     // The answer is the prices with this one: prepared before the append, so a retry after a
-    // crash between the commit and the answer gets exactly it.
+    // crash between the commit and the answer gets exactly it. The stored history is read
+    // first; what was set since is in memory (which keeps every price set in the last day).
+    let stored = stored_prices(&state, provider_id).await?;
     let mut view = None;
     let command = MarketCommand::SetPrice {
         model_id,
@@ -172,22 +185,39 @@ pub async fn set_price(
         by: caller.actor(),
     };
     execute(&state, &caller, provider_id, command, |_, events| {
-        let mut models = state.credentials.with_market(|m| m.prices_of(provider_id));
-        for event in events {
-            if let MarketEvent::PriceSet(set) = event {
-                models
-                    .entry(set.model_id.clone())
-                    .or_default()
-                    .push(set.clone());
-            }
-        }
-        let prepared = prices_view_of(provider_id, models, state.clock.now());
+        let mut history = stored.clone();
+        history.extend(
+            state
+                .credentials
+                .with_market(|m| m.recent_prices(provider_id)),
+        );
+        // A price both stored and still in memory counts once.
+        history.sort_by_key(|(position, _)| *position);
+        history.dedup_by_key(|(position, _)| *position);
+        // Then this command's, not appended yet.
+        let sets = history
+            .into_iter()
+            .map(|(_, set)| set)
+            .chain(events.iter().filter_map(|event| match event {
+                MarketEvent::PriceSet(set) => Some(set.clone()),
+                _ => None,
+            }));
+        let prepared = prices_view(provider_id, sets, state.clock.now());
         crate::idempotency::prepare_response(StatusCode::OK, &prepared);
         view = Some(prepared);
     })
     .await?;
-    let view =
-        view.unwrap_or_else(|| prices_view(&state.credentials, provider_id, state.clock.now()));
+    let view = match view {
+        Some(view) => view,
+        None => prices_view(
+            provider_id,
+            stored_prices(&state, provider_id)
+                .await?
+                .into_iter()
+                .map(|(_, set)| set),
+            state.clock.now(),
+        ),
+    };
     Ok(Json(view))
 }
 
@@ -207,8 +237,11 @@ pub async fn prices(
 ) -> Result<Json<wm::ProviderPrices>, ApiError> {
     for_provider(&caller, provider_id)?;
     Ok(Json(prices_view(
-        &state.credentials,
         provider_id,
+        stored_prices(&state, provider_id)
+            .await?
+            .into_iter()
+            .map(|(_, set)| set),
         state.clock.now(),
     )))
 }

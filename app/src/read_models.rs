@@ -383,7 +383,12 @@ impl ReadModels {
                         fleet.apply(event.stream_version, event.recorded_at_us, &decoded);
                     }
                     if let Ok(mut market) = self.market.write() {
-                        market.apply(event.stream_version, &decoded);
+                        market.apply(
+                            event.position,
+                            event.stream_version,
+                            event.recorded_at_us,
+                            &decoded,
+                        );
                     }
                     if let Ok(mut earnings) = self.earnings.write() {
                         earnings.apply(event.position, event.stream_version, &decoded);

@@ -256,7 +256,12 @@ pub async fn start(
                     let prices = gpus
                         .first()
                         .and_then(|g| g.listed.as_ref())
-                        .map(|l| market.price_history(l.provider_id, &l.model_id).to_vec())
+                        .map(|l| {
+                            market
+                                .live_prices(l.provider_id, &l.model_id)
+                                .cloned()
+                                .collect()
+                        })
                         .unwrap_or_default();
                     let versions = gpu_uuids.iter().map(|u| market.lease_version(u)).collect();
                     Start {

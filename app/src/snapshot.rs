@@ -28,7 +28,10 @@ pub const SNAPSHOT_NAME: &str = "read_models";
 /// 6: the benchmark model keeps why an agent skips a GPU's suite.
 /// 7: the fleet keeps a month of presence transitions per machine, and from when (the rest is
 ///    in the stored presence history); the credentials forget a token a day after it expires.
-pub const SNAPSHOT_FORMAT: u32 = 7;
+/// 8: the market keeps only the prices that can still be in force and those set in the last day,
+///    with their positions (the rest is in the stored price history), and forgets maintenance
+///    over for more than a day when more is announced.
+pub const SNAPSHOT_FORMAT: u32 = 8;
 
 /// Events applied after which the follower writes a new snapshot; also the most a start folds
 /// after the newest snapshot (while this process or another keeps following the log).

@@ -137,9 +137,9 @@ pub fn set_price(
 
 /// One model's price history, in log order; the price in force at `t` is the last one set that
 /// took effect at or before `t`.
-pub fn price_at(history: &[PriceSet], t: Timestamp) -> Option<Usdc> {
+pub fn price_at<'a>(history: impl IntoIterator<Item = &'a PriceSet>, t: Timestamp) -> Option<Usdc> {
     history
-        .iter()
+        .into_iter()
         .filter(|p| p.effective_at <= t)
         .max_by_key(|p| p.effective_at)
         .map(|p| p.price_micro_usdc)

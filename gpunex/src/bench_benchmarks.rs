@@ -100,7 +100,9 @@ fn fleet_of(gpus: usize, at: Timestamp) -> anyhow::Result<Fleetwide> {
                 let version = version as u64 + 1;
                 fleetwide.applications.apply(position, &event);
                 fleetwide.fleet.apply(version, at.unix_micros(), &event);
-                fleetwide.market.apply(version, &event);
+                fleetwide
+                    .market
+                    .apply(position, version, at.unix_micros(), &event);
             }
         }
     }
@@ -186,7 +188,7 @@ fn bench(args: &BenchmarksBenchArgs) -> anyhow::Result<BenchmarksReport> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         decide_time += timed.elapsed();
         let event = DomainEvent::Benchmark(event);
-        deciding.apply(1, &event);
+        deciding.apply(0, 1, 0, &event);
         stored.push((
             event.event_type(),
             serde_json::to_string(&event.to_payload())?,
@@ -208,7 +210,7 @@ fn bench(args: &BenchmarksBenchArgs) -> anyhow::Result<BenchmarksReport> {
     let started = Instant::now();
     for (event_type, payload) in &stored {
         let event = DomainEvent::decode_json(event_type, 1, payload)?;
-        fleetwide.market.apply(1, &event);
+        fleetwide.market.apply(0, 1, 0, &event);
     }
     let fold = started.elapsed();
     let failing = fleetwide

@@ -63,7 +63,7 @@ pub struct ScaleReport {
     pub rss_loaded_mib: u64,
     pub load_seconds: u64,
     /// Each stored projection rebuilt from position 0 (ledger, earnings, rentals, payouts,
-    /// presence), beside a bare ordered read of the whole log made right before it.
+    /// presence, prices), beside a bare ordered read of the whole log made right before it.
     pub catch_up: Vec<CatchUp>,
     pub reference_healthz: Latency,
     pub endpoints: Vec<Endpoint>,
@@ -388,16 +388,22 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     );
     let head = store.head_position().await?;
     let mut catch_up = Vec::new();
-    for projection in ["ledger", "earnings", "rentals", "payouts", "presence"] {
+    for &projection in gpunex_projections::PROJECTIONS {
+        use gpunex_projections::{
+            earnings_lines::EARNINGS, ledger::LEDGER, payout_history::PAYOUTS,
+            presence_history::PRESENCE, price_history::PRICES, rentals::RENTALS,
+        };
         eprintln!("... {projection}");
         let (read, bare) = bare_read(&store, head).await?;
         let started = Instant::now();
         let rebuilt = match projection {
-            "ledger" => store.rebuild_ledger(&|_| {}).await?,
-            "earnings" => store.rebuild_earnings().await?,
-            "rentals" => store.rebuild_rentals().await?,
-            "payouts" => store.rebuild_payouts().await?,
-            _ => store.rebuild_presence().await?,
+            LEDGER => store.rebuild_ledger(&|_| {}).await?,
+            EARNINGS => store.rebuild_earnings().await?,
+            RENTALS => store.rebuild_rentals().await?,
+            PAYOUTS => store.rebuild_payouts().await?,
+            PRESENCE => store.rebuild_presence().await?,
+            PRICES => store.rebuild_prices().await?,
+            other => anyhow::bail!("no rebuild for the projection {other}"),
         };
         catch_up.push(CatchUp {
             projection,

@@ -697,6 +697,8 @@ fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
     println!("payouts checked:       {}", report.payouts_checked);
     println!("presence checkpoint:   {}", report.presence_checkpoint);
     println!("presence checked:      {}", report.presence_checked);
+    println!("prices checkpoint:     {}", report.prices_checkpoint);
+    println!("prices checked:        {}", report.prices_checked);
     println!("read-model snapshot:   {}", report.snapshot);
     println!(
         "total debits:          {} micro-USDC",

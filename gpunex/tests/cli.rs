@@ -777,7 +777,9 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
         .collect();
     assert_eq!(
         projections,
-        ["ledger", "earnings", "rentals", "payouts", "presence"],
+        [
+            "ledger", "earnings", "rentals", "payouts", "presence", "prices"
+        ],
         "{report}"
     );
     for model in catch_up {

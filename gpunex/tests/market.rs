@@ -17,7 +17,8 @@ conformance!(
     agents_run_jobs_and_report_how_they_end,
     a_rental_on_a_silent_machine_ends_at_its_last_heartbeat,
     price_recommendations_follow_the_market_and_say_when_they_fall_back,
-    a_rental_of_the_documented_maximum_of_gpus_starts_and_ends
+    a_rental_of_the_documented_maximum_of_gpus_starts_and_ends,
+    a_price_history_older_than_memory_is_served_whole_from_the_store
 );
 
 mod common;
@@ -1938,4 +1939,163 @@ async fn a_rental_of_the_documented_maximum_of_gpus_starts_and_ends(db: &TestDb)
         assert!(Instant::now() < deadline, "the 64 GPUs are listed again");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The prices of a provider's view: `(model, price_usdc)` of each price in its history, in order.
+fn history_of(view: &Value) -> Vec<(String, String)> {
+    view["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|model| model["history"].as_array().unwrap().iter())
+        .map(|p| {
+            (
+                p["model_id"].as_str().unwrap().to_owned(),
+                p["price_usdc"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Memory keeps only the prices that can still be in force and those set in the last day; the
+/// prices API shows the whole history from the stored price history (ADR 0007), the same after
+/// a restart, and `audit verify` checks every stored price.
+async fn a_price_history_older_than_memory_is_served_whole_from_the_store(db: &TestDb) {
+    use gpunex_store::audit::AuditFinding;
+    const DAY: i64 = 86_400_000_000;
+    let clock = gpunex_tests::manual_clock();
+    let state = AppState::load(db.open_with_clock(clock.clone()).await)
+        .await
+        .unwrap();
+    let admin = common::admin_token(&state).await;
+    let base = common::serve(state.clone()).await;
+    let h = host(
+        &base,
+        &admin,
+        Spec {
+            email: "history@example.com",
+            tier: "community",
+            model: "h100-80gb",
+            device: 0x2330,
+            vram_mib: 81_559,
+            count: 1,
+            country: "DE",
+            region: "Hesse",
+        },
+    )
+    .await;
+    let at = |offset: i64| {
+        chrono::DateTime::from_timestamp_micros(
+            gpunex_domain::clock::Clock::now(&*clock).unix_micros() + offset,
+        )
+        .unwrap()
+        .to_rfc3339()
+    };
+    let price = |model: &'static str, usdc: &'static str, effective_at: Option<String>| {
+        let base = base.clone();
+        let token = h.token.clone();
+        let provider = h.provider;
+        async move {
+            let mut body = json!({"model_id": model, "price_usdc": usdc});
+            if let Some(at) = effective_at {
+                body["effective_at"] = json!(at);
+            }
+            let (status, view) = call(
+                &base,
+                "POST",
+                &format!("/v1/providers/{provider}/prices"),
+                Some(&token),
+                Some(body),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{view}");
+            view
+        }
+    };
+    // Day 0: 2.00 now, 1.50 from day 1, 3.00 from day 2.
+    price("h100-80gb", "2.00", None).await;
+    price("h100-80gb", "1.50", Some(at(DAY))).await;
+    price("h100-80gb", "3.00", Some(at(2 * DAY))).await;
+    // Day 4: 2.50 now. A day before it (day 3), 3.00 was in force: 2.00 and 1.50 can never
+    // be again, and were set more than a day before, so memory forgets them.
+    clock.advance_micros(4 * DAY);
+    let view = price("h100-80gb", "2.50", None).await;
+    let live: Vec<i64> = state.credentials.with_market(|m| {
+        m.live_prices(h.provider, "h100-80gb")
+            .map(|p| p.price_micro_usdc.micros())
+            .collect()
+    });
+    assert_eq!(live, [3_000_000, 2_500_000]);
+    let whole = vec![
+        ("h100-80gb".to_owned(), "2.000000".to_owned()),
+        ("h100-80gb".to_owned(), "1.500000".to_owned()),
+        ("h100-80gb".to_owned(), "3.000000".to_owned()),
+        ("h100-80gb".to_owned(), "2.500000".to_owned()),
+    ];
+    assert_eq!(history_of(&view), whole, "{view}");
+    assert_eq!(view["models"][0]["current"]["price_usdc"], "2.500000");
+    // Set within the day, right after the last: its answer holds what memory still has.
+    let view = price("h100-80gb", "2.40", None).await;
+    let mut expected = whole.clone();
+    expected.push(("h100-80gb".to_owned(), "2.400000".to_owned()));
+    assert_eq!(history_of(&view), expected, "{view}");
+    assert_eq!(view["models"][0]["current"]["price_usdc"], "2.400000");
+    let path = format!("/v1/providers/{}/prices", h.provider);
+    let (status, read) = call(&base, "GET", &path, Some(&h.token), None).await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    assert_eq!(read, view);
+    // Listed and rented at the price in force, from memory.
+    let page = search(&base, "").await;
+    assert_eq!(page["listings"][0]["price_usdc"], "2.400000", "{page}");
+
+    // A restart folds the same memory and serves the same history.
+    let restarted = AppState::load(state.store.clone()).await.unwrap();
+    let again = common::serve(restarted.clone()).await;
+    let (status, reread) = call(&again, "GET", &path, Some(&h.token), None).await;
+    assert_eq!(status, StatusCode::OK, "{reread}");
+    assert_eq!(history_of(&reread), expected);
+    assert_eq!(
+        restarted
+            .credentials
+            .with_market(|m| m.live_prices(h.provider, "h100-80gb").count()),
+        3
+    );
+
+    // `audit verify` compares every stored price; an edited and a deleted one are found, and a
+    // rebuild restores them.
+    let store = &state.store;
+    store.run_projections().await.unwrap();
+    let report = store.audit(&|_| {}).await.unwrap();
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(report.prices_checked, 5);
+    assert_eq!(
+        report.prices_checkpoint,
+        store.head_position().await.unwrap()
+    );
+    let edit = "UPDATE price_history SET price_micro_usdc = 1 \
+                WHERE position = (SELECT MAX(position) FROM price_history)";
+    let delete = "DELETE FROM price_history \
+                  WHERE position = (SELECT MIN(position) FROM price_history)";
+    db.execute_raw(&[edit, delete], &[edit, delete]).await;
+    let report = store.audit(&|_| {}).await.unwrap();
+    let found: Vec<(Option<String>, Option<String>)> = report
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            AuditFinding::PriceMismatch {
+                stored, replayed, ..
+            } => Some((stored.clone(), replayed.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 2, "{:?}", report.findings);
+    assert!(found[0].0.is_none() && found[0].1.as_deref().unwrap().contains("price 2000000 "));
+    assert!(found[1].0.as_deref().unwrap().contains("price 1 "));
+    assert!(found[1].1.as_deref().unwrap().contains("price 2400000 "));
+    store.rebuild_projections(&|_| {}).await.unwrap();
+    let report = store.audit(&|_| {}).await.unwrap();
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(report.prices_checked, 5);
+    let (_, rebuilt) = call(&again, "GET", &path, Some(&h.token), None).await;
+    assert_eq!(history_of(&rebuilt), expected);
 }

@@ -23,6 +23,7 @@ pub mod market;
 pub mod payout_history;
 pub mod payouts;
 pub mod presence_history;
+pub mod price_history;
 pub mod reconcile;
 pub mod rentals;
 pub mod runner;
@@ -40,6 +41,7 @@ pub const PROJECTIONS: &[&str] = &[
     rentals::RENTALS,
     payout_history::PAYOUTS,
     presence_history::PRESENCE,
+    price_history::PRICES,
 ];
 
 /// An event as projections see it: decoded at its current schema version, with its place in the log.

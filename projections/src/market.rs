@@ -4,7 +4,7 @@
 //! whenever the log moves and at least once a second, and answers searches from it.
 
 use gpunex_domain::benchmark::Metric;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use gpunex_domain::DomainEvent;
@@ -26,11 +26,14 @@ use crate::fleet::{Fleet, MachineState};
 
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Market {
-    /// Price history per provider and model, in log order.
+    /// Per provider and model, in log order, the prices that can still be in force from a day
+    /// before the last one set and every price set in that day (see [`KeptPrice`]). The whole
+    /// history is the stored price history (`crate::price_history`).
     #[serde(with = "crate::serde_pairs")]
-    prices: HashMap<(Uuid, String), Vec<PriceSet>>,
+    prices: HashMap<(Uuid, String), Vec<KeptPrice>>,
     availability: HashMap<Uuid, Availability>,
-    /// Announced and not cancelled, by id.
+    /// Announced, not cancelled and not over for more than a day before the last maintenance
+    /// announced, by id.
     maintenance: HashMap<Uuid, MaintenanceAnnounced>,
     /// Delisted GPUs, with why.
     delisted: HashMap<String, GpuListingChanged>,
@@ -48,6 +51,52 @@ pub struct Market {
     /// Benchmark runs, scores, verdicts and the automatic listing state.
     #[serde(default)]
     benchmarks: crate::benchmarks::Benchmarks,
+}
+
+/// How long memory keeps a price set after it was recorded, and how far before the last price
+/// set of its model the prices in force are kept (ADR 0007).
+pub const PRICE_MEMORY_MICROS: i64 = MICROS_PER_DAY;
+
+/// How long after its end memory keeps a maintenance window: it is forgotten when maintenance
+/// is next announced (by event time) once it ended more than this before.
+pub const MAINTENANCE_MEMORY_MICROS: i64 = MICROS_PER_DAY;
+
+/// A price set as memory keeps it: where and when it was recorded.
+///
+/// When a model's price is set, memory forgets that model's older prices that can no longer be in
+/// force (none at or after a day before this one was recorded: a later price took effect by then)
+/// and that were recorded more than a day before it. So every instant from a day before the last
+/// price set on is priced exactly from memory, and every price set in the last day is in memory
+/// with its position: a reader of the stored history (which may be a moment behind) adds those
+/// it lacks ([`Market::recent_prices`]). Decided by event time, so the snapshot stays the fold of
+/// the log.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeptPrice {
+    pub position: u64,
+    pub recorded_at_us: i64,
+    pub set: PriceSet,
+}
+
+/// Forgets the prices of one model that memory no longer needs once a price recorded at
+/// `recorded_at_us` is added (see [`KeptPrice`]).
+fn forget_past_prices(history: &mut Vec<KeptPrice>, recorded_at_us: i64) {
+    let horizon = recorded_at_us.saturating_sub(PRICE_MEMORY_MICROS);
+    let horizon_at = Timestamp::from_unix_micros(horizon);
+    // The price in force at the horizon, chosen as `market::price_at` chooses (the last of equals).
+    let in_force = history
+        .iter()
+        .enumerate()
+        .filter(|(_, kept)| kept.set.effective_at <= horizon_at)
+        .max_by_key(|(_, kept)| kept.set.effective_at)
+        .map(|(index, _)| index);
+    let mut index = 0;
+    history.retain(|kept| {
+        let keep = Some(index) == in_force
+            || kept.recorded_at_us >= horizon
+            || kept.set.effective_at > horizon_at;
+        index += 1;
+        keep
+    });
 }
 
 /// A rental as folded: how it started and, once over, how it ended.
@@ -123,8 +172,15 @@ fn rental_id_of(event: &RentalEvent) -> Option<Uuid> {
 }
 
 impl Market {
-    /// Applies one event of the log; `stream_version` is the row's.
-    pub fn apply(&mut self, stream_version: u64, event: &DomainEvent) {
+    /// Applies one event of the log, recorded at `position` (`recorded_at_us`) as version
+    /// `stream_version` of its stream.
+    pub fn apply(
+        &mut self,
+        position: u64,
+        stream_version: u64,
+        recorded_at_us: i64,
+        event: &DomainEvent,
+    ) {
         if let DomainEvent::Rental(event) = event {
             self.apply_rental(stream_version, event);
             return;
@@ -139,16 +195,29 @@ impl Market {
         self.market_versions
             .insert(event.provider_id(), stream_version);
         match event {
-            MarketEvent::PriceSet(set) => self
-                .prices
-                .entry((set.provider_id, set.model_id.clone()))
-                .or_default()
-                .push(set.clone()),
+            MarketEvent::PriceSet(set) => {
+                let history = self
+                    .prices
+                    .entry((set.provider_id, set.model_id.clone()))
+                    .or_default();
+                history.push(KeptPrice {
+                    position,
+                    recorded_at_us,
+                    set: set.clone(),
+                });
+                forget_past_prices(history, recorded_at_us);
+            }
             MarketEvent::AvailabilitySet(set) => {
                 self.availability
                     .insert(set.provider_id, set.availability.clone());
             }
             MarketEvent::MaintenanceAnnounced(announced) => {
+                // Maintenance over for more than a day (by this event's time) can hide nothing
+                // and be cancelled no more: it leaves memory, deterministically, when more is
+                // announced (the only way the map grows).
+                let ended_before = recorded_at_us.saturating_sub(MAINTENANCE_MEMORY_MICROS);
+                self.maintenance
+                    .retain(|_, kept| kept.until.unix_micros() >= ended_before);
                 self.maintenance
                     .insert(announced.maintenance_id, announced.clone());
             }
@@ -262,19 +331,33 @@ impl Market {
         self.market_versions.get(&provider_id).copied().unwrap_or(0)
     }
 
-    pub fn price_history(&self, provider_id: Uuid, model_id: &str) -> &[PriceSet] {
+    /// The prices of a model memory keeps, in log order: enough for [`market::price_at`] at any
+    /// instant from a day before its last price was set (see [`KeptPrice`]). Its whole history is
+    /// the stored price history.
+    pub fn live_prices(
+        &self,
+        provider_id: Uuid,
+        model_id: &str,
+    ) -> impl Iterator<Item = &PriceSet> + '_ {
         self.prices
             .get(&(provider_id, model_id.to_owned()))
-            .map_or(&[], Vec::as_slice)
+            .into_iter()
+            .flatten()
+            .map(|kept| &kept.set)
     }
 
-    /// Every model the provider has priced, with its history.
-    pub fn prices_of(&self, provider_id: Uuid) -> BTreeMap<String, Vec<PriceSet>> {
-        self.prices
+    /// Every price of the provider memory keeps, with its position, in log order: among them
+    /// every one set in the day before the provider's last price set, which a stored history
+    /// read a moment ago may lack.
+    pub fn recent_prices(&self, provider_id: Uuid) -> Vec<(u64, PriceSet)> {
+        let mut kept: Vec<(u64, PriceSet)> = self
+            .prices
             .iter()
             .filter(|((p, _), _)| *p == provider_id)
-            .map(|((_, model), history)| (model.clone(), history.clone()))
-            .collect()
+            .flat_map(|(_, history)| history.iter().map(|k| (k.position, k.set.clone())))
+            .collect();
+        kept.sort_by_key(|(position, _)| *position);
+        kept
     }
 
     /// The provider's schedule; always on until it sets one.
@@ -295,10 +378,6 @@ impl Market {
             .collect();
         found.sort_by_key(|m| (m.from, m.maintenance_id));
         found
-    }
-
-    pub fn maintenance(&self, maintenance_id: &Uuid) -> Option<&MaintenanceAnnounced> {
-        self.maintenance.get(maintenance_id)
     }
 
     pub fn delisting(&self, gpu_uuid: &str) -> Option<&GpuListingChanged> {
@@ -326,7 +405,7 @@ impl Market {
             .prices
             .values()
             .flatten()
-            .map(|p| p.effective_at)
+            .map(|kept| kept.set.effective_at)
             .filter(|t| *t > now);
         weekly.into_iter().chain(maintenance).chain(prices).min()
     }
@@ -494,7 +573,7 @@ impl Offer {
             model_name: Arc::from(model_name.as_str()),
             vram_gb,
             fp16_tflops_tenths: fp16,
-            price: market::price_at(inputs.market.price_history(provider_id, model_id), now),
+            price: market::price_at(inputs.market.live_prices(provider_id, model_id), now),
             country: text(|l| &l.country),
             region: text(|l| &l.region),
             city: text(|l| &l.city),
@@ -917,6 +996,105 @@ impl SearchFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn maintenance_over_for_a_day_leaves_memory_when_more_is_announced() {
+        let provider_id = Uuid::from_u128(1);
+        let day = MICROS_PER_DAY;
+        let announce = |id: u128, from: i64, until: i64| {
+            DomainEvent::Market(MarketEvent::MaintenanceAnnounced(MaintenanceAnnounced {
+                maintenance_id: Uuid::from_u128(id),
+                provider_id,
+                machine_id: None,
+                from: Timestamp::from_unix_micros(from),
+                until: Timestamp::from_unix_micros(until),
+                reason: "PSU".to_owned(),
+                announced_at: Timestamp::from_unix_micros(0),
+            }))
+        };
+        let mut market = Market::default();
+        market.apply(1, 1, 0, &announce(1, day, 2 * day));
+        market.apply(2, 2, 0, &announce(2, 5 * day, 6 * day));
+        // Day 2.5: the first ended half a day ago; kept.
+        market.apply(3, 3, 2 * day + day / 2, &announce(3, 7 * day, 8 * day));
+        assert_eq!(market.maintenance.len(), 3);
+        // Day 3.5: over for more than a day; forgotten. The others are still ahead.
+        market.apply(4, 4, 3 * day + day / 2, &announce(4, 9 * day, 10 * day));
+        let mut kept: Vec<u128> = market.maintenance.keys().map(|id| id.as_u128()).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [2, 3, 4]);
+        let now = Timestamp::from_unix_micros(3 * day + day / 2);
+        assert_eq!(market.maintenance_of(provider_id, now).len(), 3);
+    }
+
+    /// Whatever the order prices are set in, the ones memory keeps price every instant from a
+    /// day before the last one set exactly as the whole history does, and hold every price set
+    /// in the last day.
+    #[test]
+    fn forgotten_prices_never_change_a_price_from_a_day_before_the_last() {
+        const HOUR: i64 = 3_600_000_000;
+        let provider_id = Uuid::from_u128(1);
+        // A small deterministic generator (no dependency): effective times up to 60 hours after
+        // each set, sets 0 to 20 hours apart, ties included.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            i64::try_from(seed % n).unwrap()
+        };
+        for _ in 0..200 {
+            let mut market = Market::default();
+            let mut whole: Vec<PriceSet> = Vec::new();
+            let mut recorded = 0;
+            for position in 1..=30_u64 {
+                recorded += next(21) * HOUR;
+                let set = PriceSet {
+                    provider_id,
+                    model_id: "h100-80gb".to_owned(),
+                    price_micro_usdc: Usdc::from_micros(i64::try_from(position).unwrap()),
+                    effective_at: Timestamp::from_unix_micros(recorded + next(4) * 20 * HOUR),
+                    set_at: Timestamp::from_unix_micros(recorded),
+                    set_by: "t".to_owned(),
+                };
+                whole.push(set.clone());
+                market.apply(
+                    position,
+                    position,
+                    recorded,
+                    &DomainEvent::Market(MarketEvent::PriceSet(set)),
+                );
+                let kept: Vec<PriceSet> = market
+                    .live_prices(provider_id, "h100-80gb")
+                    .cloned()
+                    .collect();
+                for t in (recorded - PRICE_MEMORY_MICROS..recorded + 100 * HOUR)
+                    .step_by(usize::try_from(HOUR / 2).unwrap())
+                {
+                    let t = Timestamp::from_unix_micros(t);
+                    assert_eq!(
+                        market::price_at(&kept, t),
+                        market::price_at(&whole, t),
+                        "at {t:?} after {position} prices"
+                    );
+                }
+                let recent = market.recent_prices(provider_id);
+                for (index, set) in whole.iter().enumerate() {
+                    let position = u64::try_from(index).unwrap() + 1;
+                    if set.set_at.unix_micros() >= recorded - PRICE_MEMORY_MICROS {
+                        assert!(recent.contains(&(position, set.clone())));
+                    }
+                }
+                assert!(kept.len() <= whole.len());
+            }
+            // Over 30 prices set hours apart, memory keeps only a few.
+            assert!(
+                market.live_prices(provider_id, "h100-80gb").count() < 20,
+                "{:?}",
+                market.live_prices(provider_id, "h100-80gb").count()
+            );
+        }
+    }
     use gpunex_domain::fleet::{
         DetectedGpu, FleetEvent, GpuDetected, HostInfo, MachineOnline, MachineRegistered,
         ModelMatch, PcieLink,
@@ -1042,6 +1220,8 @@ mod tests {
         // winter); maintenance Monday 12:00-13:00 UTC.
         market.apply(
             1,
+            1,
+            0,
             &market_event(MarketEvent::PriceSet(PriceSet {
                 provider_id,
                 model_id: "h100-80gb".to_owned(),
@@ -1053,6 +1233,8 @@ mod tests {
         );
         market.apply(
             1,
+            1,
+            0,
             &market_event(MarketEvent::AvailabilitySet(AvailabilitySet {
                 provider_id,
                 availability: Availability::Weekly {
@@ -1068,6 +1250,8 @@ mod tests {
         );
         market.apply(
             1,
+            1,
+            0,
             &market_event(MarketEvent::MaintenanceAnnounced(MaintenanceAnnounced {
                 maintenance_id: Uuid::from_u128(20),
                 provider_id,

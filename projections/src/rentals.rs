@@ -204,7 +204,12 @@ mod tests {
         assert_eq!(whole.rentals().len(), 2);
         let mut market = Market::default();
         for event in &log {
-            market.apply(event.stream_version, &event.event);
+            market.apply(
+                event.position,
+                event.stream_version,
+                event.recorded_at_us,
+                &event.event,
+            );
         }
         // Rental 1 is over (ended, no job): gone from memory. Rental 2 ended while its job runs:
         // still open, and the same in both.

@@ -122,6 +122,12 @@ pub enum AuditFinding {
         stored: Option<String>,
         replayed: Option<String>,
     },
+    /// A stored price differs from the replay's (or exists on one side only).
+    PriceMismatch {
+        position: u64,
+        stored: Option<String>,
+        replayed: Option<String>,
+    },
 }
 
 impl AuditFinding {
@@ -135,7 +141,8 @@ impl AuditFinding {
             | AuditFinding::ProjectionFailed { position, .. }
             | AuditFinding::LineMismatch { position, .. }
             | AuditFinding::EarningsLineMismatch { position, .. }
-            | AuditFinding::PresenceMismatch { position, .. } => Some(*position),
+            | AuditFinding::PresenceMismatch { position, .. }
+            | AuditFinding::PriceMismatch { position, .. } => Some(*position),
             AuditFinding::HeadMismatch { log_position, .. } => Some(*log_position),
             AuditFinding::CheckpointAhead { .. }
             | AuditFinding::BalanceMismatch { .. }
@@ -308,6 +315,16 @@ impl fmt::Display for AuditFinding {
                 stored.as_deref().unwrap_or("(missing)"),
                 replayed.as_deref().unwrap_or("(missing)")
             ),
+            AuditFinding::PriceMismatch {
+                position,
+                stored,
+                replayed,
+            } => write!(
+                f,
+                "price at position {position}: stored {}, replayed {}",
+                stored.as_deref().unwrap_or("(missing)"),
+                replayed.as_deref().unwrap_or("(missing)")
+            ),
         }
     }
 }
@@ -340,6 +357,9 @@ pub struct AuditReport {
     /// compared.
     pub presence_checkpoint: u64,
     pub presence_checked: u64,
+    /// How far the stored price history had folded, and how many of its prices were compared.
+    pub prices_checkpoint: u64,
+    pub prices_checked: u64,
     /// What the check of the in-memory read models' snapshot found (set by the caller that
     /// checks it; the store cannot fold those models).
     pub snapshot: String,
@@ -508,6 +528,8 @@ pub(crate) async fn run<S: AuditSource>(
         payouts_checked: 0,
         presence_checkpoint: 0,
         presence_checked: 0,
+        prices_checkpoint: 0,
+        prices_checked: 0,
         snapshot: "not checked".to_owned(),
         findings: findings.kept,
         findings_omitted: findings.omitted,

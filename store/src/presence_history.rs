@@ -11,10 +11,11 @@ use gpunex_projections::RunReport;
 use gpunex_projections::presence_history::{EVENT_TYPES, PRESENCE, Transition, fold_batch};
 use uuid::Uuid;
 
-use crate::audit::{AuditFinding, AuditReport, Findings};
+use crate::audit::{AuditFinding, AuditReport};
 use crate::pages::{PageFold, fold_pages};
+use crate::row_audit::verify_rows;
 use crate::sql::{MOVE_CHECKPOINT, values};
-use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
+use crate::{RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Rows per multi-row insert (4 parameters a row).
 const ROWS_PER_STATEMENT: usize = 500;
@@ -212,93 +213,49 @@ impl Store {
         }))
     }
 
-    /// The presence projection's part of `audit verify`: folds the log up to the checkpoint a
-    /// page at a time and compares each page's transitions with the rows stored for the same
-    /// positions (memory holds one page); rows past the last event compared are strays. The findings
-    /// count only if the checkpoint did not move meanwhile (otherwise `presence_checked` is 0:
-    /// run it again, or with the server stopped).
+    /// The presence projection's part of `audit verify` ([`crate::row_audit`]): each page's
+    /// transitions compared with the rows stored for the same positions.
     pub(crate) async fn verify_presence(&self, report: &mut AuditReport) -> Result<(), StoreError> {
-        let checkpoint = self.presence_checkpoint().await?;
-        let mut row_findings = Vec::new();
-        let mut checked = 0;
-        let mut after = 0;
-        while after < checkpoint {
-            let events = self.read_all(after, READ_BATCH_EVENTS_MAX).await?;
-            let events: Vec<_> = events
-                .into_iter()
-                .take_while(|e| e.position <= checkpoint)
-                .collect();
-            let Some(last) = events.last().map(|e| e.position) else {
-                break;
-            };
-            // An event that does not decode is reported by the log's part of the audit.
-            let replayed: Vec<Transition> = events
-                .iter()
-                .filter(|e| is_transition(e))
-                .filter_map(|e| e.to_projected().ok())
-                .filter_map(|e| {
-                    gpunex_projections::presence_history::transition(e.position, &e.event)
-                })
-                .collect();
-            let stored = self.transition_rows(after, last).await?;
-            compare(&replayed, &stored, &mut row_findings);
-            checked += stored.len() as u64;
-            after = last;
-        }
-        // Rows past what was compared (past the checkpoint, or past the log's end if the
-        // checkpoint is ahead of it) have no event to come from.
-        let strays = self.transition_rows(after, u64::MAX >> 1).await?;
-        compare(&[], &strays, &mut row_findings);
-        checked += strays.len() as u64;
-        let mut findings = Findings {
-            kept: std::mem::take(&mut report.findings),
-            omitted: report.findings_omitted,
-        };
-        if self.presence_checkpoint().await? == checkpoint {
-            for finding in row_findings {
-                findings.push(finding);
-            }
-        } else {
-            // Another runner moved it meanwhile: the rows are ahead of the replay.
-            checked = 0;
-        }
-        report.presence_checkpoint = checkpoint;
-        report.presence_checked = checked;
-        report.findings = findings.kept;
-        report.findings_omitted = findings.omitted;
+        let checked = verify_rows(
+            self,
+            PRESENCE,
+            |event| {
+                if !is_transition(event) {
+                    return None;
+                }
+                let projected = event.to_projected().ok()?;
+                let t = gpunex_projections::presence_history::transition(
+                    projected.position,
+                    &projected.event,
+                )?;
+                Some((
+                    t.position,
+                    describe(t.online, &t.machine_id.to_string(), t.at.unix_micros()),
+                ))
+            },
+            |after, through| async move {
+                Ok(self
+                    .transition_rows(after, through)
+                    .await?
+                    .into_iter()
+                    .map(|(position, machine, online, at_us)| {
+                        (
+                            to_u64(position, 0, "position").unwrap_or(0),
+                            describe(online, &machine, at_us),
+                        )
+                    })
+                    .collect())
+            },
+            |position, stored, replayed| AuditFinding::PresenceMismatch {
+                position,
+                stored,
+                replayed,
+            },
+            report,
+        )
+        .await?;
+        report.presence_checkpoint = checked.checkpoint;
+        report.presence_checked = checked.checked;
         Ok(())
-    }
-}
-
-/// Compares a page's replayed transitions with the rows stored for the same positions (both in
-/// position order), pushing a finding for each that differs or is on one side only.
-fn compare(replayed: &[Transition], stored: &[Row], findings: &mut Vec<AuditFinding>) {
-    let mut replayed = replayed.iter().peekable();
-    let mut stored = stored.iter().peekable();
-    loop {
-        let expected_position = replayed.peek().map(|t| t.position);
-        let stored_position = stored
-            .peek()
-            .map(|row| to_u64(row.0, 0, "position").unwrap_or(0));
-        let (expected, row) = match (expected_position, stored_position) {
-            (None, None) => return,
-            (Some(e), Some(s)) if e == s => (replayed.next(), stored.next()),
-            (Some(e), Some(s)) if e < s => (replayed.next(), None),
-            (Some(_), None) => (replayed.next(), None),
-            _ => (None, stored.next()),
-        };
-        let expected_text =
-            expected.map(|t| describe(t.online, &t.machine_id.to_string(), t.at.unix_micros()));
-        let stored_text = row.map(|(_, machine, online, at_us)| describe(*online, machine, *at_us));
-        if expected_text != stored_text {
-            findings.push(AuditFinding::PresenceMismatch {
-                position: expected
-                    .map(|t| t.position)
-                    .or(stored_position)
-                    .unwrap_or(0),
-                stored: stored_text,
-                replayed: expected_text,
-            });
-        }
     }
 }

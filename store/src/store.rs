@@ -70,6 +70,8 @@ pub(crate) struct Inner {
     pub payouts_fold: tokio::sync::Mutex<()>,
     /// Held while the presence projection folds (see `rentals_fold`).
     pub presence_fold: tokio::sync::Mutex<()>,
+    /// Held while the price history folds (see `rentals_fold`).
+    pub prices_fold: tokio::sync::Mutex<()>,
 }
 
 /// A cheap-to-clone handle on the event store.
@@ -146,6 +148,7 @@ impl Store {
                 rentals_fold: tokio::sync::Mutex::new(()),
                 payouts_fold: tokio::sync::Mutex::new(()),
                 presence_fold: tokio::sync::Mutex::new(()),
+                prices_fold: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -374,7 +377,8 @@ impl Store {
         let rentals = self.run_rentals().await?;
         let payouts = self.run_payouts().await?;
         let presence = self.run_presence().await?;
-        let reports = [earnings, rentals, payouts, presence];
+        let prices = self.run_prices().await?;
+        let reports = [earnings, rentals, payouts, presence, prices];
         Ok(RunReport {
             events: reports
                 .iter()
@@ -402,7 +406,13 @@ impl Store {
         let rentals = self.rebuild_rentals().await?;
         let payouts = self.rebuild_payouts().await?;
         let presence = self.rebuild_presence().await?;
-        Ok(ledger.min(earnings).min(rentals).min(payouts).min(presence))
+        let prices = self.rebuild_prices().await?;
+        Ok(ledger
+            .min(earnings)
+            .min(rentals)
+            .min(payouts)
+            .min(presence)
+            .min(prices))
     }
 
     /// Rebuilds the ledger projection alone (see `rebuild_projections`); returns its checkpoint.
@@ -485,6 +495,7 @@ impl Store {
         self.verify_rentals(&mut report).await?;
         self.verify_payouts(&mut report).await?;
         self.verify_presence(&mut report).await?;
+        self.verify_prices(&mut report).await?;
         Ok(report)
     }
 
