@@ -11,8 +11,6 @@ use gpunex_domain::fleet::FleetEvent;
 use gpunex_domain::time::Timestamp;
 use uuid::Uuid;
 
-use crate::ProjectedEvent;
-
 /// The projection's name, and its checkpoint's.
 pub const PRESENCE: &str = "presence";
 
@@ -46,14 +44,6 @@ pub fn transition(position: u64, event: &DomainEvent) -> Option<Transition> {
         }),
         _ => None,
     }
-}
-
-/// The transitions of a batch, in log order.
-pub fn fold_batch(events: &[ProjectedEvent]) -> Vec<Transition> {
-    events
-        .iter()
-        .filter_map(|e| transition(e.position, &e.event))
-        .collect()
 }
 
 #[cfg(test)]

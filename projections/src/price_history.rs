@@ -8,8 +8,6 @@
 use gpunex_domain::DomainEvent;
 use gpunex_domain::market::{MarketEvent, PriceSet};
 
-use crate::ProjectedEvent;
-
 /// The projection's name, and its checkpoint's.
 pub const PRICES: &str = "prices";
 
@@ -32,14 +30,6 @@ pub fn price(position: u64, event: &DomainEvent) -> Option<StoredPrice> {
         }),
         _ => None,
     }
-}
-
-/// The prices a batch sets, in log order.
-pub fn fold_batch(events: &[ProjectedEvent]) -> Vec<StoredPrice> {
-    events
-        .iter()
-        .filter_map(|e| price(e.position, &e.event))
-        .collect()
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ macro_rules! bind_all {
             query = match value {
                 crate::sql::Bound::Int(v) => query.bind(*v),
                 crate::sql::Bound::Text(v) => query.bind(v.as_str()),
+                crate::sql::Bound::Bool(v) => query.bind(*v),
             };
         }
         query
@@ -148,6 +149,7 @@ mod clock;
 pub mod copy;
 pub mod earnings;
 pub mod envelope;
+mod event_rows;
 pub mod fleet;
 pub mod idempotency;
 pub mod job_logs;

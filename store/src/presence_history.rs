@@ -7,33 +7,15 @@
 //! to the position the caller's in-memory models are at ([`Store::presence_reached`]).
 
 use gpunex_domain::time::Timestamp;
-use gpunex_projections::RunReport;
-use gpunex_projections::presence_history::{EVENT_TYPES, PRESENCE, Transition, fold_batch};
+use gpunex_projections::presence_history::{EVENT_TYPES, PRESENCE, Transition, transition};
+use gpunex_projections::{ProjectedEvent, RunReport};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport};
-use crate::pages::{PageFold, fold_pages};
+use crate::event_rows::{EventRows, expected_row};
 use crate::row_audit::verify_rows;
-use crate::sql::{MOVE_CHECKPOINT, values};
-use crate::{RecordedEvent, Store, StoreError, to_i64, to_u64};
-
-/// Rows per multi-row insert (4 parameters a row).
-const ROWS_PER_STATEMENT: usize = 500;
-
-/// Whether a recorded event is one the fold reads (the others are not decoded).
-fn is_transition(event: &RecordedEvent) -> bool {
-    EVENT_TYPES.contains(&event.event_type.as_str())
-}
-
-/// The transitions of a page of the log, in log order.
-fn transitions_of(events: &[RecordedEvent]) -> Result<Vec<Transition>, StoreError> {
-    let projected = events
-        .iter()
-        .filter(|e| is_transition(e))
-        .map(RecordedEvent::to_projected)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(fold_batch(&projected))
-}
+use crate::sql::Bound;
+use crate::{Store, StoreError, to_i64, to_u64};
 
 /// A stored row: position, machine, online, instant.
 type Row = (i64, String, bool, i64);
@@ -43,26 +25,31 @@ fn describe(online: bool, machine_id: &str, at_us: i64) -> String {
     format!("machine {machine_id} {state} at {at_us} us")
 }
 
-/// The presence projection's page steps ([`crate::pages`]): a transition is one event, so a
-/// page's fold needs nothing from the page before it.
-struct PresencePages<'a>(&'a Store);
+/// The presence history as a projection of one row per event ([`crate::event_rows`]).
+pub(crate) struct PresenceRows;
 
-impl PageFold for PresencePages<'_> {
-    type Batch = Vec<Transition>;
-    type Carried = ();
+impl EventRows for PresenceRows {
+    const NAME: &'static str = PRESENCE;
+    const TABLE: &'static str = "presence_transitions";
+    const COLUMNS: &'static [&'static str] = &["position", "machine_id", "online", "at_us"];
+    const EVENT_TYPES: &'static [&'static str] = &EVENT_TYPES;
+    type Row = Transition;
 
-    async fn read(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
-        self.0.read_all(after, self.0.inner.fold_page_events).await
+    fn row(event: &ProjectedEvent) -> Option<Transition> {
+        transition(event.position, &event.event)
     }
 
-    async fn fold(&self, events: &[RecordedEvent], (): &()) -> Result<Self::Batch, StoreError> {
-        transitions_of(events)
+    fn values(t: &Transition) -> Vec<Bound> {
+        vec![
+            Bound::Int(to_i64(t.position)),
+            Bound::Text(t.machine_id.to_string()),
+            Bound::Bool(t.online),
+            Bound::Int(t.at.unix_micros()),
+        ]
     }
 
-    fn carry(_: &Self::Batch) {}
-
-    async fn commit(&self, batch: Self::Batch, from: u64, to: u64) -> Result<(), StoreError> {
-        self.0.commit_presence(&batch, from, to).await
+    fn lock(store: &Store) -> &tokio::sync::Mutex<()> {
+        &store.inner.presence_fold
     }
 }
 
@@ -72,92 +59,25 @@ impl Store {
         self.consumer_checkpoint(PRESENCE).await
     }
 
-    /// Folds every event after the presence checkpoint, one transaction per page, and returns
-    /// when there is nothing left. Another process doing the same is harmless: a page moves the
-    /// checkpoint only from where it started (`CheckpointMoved` for the loser).
+    /// Folds every event after the presence checkpoint (see [`Store::catch_up_rows`]).
     pub async fn catch_up_presence(&self) -> Result<RunReport, StoreError> {
-        fold_pages(self.presence_checkpoint().await?, &PresencePages(self)).await
+        self.catch_up_rows::<PresenceRows>().await
     }
 
     /// Whether the presence projection has folded the log up to `position`; if not, folds what
-    /// is missing here and now (a read never waits for a background runner that may not be
-    /// there). Fails with `CheckpointMoved` only if another process keeps moving it.
+    /// is missing here and now (see [`Store::rows_reached`]).
     pub async fn presence_reached(&self, position: u64) -> Result<(), StoreError> {
-        crate::pages::reach(self, PRESENCE, &self.inner.presence_fold, position, || {
-            self.catch_up_presence()
-        })
-        .await
+        self.rows_reached::<PresenceRows>(position).await
     }
 
     /// Folds with the runner's lock held (the projection runner's entry point).
     pub(crate) async fn run_presence(&self) -> Result<RunReport, StoreError> {
-        let _folding = self.inner.presence_fold.lock().await;
-        self.catch_up_presence().await
+        self.run_rows::<PresenceRows>().await
     }
 
-    async fn commit_presence(
-        &self,
-        transitions: &[Transition],
-        from: u64,
-        to: u64,
-    ) -> Result<(), StoreError> {
-        let now = self.now_us();
-        in_transaction!(self, |tx| {
-            let moved = sqlx::query(MOVE_CHECKPOINT)
-                .bind(to_i64(to))
-                .bind(now)
-                .bind(PRESENCE)
-                .bind(to_i64(from))
-                .execute(&mut *tx)
-                .await?;
-            if moved.rows_affected() != 1 {
-                return Err(StoreError::CheckpointMoved {
-                    projection: PRESENCE.to_owned(),
-                    expected: from,
-                });
-            }
-            for chunk in transitions.chunks(ROWS_PER_STATEMENT) {
-                let sql = format!(
-                    "INSERT INTO presence_transitions (position, machine_id, online, at_us) \
-                     VALUES {}",
-                    values(self.backend(), chunk.len(), 4)
-                );
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for t in chunk {
-                    query = query
-                        .bind(to_i64(t.position))
-                        .bind(t.machine_id.to_string())
-                        .bind(t.online)
-                        .bind(t.at.unix_micros());
-                }
-                query.execute(&mut *tx).await?;
-            }
-        });
-        Ok(())
-    }
-
-    /// Empties the presence projection and sets its checkpoint to 0 in one transaction, then
-    /// folds the log again. Returns the checkpoint reached.
+    /// Empties the presence projection and folds the log again; returns the checkpoint reached.
     pub async fn rebuild_presence(&self) -> Result<u64, StoreError> {
-        let now = self.now_us();
-        let _folding = self.inner.presence_fold.lock().await;
-        in_transaction!(self, |tx| {
-            sqlx::query("DELETE FROM presence_transitions")
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "UPDATE projection_checkpoints SET position = 0, updated_at_us = $1 \
-                 WHERE projection = $2",
-            )
-            .bind(now)
-            .bind(PRESENCE)
-            .execute(&mut *tx)
-            .await?;
-        });
-        let checkpoint = self.catch_up_presence().await?.checkpoint;
-        drop(_folding);
-        self.settle_tables(&["presence_transitions"]).await?;
-        Ok(checkpoint)
+        self.rebuild_rows::<PresenceRows>().await
     }
 
     /// A machine's `(online, at)` transitions in log order for a window that starts at `from`:
@@ -220,14 +140,7 @@ impl Store {
             self,
             PRESENCE,
             |event| {
-                if !is_transition(event) {
-                    return None;
-                }
-                let projected = event.to_projected().ok()?;
-                let t = gpunex_projections::presence_history::transition(
-                    projected.position,
-                    &projected.event,
-                )?;
+                let t = expected_row::<PresenceRows>(event)?;
                 Some((
                     t.position,
                     describe(t.online, &t.machine_id.to_string(), t.at.unix_micros()),

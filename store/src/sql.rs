@@ -40,6 +40,8 @@ fn parameter(backend: Backend, i: usize) -> String {
 pub(crate) enum Bound {
     Int(i64),
     Text(String),
+    /// A boolean column (PostgreSQL's `BOOLEAN`; SQLite stores 0 or 1).
+    Bool(bool),
 }
 
 /// The values of a statement built at run time, each placeholder made as its value is added, so
