@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::audit::{AuditFinding, AuditReport, Findings};
 use crate::pages::{PageFold, fold_pages};
 use crate::sql::{Binds, MOVE_CHECKPOINT, placeholders, values};
-use crate::{Backend, READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
+use crate::{Backend, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
 /// 4,500 per statement, under SQLite's 32,766).
@@ -578,22 +578,7 @@ impl Store {
     /// Empties the earnings projection and sets its checkpoint to 0 in one transaction, then
     /// folds the log again. Returns the checkpoint reached.
     pub async fn rebuild_earnings(&self) -> Result<u64, StoreError> {
-        let now = self.now_us();
-        in_transaction!(self, |tx| {
-            for table in EARNINGS_TABLES {
-                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table}")))
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            sqlx::query(
-                "UPDATE projection_checkpoints SET position = 0, updated_at_us = $1 \
-                 WHERE projection = $2",
-            )
-            .bind(now)
-            .bind(EARNINGS)
-            .execute(&mut *tx)
-            .await?;
-        });
+        self.empty_projection(EARNINGS, &EARNINGS_TABLES).await?;
         // The lines' secondary indexes are built once after the refold rather than kept up
         // row by row: the same indexes as the migration, under the same names.
         in_transaction!(self, |tx| {
@@ -1274,11 +1259,7 @@ impl Store {
         let mut checked = 0;
         let mut after = 0;
         while after < checkpoint {
-            let events = store.read_all(after, READ_BATCH_EVENTS_MAX).await?;
-            let events: Vec<_> = events
-                .into_iter()
-                .take_while(|e| e.position <= checkpoint)
-                .collect();
+            let events = store.log_page_through(after, checkpoint).await?;
             let Some(last) = events.last().map(|e| e.position) else {
                 break;
             };

@@ -156,21 +156,8 @@ impl Store {
     /// Empties projection `P` and sets its checkpoint to 0 in one transaction, then folds the
     /// log again. Returns the checkpoint reached.
     pub(crate) async fn rebuild_rows<P: EventRows>(&self) -> Result<u64, StoreError> {
-        let now = self.now_us();
         let folding = P::lock(self).lock().await;
-        in_transaction!(self, |tx| {
-            sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {}", P::TABLE)))
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "UPDATE projection_checkpoints SET position = 0, updated_at_us = $1 \
-                 WHERE projection = $2",
-            )
-            .bind(now)
-            .bind(P::NAME)
-            .execute(&mut *tx)
-            .await?;
-        });
+        self.empty_projection(P::NAME, &[P::TABLE]).await?;
         let checkpoint = self.catch_up_rows::<P>().await?.checkpoint;
         drop(folding);
         self.settle_tables(&[P::TABLE]).await?;

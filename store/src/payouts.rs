@@ -219,22 +219,9 @@ impl Store {
     /// Empties the payouts projection and sets its checkpoint to 0 in one transaction, then
     /// folds the log again. Returns the checkpoint reached.
     pub async fn rebuild_payouts(&self) -> Result<u64, StoreError> {
-        let now = self.now_us();
         let _folding = self.inner.payouts_fold.lock().await;
-        in_transaction!(self, |tx| {
-            sqlx::query("DELETE FROM payouts").execute(&mut *tx).await?;
-            sqlx::query("DELETE FROM payout_batches")
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "UPDATE projection_checkpoints SET position = 0, updated_at_us = $1 \
-                 WHERE projection = $2",
-            )
-            .bind(now)
-            .bind(PAYOUTS)
-            .execute(&mut *tx)
+        self.empty_projection(PAYOUTS, &["payouts", "payout_batches"])
             .await?;
-        });
         let checkpoint = self.catch_up_payouts().await?.checkpoint;
         // The live runner may fold again while the tables are vacuumed.
         drop(_folding);
@@ -532,11 +519,7 @@ impl Store {
         let mut after = 0;
         let mut failed = false;
         while after < checkpoint {
-            let events = self.read_all(after, READ_BATCH_EVENTS_MAX).await?;
-            let events: Vec<_> = events
-                .into_iter()
-                .take_while(|e| e.position <= checkpoint)
-                .collect();
+            let events = self.log_page_through(after, checkpoint).await?;
             let Some(last) = events.last().map(|e| e.position) else {
                 break;
             };

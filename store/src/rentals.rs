@@ -17,7 +17,7 @@ use uuid::Uuid;
 use crate::audit::{AuditFinding, AuditReport, Findings};
 use crate::pages::{PageFold, fold_pages};
 use crate::sql::{MOVE_CHECKPOINT, placeholders, values};
-use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64};
+use crate::{RecordedEvent, Store, StoreError, to_i64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row upsert (7 parameters a row).
 const ROWS_PER_STATEMENT: usize = 500;
@@ -171,19 +171,8 @@ impl Store {
     /// Empties the rentals projection and sets its checkpoint to 0 in one transaction, then
     /// folds the log again. Returns the checkpoint reached.
     pub async fn rebuild_rentals(&self) -> Result<u64, StoreError> {
-        let now = self.now_us();
         let _folding = self.inner.rentals_fold.lock().await;
-        in_transaction!(self, |tx| {
-            sqlx::query("DELETE FROM rentals").execute(&mut *tx).await?;
-            sqlx::query(
-                "UPDATE projection_checkpoints SET position = 0, updated_at_us = $1 \
-                 WHERE projection = $2",
-            )
-            .bind(now)
-            .bind(RENTALS)
-            .execute(&mut *tx)
-            .await?;
-        });
+        self.empty_projection(RENTALS, &["rentals"]).await?;
         let checkpoint = self.catch_up_rentals().await?.checkpoint;
         // The live runner may fold again while the tables are vacuumed.
         drop(_folding);
@@ -303,11 +292,7 @@ impl Store {
         let mut after = 0;
         let mut failed = false;
         while after < checkpoint {
-            let events = self.read_all(after, READ_BATCH_EVENTS_MAX).await?;
-            let events: Vec<_> = events
-                .into_iter()
-                .take_while(|e| e.position <= checkpoint)
-                .collect();
+            let events = self.log_page_through(after, checkpoint).await?;
             let Some(last) = events.last().map(|e| e.position) else {
                 break;
             };

@@ -7,7 +7,7 @@
 use std::future::Future;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError};
+use crate::{RecordedEvent, Store, StoreError};
 
 /// A row as compared: its position and its text.
 pub(crate) type RowText = (u64, String);
@@ -41,11 +41,7 @@ where
     let mut checked = 0;
     let mut after = 0;
     while after < checkpoint {
-        let events = store.read_all(after, READ_BATCH_EVENTS_MAX).await?;
-        let events: Vec<_> = events
-            .into_iter()
-            .take_while(|e| e.position <= checkpoint)
-            .collect();
+        let events = store.log_page_through(after, checkpoint).await?;
         let Some(last) = events.last().map(|e| e.position) else {
             break;
         };

@@ -352,6 +352,44 @@ impl Store {
         }
     }
 
+    /// Empties a stored projection's `tables` and sets its checkpoint to 0, in one transaction:
+    /// the first step of its rebuild.
+    pub(crate) async fn empty_projection(
+        &self,
+        projection: &str,
+        tables: &[&str],
+    ) -> Result<(), StoreError> {
+        let now = self.now_us();
+        in_transaction!(self, |tx| {
+            for table in tables {
+                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table}")))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query(
+                "UPDATE projection_checkpoints SET position = 0, updated_at_us = $1 \
+                 WHERE projection = $2",
+            )
+            .bind(now)
+            .bind(projection)
+            .execute(&mut *tx)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// The next page of the log after `after` up to `through` (empty: none left): how `audit
+    /// verify` walks the log up to a projection's checkpoint.
+    pub(crate) async fn log_page_through(
+        &self,
+        after: u64,
+        through: u64,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let mut events = self.read_all(after, crate::READ_BATCH_EVENTS_MAX).await?;
+        events.retain(|e| e.position <= through);
+        Ok(events)
+    }
+
     async fn checkpoint_of(&self, projection: &str) -> Result<u64, StoreError> {
         match &self.inner.db {
             Db::Sqlite(db) => db.checkpoint(projection).await,
