@@ -457,6 +457,9 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
         ),
         format!("/v1/providers/{provider_id}/payouts"),
     ];
+    // The provider's prices (read from the stored price history), which finance may not read:
+    // measured with the admin token, and not part of the load below.
+    let prices = format!("/v1/providers/{provider_id}/prices");
     let reference_healthz = hammer(
         &base,
         &["/healthz".to_owned()],
@@ -466,13 +469,17 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     )
     .await?;
     let mut endpoints = Vec::new();
-    for path in &paths {
+    let measured = paths
+        .iter()
+        .map(|path| (path, &token.token))
+        .chain([(&prices, &admin.token)]);
+    for (path, bearer) in measured {
         let latency = hammer(
             &base,
             std::slice::from_ref(path),
             args.clients,
             args.seconds,
-            Some(&token.token),
+            Some(bearer),
         )
         .await?;
         endpoints.push(Endpoint {

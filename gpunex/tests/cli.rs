@@ -790,7 +790,7 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
         );
     }
     let endpoints = report["endpoints"].as_array().unwrap();
-    assert_eq!(endpoints.len(), 5, "{report}");
+    assert_eq!(endpoints.len(), 6, "{report}");
     for endpoint in endpoints {
         assert!(
             endpoint["latency"]["requests"].as_u64().unwrap() > 0,
