@@ -435,7 +435,8 @@ pub enum ProjectionsCommand {
     Status,
     /// Fold all pending events into the read models and exit.
     Run,
-    /// Rebuild every read model from position 0 into fresh tables, then swap them in.
+    /// Rebuild every stored read model from position 0: the ledger into fresh tables swapped
+    /// in at the end, the others emptied and refolded (their readers fold what is missing).
     Rebuild,
 }
 

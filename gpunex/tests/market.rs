@@ -2076,7 +2076,12 @@ async fn a_price_history_older_than_memory_is_served_whole_from_the_store(db: &T
                 WHERE position = (SELECT MAX(position) FROM price_history)";
     let delete = "DELETE FROM price_history \
                   WHERE position = (SELECT MIN(position) FROM price_history)";
-    db.execute_raw(&[edit, delete], &[edit, delete]).await;
+    // The second price's provider id in capitals: the same UUID, but a read by provider would no
+    // longer find it.
+    let capitals = "UPDATE price_history SET provider_id = upper(provider_id) \
+                    WHERE position = (SELECT MIN(position) FROM price_history)";
+    db.execute_raw(&[edit, delete, capitals], &[edit, delete, capitals])
+        .await;
     let report = store.audit(&|_| {}).await.unwrap();
     let found: Vec<(Option<String>, Option<String>)> = report
         .findings
@@ -2088,10 +2093,19 @@ async fn a_price_history_older_than_memory_is_served_whole_from_the_store(db: &T
             _ => None,
         })
         .collect();
-    assert_eq!(found.len(), 2, "{:?}", report.findings);
+    assert_eq!(found.len(), 3, "{:?}", report.findings);
     assert!(found[0].0.is_none() && found[0].1.as_deref().unwrap().contains("price 2000000 "));
-    assert!(found[1].0.as_deref().unwrap().contains("price 1 "));
-    assert!(found[1].1.as_deref().unwrap().contains("price 2400000 "));
+    let provider = h.provider.to_string();
+    assert!(
+        found[1]
+            .0
+            .as_deref()
+            .unwrap()
+            .contains(&provider.to_uppercase())
+    );
+    assert!(found[1].1.as_deref().unwrap().contains(&provider));
+    assert!(found[2].0.as_deref().unwrap().contains("price 1 "));
+    assert!(found[2].1.as_deref().unwrap().contains("price 2400000 "));
     store.rebuild_projections(&|_| {}).await.unwrap();
     let report = store.audit(&|_| {}).await.unwrap();
     assert!(report.is_clean(), "{:?}", report.findings);

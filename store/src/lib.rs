@@ -53,6 +53,30 @@ macro_rules! in_transaction {
     };
 }
 
+/// Runs reads in one snapshot on either database: SQLite's deferred read transaction (in WAL
+/// mode its first read fixes what it sees), PostgreSQL's `REPEATABLE READ, READ ONLY`.
+macro_rules! in_read_snapshot {
+    ($store:expr, |$tx:ident| $body:block) => {
+        match &$store.inner.db {
+            crate::store::Db::Sqlite(db) => {
+                let mut $tx = db.read.begin().await?;
+                let result = $body;
+                $tx.commit().await?;
+                result
+            }
+            crate::store::Db::Postgres(db) => {
+                let mut $tx = db
+                    .pool
+                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    .await?;
+                let result = $body;
+                $tx.commit().await?;
+                result
+            }
+        }
+    };
+}
+
 /// Runs one read on either database.
 macro_rules! on_reader {
     ($store:expr, |$conn:ident| $body:expr) => {

@@ -33,16 +33,27 @@ const COLUMNS: [&str; 7] = [
 /// A stored row: position, provider, model, price, effective, set, set by.
 type Row = (i64, String, String, i64, i64, i64, String);
 
-/// A price as `audit verify` compares and shows it.
-fn describe(set: &PriceSet) -> String {
+/// A price as `audit verify` compares and shows it: a row's columns as stored (a provider id
+/// written in another form than the fold writes would no longer be found by its reads).
+fn describe(row: &Row) -> String {
+    let (_, provider, model, price, effective, set_at, by) = row;
     format!(
-        "provider {} model {} price {} micro-USDC effective at {} us, set at {} us by {}",
-        set.provider_id,
-        set.model_id,
+        "provider {provider} model {model} price {price} micro-USDC effective at {effective} us, \
+         set at {set_at} us by {by}"
+    )
+}
+
+/// The row the fold writes for a price.
+fn row_of(price: &StoredPrice) -> Row {
+    let set = &price.set;
+    (
+        to_i64(price.position),
+        set.provider_id.to_string(),
+        set.model_id.clone(),
         set.price_micro_usdc.micros(),
         set.effective_at.unix_micros(),
         set.set_at.unix_micros(),
-        set.set_by
+        set.set_by.clone(),
     )
 }
 
@@ -77,15 +88,15 @@ impl EventRows for PriceRows {
     }
 
     fn values(price: &StoredPrice) -> Vec<Bound> {
-        let set = &price.set;
+        let (position, provider, model, micros, effective, set_at, by) = row_of(price);
         vec![
-            Bound::Int(to_i64(price.position)),
-            Bound::Text(set.provider_id.to_string()),
-            Bound::Text(set.model_id.clone()),
-            Bound::Int(set.price_micro_usdc.micros()),
-            Bound::Int(set.effective_at.unix_micros()),
-            Bound::Int(set.set_at.unix_micros()),
-            Bound::Text(set.set_by.clone()),
+            Bound::Int(position),
+            Bound::Text(provider),
+            Bound::Text(model),
+            Bound::Int(micros),
+            Bound::Int(effective),
+            Bound::Int(set_at),
+            Bound::Text(by),
         ]
     }
 
@@ -122,30 +133,51 @@ impl Store {
     }
 
     /// Every price the provider set, with its position, in log order, as folded by `as_of` at
-    /// least (one index range). A provider's history grows only with its own price changes.
+    /// least (one index range). A provider's history grows only with its own price changes. The
+    /// rows are read in one snapshot with the checkpoint, so a rebuild emptying the table
+    /// meanwhile (another process's `projections rebuild`) is seen and waited out, never
+    /// answered as a short history.
     pub async fn provider_prices(
         &self,
         provider_id: Uuid,
         as_of: u64,
     ) -> Result<Vec<(u64, PriceSet)>, StoreError> {
-        self.prices_reached(as_of).await?;
-        let rows: Vec<Row> = on_reader!(self, |conn| {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT {} FROM price_history WHERE provider_id = $1 ORDER BY position",
-                COLUMNS.join(", ")
-            )))
-            .bind(provider_id.to_string())
-            .fetch_all(conn)
-            .await?
-        });
-        rows.iter()
-            .map(|row| {
-                price_set(row).ok_or_else(|| StoreError::CorruptRow {
-                    position: u64::try_from(row.0).unwrap_or(0),
-                    reason: "price_history row".to_owned(),
-                })
-            })
-            .collect()
+        const ATTEMPTS: usize = 5;
+        let sql = format!(
+            "SELECT {} FROM price_history WHERE provider_id = $1 ORDER BY position",
+            COLUMNS.join(", ")
+        );
+        for _ in 0..ATTEMPTS {
+            self.prices_reached(as_of).await?;
+            let (checkpoint, rows): (i64, Vec<Row>) = in_read_snapshot!(self, |tx| {
+                let checkpoint: i64 = sqlx::query_scalar(
+                    "SELECT position FROM projection_checkpoints WHERE projection = $1",
+                )
+                .bind(PRICES)
+                .fetch_one(&mut *tx)
+                .await?;
+                let rows = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(provider_id.to_string())
+                    .fetch_all(&mut *tx)
+                    .await?;
+                (checkpoint, rows)
+            });
+            if to_u64(checkpoint, 0, "checkpoint")? >= as_of {
+                return rows
+                    .iter()
+                    .map(|row| {
+                        price_set(row).ok_or_else(|| StoreError::CorruptRow {
+                            position: u64::try_from(row.0).unwrap_or(0),
+                            reason: "price_history row".to_owned(),
+                        })
+                    })
+                    .collect();
+            }
+        }
+        Err(StoreError::CheckpointMoved {
+            projection: PRICES.to_owned(),
+            expected: as_of,
+        })
     }
 
     /// The stored rows with positions in `(after, through]`, in position order.
@@ -171,20 +203,14 @@ impl Store {
             PRICES,
             |event| {
                 let price = expected_row::<PriceRows>(event)?;
-                Some((price.position, describe(&price.set)))
+                Some((price.position, describe(&row_of(&price))))
             },
             |after, through| async move {
                 Ok(self
                     .price_rows(after, through)
                     .await?
                     .iter()
-                    .map(|row| match price_set(row) {
-                        Some((position, set)) => (position, describe(&set)),
-                        None => (
-                            u64::try_from(row.0).unwrap_or(0),
-                            format!("an unreadable row ({row:?})"),
-                        ),
-                    })
+                    .map(|row| (u64::try_from(row.0).unwrap_or(0), describe(row)))
                     .collect())
             },
             |position, stored, replayed| AuditFinding::PriceMismatch {
