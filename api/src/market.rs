@@ -109,6 +109,19 @@ async fn stored_prices(
     Ok(state.store.provider_prices(provider_id, position).await?)
 }
 
+/// The provider's prices per model now, from the stored history.
+async fn stored_prices_view(
+    state: &AppState,
+    provider_id: Uuid,
+) -> Result<wm::ProviderPrices, ApiError> {
+    let history = stored_prices(state, provider_id).await?;
+    Ok(prices_view(
+        provider_id,
+        history.into_iter().map(|(_, set)| set),
+        state.clock.now(),
+    ))
+}
+
 /// The provider's prices per model, from every price it set in log order.
 fn prices_view(
     provider_id: Uuid,
@@ -209,14 +222,7 @@ pub async fn set_price(
     .await?;
     let view = match view {
         Some(view) => view,
-        None => prices_view(
-            provider_id,
-            stored_prices(&state, provider_id)
-                .await?
-                .into_iter()
-                .map(|(_, set)| set),
-            state.clock.now(),
-        ),
+        None => stored_prices_view(&state, provider_id).await?,
     };
     Ok(Json(view))
 }
@@ -236,14 +242,7 @@ pub async fn prices(
     Path(provider_id): Path<Uuid>,
 ) -> Result<Json<wm::ProviderPrices>, ApiError> {
     for_provider(&caller, provider_id)?;
-    Ok(Json(prices_view(
-        provider_id,
-        stored_prices(&state, provider_id)
-            .await?
-            .into_iter()
-            .map(|(_, set)| set),
-        state.clock.now(),
-    )))
+    Ok(Json(stored_prices_view(&state, provider_id).await?))
 }
 
 /// How far ahead an availability view lists when GPUs are listed, in days.
