@@ -74,13 +74,22 @@ pub struct ScaleReport {
 }
 
 /// One stored projection's full catch-up (a rebuild from position 0) beside a bare ordered read
-/// of the same log made right before it, so both find the page cache in the same state.
+/// of the same log made right before it, so both find the page cache in the same state, and
+/// where the catch-up's time went (`gpunex_store::CatchUpTimes`: reading, decoding and
+/// folding, and writing overlap, so they may add up to more than the whole).
 #[derive(Debug, Serialize)]
 pub struct CatchUp {
     pub projection: &'static str,
     pub events_per_second: u64,
     /// The ceiling of any catch-up.
     pub bare_read_events_per_second: u64,
+    pub bare_read_seconds: f64,
+    /// The whole rebuild, swap and vacuum included.
+    pub seconds: f64,
+    pub read_seconds: f64,
+    pub fold_seconds: f64,
+    pub write_seconds: f64,
+    pub index_seconds: f64,
 }
 
 /// The server process, killed when dropped.
@@ -389,26 +398,20 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     let head = store.head_position().await?;
     let mut catch_up = Vec::new();
     for &projection in gpunex_projections::PROJECTIONS {
-        use gpunex_projections::{
-            earnings_lines::EARNINGS, ledger::LEDGER, payout_history::PAYOUTS,
-            presence_history::PRESENCE, price_history::PRICES, rentals::RENTALS,
-        };
         eprintln!("... {projection}");
         let (read, bare) = bare_read(&store, head).await?;
-        let started = Instant::now();
-        let rebuilt = match projection {
-            LEDGER => store.rebuild_ledger(&|_| {}).await?,
-            EARNINGS => store.rebuild_earnings().await?,
-            RENTALS => store.rebuild_rentals().await?,
-            PAYOUTS => store.rebuild_payouts().await?,
-            PRESENCE => store.rebuild_presence().await?,
-            PRICES => store.rebuild_prices().await?,
-            other => anyhow::bail!("no rebuild for the projection {other}"),
-        };
+        let rebuilt = store.rebuild(projection, &|_| {}).await?;
+        let times = rebuilt.times;
         catch_up.push(CatchUp {
             projection,
-            events_per_second: rate(rebuilt, started.elapsed()),
+            events_per_second: rate(rebuilt.checkpoint, times.total),
             bare_read_events_per_second: rate(read, bare),
+            bare_read_seconds: bare.as_secs_f64(),
+            seconds: times.total.as_secs_f64(),
+            read_seconds: times.read.as_secs_f64(),
+            fold_seconds: times.fold.as_secs_f64(),
+            write_seconds: times.write.as_secs_f64(),
+            index_seconds: times.index.as_secs_f64(),
         });
     }
 
@@ -552,6 +555,15 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             model.events_per_second,
             model.bare_read_events_per_second,
             ratio(model.events_per_second, model.bare_read_events_per_second)
+        );
+        println!(
+            "          {:.1} s (bare read {:.1} s): reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap), indexes {:.1} s",
+            model.seconds,
+            model.bare_read_seconds,
+            model.read_seconds,
+            model.fold_seconds,
+            model.write_seconds,
+            model.index_seconds
         );
     }
     print_endpoints(&report.reference_healthz, &report.endpoints);

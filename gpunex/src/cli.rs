@@ -724,12 +724,32 @@ fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
     println!("result:                FAILED");
 }
 
+/// Rebuilds every stored model, prints where each one's time went, and returns the position
+/// they are all at.
 pub async fn rebuild(store: &Store) -> anyhow::Result<u64> {
     let head = store.head_position().await?;
     let bar = progress_bar(head, "rebuilding");
-    let position = store.rebuild_projections(&|p| bar.set_position(p)).await?;
+    let rebuilt = store
+        .rebuild_projections_timed(&|p| bar.set_position(p))
+        .await?;
     bar.finish_and_clear();
-    Ok(position)
+    for (projection, model) in &rebuilt {
+        let times = model.times;
+        println!(
+            "{projection:<9} at {:>10} in {:>6.1} s: reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap), indexes {:.1} s",
+            model.checkpoint,
+            times.total.as_secs_f64(),
+            times.read.as_secs_f64(),
+            times.fold.as_secs_f64(),
+            times.write.as_secs_f64(),
+            times.index.as_secs_f64()
+        );
+    }
+    Ok(rebuilt
+        .iter()
+        .map(|(_, model)| model.checkpoint)
+        .min()
+        .unwrap_or(0))
 }
 
 /// A payout batch for people.

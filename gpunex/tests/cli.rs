@@ -147,6 +147,24 @@ async fn migrate_and_tail_the_log(db: &TestDb) {
         "{}",
         stdout(&status)
     );
+    // A rebuild says, model by model, where it got to and where its time went.
+    let rebuilt = gpunex(db, &["projections", "rebuild"]);
+    let text = stdout(&rebuilt);
+    assert_eq!(rebuilt.status.code(), Some(0), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let models = [
+        "ledger", "earnings", "rentals", "payouts", "presence", "prices",
+    ];
+    assert_eq!(lines.len(), models.len() + 1, "{text}");
+    for (line, model) in lines.iter().zip(models) {
+        assert!(line.starts_with(model), "{text}");
+        assert!(line.contains(" at         30 in "), "{text}");
+        assert!(line.contains(", decoding and folding "), "{text}");
+    }
+    assert!(
+        lines[models.len()].ends_with("swapped in at position 30"),
+        "{text}"
+    );
 }
 
 fn free_port() -> u16 {
@@ -788,6 +806,21 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
             model["bare_read_events_per_second"].as_u64().unwrap() > 0,
             "{model}"
         );
+        // Where the time went: every model reads, decodes and writes pages; each step's time
+        // is part of the whole (the steps overlap one another, a step never overlaps itself).
+        let seconds = model["seconds"].as_f64().unwrap();
+        for step in ["read_seconds", "fold_seconds", "write_seconds"] {
+            let step = model[step].as_f64().unwrap();
+            assert!(step > 0.0 && step <= seconds, "{model}");
+        }
+        let index = model["index_seconds"].as_f64().unwrap();
+        // The ledger and the earnings lines build their indexes after the rows; the others
+        // keep theirs up row by row.
+        if ["ledger", "earnings"].contains(&model["projection"].as_str().unwrap()) {
+            assert!(index > 0.0 && index <= seconds, "{model}");
+        } else {
+            assert_eq!(index, 0.0, "{model}");
+        }
     }
     let endpoints = report["endpoints"].as_array().unwrap();
     assert_eq!(endpoints.len(), 6, "{report}");

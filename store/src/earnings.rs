@@ -22,9 +22,10 @@ use gpunex_projections::earnings_lines::{
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::pages::{PageFold, fold_pages};
+use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{Binds, MOVE_CHECKPOINT, placeholders, values};
-use crate::{Backend, RecordedEvent, Store, StoreError, to_i64, to_u64};
+use crate::timing::{CatchUpTimes, timed};
+use crate::{Backend, Rebuilt, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
 /// 4,500 per statement, under SQLite's 32,766).
@@ -435,12 +436,12 @@ impl Store {
     /// when there is nothing left. Another process doing the same is harmless: each batch moves
     /// the checkpoint only from where it started (`CheckpointMoved` for the loser).
     pub async fn catch_up_earnings(&self) -> Result<RunReport, StoreError> {
-        self.fold_earnings_pages(Writes::Live).await
+        Ok(self.fold_earnings_pages(Writes::Live).await?.report)
     }
 
     /// [`Store::catch_up_earnings`]: while one page is committed, the next is folded and the
     /// one after it read ([`crate::pages`]).
-    async fn fold_earnings_pages(&self, writes: Writes) -> Result<RunReport, StoreError> {
+    async fn fold_earnings_pages(&self, writes: Writes) -> Result<Folded, StoreError> {
         let pages = EarningsPages {
             store: self,
             writes,
@@ -576,8 +577,12 @@ impl Store {
     }
 
     /// Empties the earnings projection and sets its checkpoint to 0 in one transaction, then
-    /// folds the log again. Returns the checkpoint reached.
-    pub async fn rebuild_earnings(&self) -> Result<u64, StoreError> {
+    /// folds the log again.
+    pub async fn rebuild_earnings(&self) -> Result<Rebuilt, StoreError> {
+        Rebuilt::timed(self.refold_earnings()).await
+    }
+
+    async fn refold_earnings(&self) -> Result<(u64, CatchUpTimes), StoreError> {
         self.empty_projection(EARNINGS, &EARNINGS_TABLES).await?;
         // The lines' secondary indexes are built once after the refold rather than kept up
         // row by row: the same indexes as the migration, under the same names.
@@ -590,20 +595,26 @@ impl Store {
         });
         let _folding = self.inner.earnings_fold.lock().await;
         let folded = self.fold_earnings_pages(Writes::Bulk).await;
-        in_transaction!(self, |tx| {
-            for (name, columns) in LINE_INDEXES {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "CREATE INDEX IF NOT EXISTS {name} ON earnings_lines ({columns})"
-                )))
-                .execute(&mut *tx)
-                .await?;
-            }
-        });
-        let checkpoint = folded?.checkpoint;
+        let (indexed, index) = timed(async {
+            in_transaction!(self, |tx| {
+                for (name, columns) in LINE_INDEXES {
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "CREATE INDEX IF NOT EXISTS {name} ON earnings_lines ({columns})"
+                    )))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            });
+            Ok::<_, StoreError>(())
+        })
+        .await;
+        indexed?;
+        let Folded { report, mut times } = folded?;
+        times.index = index;
         // The live runner may fold again while the tables are vacuumed.
         drop(_folding);
         self.settle_tables(&EARNINGS_TABLES).await?;
-        Ok(checkpoint)
+        Ok((report.checkpoint, times))
     }
 
     /// The rentals with these ids that the projection holds.

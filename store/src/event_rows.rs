@@ -8,9 +8,9 @@ use std::marker::PhantomData;
 
 use gpunex_projections::{ProjectedEvent, RunReport};
 
-use crate::pages::{PageFold, fold_pages};
+use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{Bound, MOVE_CHECKPOINT, values};
-use crate::{RecordedEvent, Store, StoreError, to_i64};
+use crate::{Rebuilt, RecordedEvent, Store, StoreError, to_i64};
 
 /// Most parameters in one multi-row insert (SQLite's default limit is 32,766).
 const PARAMETERS_PER_STATEMENT: usize = 2_000;
@@ -133,6 +133,10 @@ impl Store {
     /// returns when there is nothing left. Another process doing the same is harmless: a page
     /// moves the checkpoint only from where it started (`CheckpointMoved` for the loser).
     pub(crate) async fn catch_up_rows<P: EventRows>(&self) -> Result<RunReport, StoreError> {
+        Ok(self.fold_rows::<P>().await?.report)
+    }
+
+    async fn fold_rows<P: EventRows>(&self) -> Result<Folded, StoreError> {
         let checkpoint = self.consumer_checkpoint(P::NAME).await?;
         fold_pages(checkpoint, &RowPages::<P>(self, PhantomData)).await
     }
@@ -154,13 +158,16 @@ impl Store {
     }
 
     /// Empties projection `P` and sets its checkpoint to 0 in one transaction, then folds the
-    /// log again. Returns the checkpoint reached.
-    pub(crate) async fn rebuild_rows<P: EventRows>(&self) -> Result<u64, StoreError> {
-        let folding = P::lock(self).lock().await;
-        self.empty_projection(P::NAME, &[P::TABLE]).await?;
-        let checkpoint = self.catch_up_rows::<P>().await?.checkpoint;
-        drop(folding);
-        self.settle_tables(&[P::TABLE]).await?;
-        Ok(checkpoint)
+    /// log again.
+    pub(crate) async fn rebuild_rows<P: EventRows>(&self) -> Result<Rebuilt, StoreError> {
+        Rebuilt::timed(async {
+            let folding = P::lock(self).lock().await;
+            self.empty_projection(P::NAME, &[P::TABLE]).await?;
+            let folded = self.fold_rows::<P>().await?;
+            drop(folding);
+            self.settle_tables(&[P::TABLE]).await?;
+            Ok((folded.report.checkpoint, folded.times))
+        })
+        .await
     }
 }

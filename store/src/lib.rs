@@ -197,6 +197,7 @@ mod sqlite_scan;
 pub mod stats;
 mod store;
 mod subscription;
+mod timing;
 mod writer;
 
 use gpunex_domain::codes::ErrorCode;
@@ -210,8 +211,9 @@ pub use envelope::{
     APPEND_EVENTS_MAX, APPEND_STREAMS_MAX, ExpectedVersion, InvalidAppend, Metadata, NewEvent,
     StreamAppend,
 };
-pub use store::{Backend, ProjectionStatus, Store, StoreOptions, StreamTip};
+pub use store::{Backend, ProjectionStatus, Rebuilt, Store, StoreOptions, StreamTip};
 pub use subscription::Subscription;
+pub use timing::CatchUpTimes;
 
 /// Rows read per query when scanning the log.
 pub const READ_BATCH_EVENTS_MAX: usize = 10_000;

@@ -11,8 +11,11 @@
 //! written from a stale fold.
 
 use std::future::Future;
+use std::time::Instant;
 
 use gpunex_projections::RunReport;
+
+use crate::timing::{CatchUpTimes, timed};
 
 use crate::{RecordedEvent, Store, StoreError};
 
@@ -48,6 +51,13 @@ pub(crate) trait PageFold: Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+/// What a catch-up folded, and where its time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Folded {
+    pub report: RunReport,
+    pub times: CatchUpTimes,
+}
+
 /// A page folded and not committed yet.
 struct Pending<B> {
     events: u64,
@@ -60,13 +70,17 @@ struct Pending<B> {
 pub(crate) async fn fold_pages<P: PageFold>(
     checkpoint: u64,
     pages: &P,
-) -> Result<RunReport, StoreError> {
+) -> Result<Folded, StoreError> {
+    let started = Instant::now();
+    let mut times = CatchUpTimes::default();
     let mut report = RunReport {
         checkpoint,
         ..RunReport::default()
     };
     let mut pending: Option<Pending<P::Batch>> = None;
-    let mut events = pages.read(checkpoint).await?;
+    let (events, read) = timed(pages.read(checkpoint)).await;
+    times.read += read;
+    let mut events = events?;
     while let Some(last) = events.last().map(|e| e.position) {
         let carried = pending
             .as_ref()
@@ -74,8 +88,8 @@ pub(crate) async fn fold_pages<P: PageFold>(
         let from = report.checkpoint;
         // In this order: the commit and the read start on their threads before the fold, whose
         // decoding runs here and now, on this task's thread.
-        let (committed, next, folded) = tokio::join!(
-            async {
+        let ((committed, write), (next, read), (folded, fold)) = tokio::join!(
+            timed(async {
                 match pending.take() {
                     Some(page) => {
                         let done = (page.events, page.to);
@@ -86,10 +100,13 @@ pub(crate) async fn fold_pages<P: PageFold>(
                     }
                     None => Ok(None),
                 }
-            },
-            pages.read(last),
-            pages.fold(&events, &carried)
+            }),
+            timed(pages.read(last)),
+            timed(pages.fold(&events, &carried))
         );
+        times.write += write;
+        times.read += read;
+        times.fold += fold;
         if let Some((count, to)) = committed? {
             committed_page(&mut report, count, to);
         }
@@ -101,10 +118,13 @@ pub(crate) async fn fold_pages<P: PageFold>(
         events = next?;
     }
     if let Some(page) = pending {
-        pages.commit(page.batch, report.checkpoint, page.to).await?;
+        let (committed, write) = timed(pages.commit(page.batch, report.checkpoint, page.to)).await;
+        times.write += write;
+        committed?;
         committed_page(&mut report, page.events, page.to);
     }
-    Ok(report)
+    times.total = started.elapsed();
+    Ok(Folded { report, times })
 }
 
 fn committed_page(report: &mut RunReport, events: u64, to: u64) {

@@ -19,8 +19,10 @@ use gpunex_projections::payouts::{PayoutRecord, PayoutStatus};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
+use crate::pages::Folded;
 use crate::sql::{MOVE_CHECKPOINT, placeholders, values};
-use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, Store, StoreError, to_i64, to_u64};
+use crate::timing::{CatchUpTimes, timed};
+use crate::{READ_BATCH_EVENTS_MAX, Rebuilt, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row upsert (8 parameters a row).
 const ROWS_PER_STATEMENT: usize = 500;
@@ -93,33 +95,49 @@ impl Store {
     /// when there is nothing left. Another process doing the same is harmless: a batch moves
     /// the checkpoint only from where it started (`CheckpointMoved` for the loser).
     pub async fn catch_up_payouts(&self) -> Result<RunReport, StoreError> {
+        Ok(self.fold_payouts().await?.report)
+    }
+
+    /// [`Store::catch_up_payouts`], page after page (payout events are few: nothing is
+    /// pipelined), saying where the time went.
+    async fn fold_payouts(&self) -> Result<Folded, StoreError> {
+        let started = std::time::Instant::now();
+        let mut times = CatchUpTimes::default();
         let mut report = RunReport {
             checkpoint: self.payouts_checkpoint().await?,
             ..RunReport::default()
         };
         loop {
-            let events = self
-                .read_all(report.checkpoint, READ_BATCH_EVENTS_MAX)
-                .await?;
+            let (events, read) =
+                timed(self.read_all(report.checkpoint, READ_BATCH_EVENTS_MAX)).await;
+            times.read += read;
+            let events = events?;
             let Some(to) = events.last().map(|e| e.position) else {
-                return Ok(report);
+                times.total = started.elapsed();
+                return Ok(Folded { report, times });
             };
-            let projected = events
-                .iter()
-                .filter(|e| is_payout_event(e))
-                .map(RecordedEvent::to_projected)
-                .collect::<Result<Vec<_>, _>>()?;
-            let changed = if projected.is_empty() {
-                Changed::default()
-            } else {
+            let (changed, fold) = timed(async {
+                let projected = events
+                    .iter()
+                    .filter(|e| is_payout_event(e))
+                    .map(RecordedEvent::to_projected)
+                    .collect::<Result<Vec<_>, _>>()?;
+                if projected.is_empty() {
+                    return Ok(Changed::default());
+                }
                 let needed = needs(&projected);
                 let before = Before {
                     payouts: self.payout_rows(&needed.payouts).await?,
                     batches: self.batch_rows(&needed.batches, &needed.dates).await?,
                 };
-                fold_batch(&projected, &before)?
-            };
-            self.commit_payouts(&changed, report.checkpoint, to).await?;
+                Ok::<_, StoreError>(fold_batch(&projected, &before)?)
+            })
+            .await;
+            times.fold += fold;
+            let (committed, write) =
+                timed(self.commit_payouts(&changed?, report.checkpoint, to)).await;
+            times.write += write;
+            committed?;
             report.events += events.len() as u64;
             report.batches += 1;
             report.checkpoint = to;
@@ -217,16 +235,19 @@ impl Store {
     }
 
     /// Empties the payouts projection and sets its checkpoint to 0 in one transaction, then
-    /// folds the log again. Returns the checkpoint reached.
-    pub async fn rebuild_payouts(&self) -> Result<u64, StoreError> {
-        let _folding = self.inner.payouts_fold.lock().await;
-        self.empty_projection(PAYOUTS, &["payouts", "payout_batches"])
-            .await?;
-        let checkpoint = self.catch_up_payouts().await?.checkpoint;
-        // The live runner may fold again while the tables are vacuumed.
-        drop(_folding);
-        self.settle_tables(&["payouts", "payout_batches"]).await?;
-        Ok(checkpoint)
+    /// folds the log again.
+    pub async fn rebuild_payouts(&self) -> Result<Rebuilt, StoreError> {
+        Rebuilt::timed(async {
+            let folding = self.inner.payouts_fold.lock().await;
+            self.empty_projection(PAYOUTS, &["payouts", "payout_batches"])
+                .await?;
+            let folded = self.fold_payouts().await?;
+            // The live runner may fold again while the tables are vacuumed.
+            drop(folding);
+            self.settle_tables(&["payouts", "payout_batches"]).await?;
+            Ok((folded.report.checkpoint, folded.times))
+        })
+        .await
     }
 
     /// The stored payouts with these ids, with their scheduling positions.

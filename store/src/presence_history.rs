@@ -75,8 +75,8 @@ impl Store {
         self.run_rows::<PresenceRows>().await
     }
 
-    /// Empties the presence projection and folds the log again; returns the checkpoint reached.
-    pub async fn rebuild_presence(&self) -> Result<u64, StoreError> {
+    /// Empties the presence projection and folds the log again.
+    pub async fn rebuild_presence(&self) -> Result<crate::Rebuilt, StoreError> {
         self.rebuild_rows::<PresenceRows>().await
     }
 

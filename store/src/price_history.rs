@@ -127,8 +127,8 @@ impl Store {
         self.run_rows::<PriceRows>().await
     }
 
-    /// Empties the price history and folds the log again; returns the checkpoint reached.
-    pub async fn rebuild_prices(&self) -> Result<u64, StoreError> {
+    /// Empties the price history and folds the log again.
+    pub async fn rebuild_prices(&self) -> Result<crate::Rebuilt, StoreError> {
         self.rebuild_rows::<PriceRows>().await
     }
 

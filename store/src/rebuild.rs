@@ -13,6 +13,7 @@ use std::future::Future;
 use gpunex_projections::ledger::LedgerBatch;
 use uuid::Uuid;
 
+use crate::timing::{CatchUpTimes, timed};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError};
 
 /// Table names of one generation of the ledger read model.
@@ -124,27 +125,49 @@ pub(crate) trait RebuildBackend: Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+/// A page read and folded, with the time each step took.
+async fn read_and_fold<B: RebuildBackend>(
+    backend: &B,
+    after: u64,
+    times: &mut CatchUpTimes,
+) -> Result<Option<(u64, LedgerBatch)>, StoreError> {
+    let (events, read) = timed(backend.read_events(after)).await;
+    times.read += read;
+    let (page, fold) = timed(async { fold_page(&events?) }).await;
+    times.fold += fold;
+    page
+}
+
 /// Rebuilds the ledger read model from position 0 and swaps it in; returns the checkpoint it
-/// set. `progress` hears each position folded.
+/// set and where the time went (`total` is left to the caller). `progress` hears each position
+/// folded.
 pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
     backend: &B,
     run_id: Uuid,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<u64, StoreError> {
+) -> Result<(u64, CatchUpTimes), StoreError> {
+    let mut times = CatchUpTimes::default();
     backend.start(run_id).await?;
     // While one page is written, the next is read and folded.
     let mut position = 0;
-    let mut page = fold_page(&backend.read_events(0).await?)?;
+    let mut page = read_and_fold(backend, 0, &mut times).await?;
     while let Some((last, batch)) = page {
-        let (written, next) = tokio::join!(backend.write(run_id, last, batch), async {
-            fold_page(&backend.read_events(last).await?)
-        });
+        let mut next_times = CatchUpTimes::default();
+        let ((written, write), next) = tokio::join!(
+            timed(backend.write(run_id, last, batch)),
+            read_and_fold(backend, last, &mut next_times)
+        );
+        times.write += write;
+        times.read += next_times.read;
+        times.fold += next_times.fold;
         written?;
         page = next?;
         position = last;
         progress(position);
     }
-    backend.index(run_id, position).await?;
+    let (indexed, index) = timed(backend.index(run_id, position)).await;
+    times.index = index;
+    indexed?;
     let (mut swap, until) = backend.begin_swap(run_id, position).await?;
     while until.is_none_or(|head| position < head) {
         let limit = until.map_or(READ_BATCH_EVENTS_MAX, |head| {
@@ -161,5 +184,5 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
     }
     backend.finish_swap(swap, run_id, position).await?;
     progress(position);
-    Ok(position)
+    Ok((position, times))
 }

@@ -15,9 +15,9 @@ use gpunex_projections::rentals::{RENTALS, Replay, fold_batch, needs};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::pages::{PageFold, fold_pages};
+use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{MOVE_CHECKPOINT, placeholders, values};
-use crate::{RecordedEvent, Store, StoreError, to_i64};
+use crate::{Rebuilt, RecordedEvent, Store, StoreError, to_i64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row upsert (7 parameters a row).
 const ROWS_PER_STATEMENT: usize = 500;
@@ -93,6 +93,10 @@ impl Store {
     /// when there is nothing left. Another process doing the same is harmless: a batch moves
     /// the checkpoint only from where it started (`CheckpointMoved` for the loser).
     pub async fn catch_up_rentals(&self) -> Result<RunReport, StoreError> {
+        Ok(self.fold_rentals().await?.report)
+    }
+
+    async fn fold_rentals(&self) -> Result<Folded, StoreError> {
         fold_pages(self.rentals_checkpoint().await?, &RentalsPages(self)).await
     }
 
@@ -169,15 +173,18 @@ impl Store {
     }
 
     /// Empties the rentals projection and sets its checkpoint to 0 in one transaction, then
-    /// folds the log again. Returns the checkpoint reached.
-    pub async fn rebuild_rentals(&self) -> Result<u64, StoreError> {
-        let _folding = self.inner.rentals_fold.lock().await;
-        self.empty_projection(RENTALS, &["rentals"]).await?;
-        let checkpoint = self.catch_up_rentals().await?.checkpoint;
-        // The live runner may fold again while the tables are vacuumed.
-        drop(_folding);
-        self.settle_tables(&["rentals"]).await?;
-        Ok(checkpoint)
+    /// folds the log again.
+    pub async fn rebuild_rentals(&self) -> Result<Rebuilt, StoreError> {
+        Rebuilt::timed(async {
+            let folding = self.inner.rentals_fold.lock().await;
+            self.empty_projection(RENTALS, &["rentals"]).await?;
+            let folded = self.fold_rentals().await?;
+            // The live runner may fold again while the tables are vacuumed.
+            drop(folding);
+            self.settle_tables(&["rentals"]).await?;
+            Ok((folded.report.checkpoint, folded.times))
+        })
+        .await
     }
 
     /// The stored rentals with these ids (absent ids are not in the map).

@@ -439,30 +439,67 @@ impl Store {
         &self,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<u64, StoreError> {
-        let ledger = self.rebuild_ledger(progress).await?;
-        let earnings = self.rebuild_earnings().await?;
-        let rentals = self.rebuild_rentals().await?;
-        let payouts = self.rebuild_payouts().await?;
-        let presence = self.rebuild_presence().await?;
-        let prices = self.rebuild_prices().await?;
-        Ok(ledger
-            .min(earnings)
-            .min(rentals)
-            .min(payouts)
-            .min(presence)
-            .min(prices))
+        let rebuilt = self.rebuild_projections_timed(progress).await?;
+        Ok(rebuilt
+            .iter()
+            .map(|(_, rebuilt)| rebuilt.checkpoint)
+            .min()
+            .unwrap_or(0))
     }
 
-    /// Rebuilds the ledger projection alone (see `rebuild_projections`); returns its checkpoint.
-    pub async fn rebuild_ledger(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<u64, StoreError> {
-        let run_id = uuid::Uuid::now_v7();
-        let checkpoint = match &self.inner.db {
-            Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
-            Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
+    /// [`Store::rebuild_projections`], saying for each stored model (by name, in
+    /// [`gpunex_projections::PROJECTIONS`] order) where it got to and where its time went.
+    pub async fn rebuild_projections_timed(
+        &self,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<Vec<(&'static str, Rebuilt)>, StoreError> {
+        let mut rebuilt = Vec::new();
+        for &projection in gpunex_projections::PROJECTIONS {
+            rebuilt.push((projection, self.rebuild(projection, progress).await?));
+        }
+        Ok(rebuilt)
+    }
+
+    /// Rebuilds the stored model `projection` (one of [`gpunex_projections::PROJECTIONS`])
+    /// alone; `progress` hears the ledger's positions.
+    pub async fn rebuild(
+        &self,
+        projection: &str,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<Rebuilt, StoreError> {
+        use gpunex_projections::{
+            earnings_lines::EARNINGS, ledger::LEDGER, payout_history::PAYOUTS,
+            presence_history::PRESENCE, price_history::PRICES, rentals::RENTALS,
         };
-        self.settle_tables(&["ledger_entries", "ledger_balances"])
-            .await?;
-        Ok(checkpoint)
+        match projection {
+            LEDGER => self.rebuild_ledger(progress).await,
+            EARNINGS => self.rebuild_earnings().await,
+            RENTALS => self.rebuild_rentals().await,
+            PAYOUTS => self.rebuild_payouts().await,
+            PRESENCE => self.rebuild_presence().await,
+            PRICES => self.rebuild_prices().await,
+            other => Err(StoreError::Direct(format!(
+                "no stored projection is called {other}"
+            ))),
+        }
+    }
+
+    /// Rebuilds the ledger projection alone (see `rebuild_projections`).
+    pub async fn rebuild_ledger(
+        &self,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<Rebuilt, StoreError> {
+        Rebuilt::timed(async {
+            let run_id = uuid::Uuid::now_v7();
+            let rebuilt = match &self.inner.db {
+                Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
+                Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
+            };
+            self.settle_tables(&["ledger_entries", "ledger_balances"])
+                .await?;
+            Ok(rebuilt)
+        })
+        .await
     }
 
     /// After a bulk write of `tables` (a rebuild, a copy): on PostgreSQL, `VACUUM (ANALYZE)`
@@ -612,5 +649,27 @@ async fn listen(pool: sqlx::PgPool, store: Weak<Inner>) {
                 }
             }
         }
+    }
+}
+
+/// A stored model rebuilt from position 0: the checkpoint it reached, and where the time went
+/// (`times.total` is the whole rebuild, swap and vacuum included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rebuilt {
+    pub checkpoint: u64,
+    pub times: crate::CatchUpTimes,
+}
+
+impl Rebuilt {
+    /// Runs a rebuild that says its checkpoint and phases, and times the whole of it.
+    pub(crate) async fn timed(
+        rebuild: impl std::future::Future<Output = Result<(u64, crate::CatchUpTimes), StoreError>>,
+    ) -> Result<Rebuilt, StoreError> {
+        let ((checkpoint, mut times), total) = match crate::timing::timed(rebuild).await {
+            (Ok(rebuilt), total) => (rebuilt, total),
+            (Err(error), _) => return Err(error),
+        };
+        times.total = total;
+        Ok(Rebuilt { checkpoint, times })
     }
 }

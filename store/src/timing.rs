@@ -1,0 +1,31 @@
+//! Where a catch-up's time goes: a leaf module, so that the rebuild, the page runner and the
+//! store's rebuild entry points share it without importing one another.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Where a catch-up's time went, for the operator who rebuilds and for `bench scale`. Where pages
+/// are pipelined (one is written while the next is folded and the one after it read: every
+/// model but the payouts), `read`, `fold` and `write` overlap and may add up to more than
+/// `total`; each alone is part of it. `index` is the index build after the writes (zero where a
+/// model keeps its indexes up row by row).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CatchUpTimes {
+    /// The whole catch-up; for a rebuild, from emptying the tables to the swap and the vacuum.
+    pub total: Duration,
+    /// Reading pages of the log.
+    pub read: Duration,
+    /// Decoding the events and folding them into rows.
+    pub fold: Duration,
+    /// Writing the rows and moving the checkpoint.
+    pub write: Duration,
+    /// Building indexes over the written rows.
+    pub index: Duration,
+}
+
+/// How long `step` takes, beside what it gives.
+pub(crate) async fn timed<T>(step: impl Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    let value = step.await;
+    (value, started.elapsed())
+}
