@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 /// Where a catch-up's time went, for the operator who rebuilds and for `bench scale`. Where pages
 /// are pipelined (one is written while the next is folded and the one after it read: every
 /// model but the payouts), `read`, `fold` and `write` overlap and may add up to more than
-/// `total`; each alone is part of it. `index` is the index build after the writes (zero where a
-/// model keeps its indexes up row by row).
+/// `total`; each alone is part of it. A step driven from the catch-up's own task (a commit
+/// through sqlx sends each statement from it, a read takes its rows through it) also counts the
+/// time it waited there while a page was decoded. `index` is the index build after the writes
+/// (zero where a model keeps its indexes up row by row).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CatchUpTimes {
     /// The whole catch-up; for a rebuild, from emptying the tables to the swap and the vacuum.
