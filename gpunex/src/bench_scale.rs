@@ -459,6 +459,8 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             "/v1/providers/{provider_id}/earnings/statement.csv?from={yesterday}&to={yesterday}"
         ),
         format!("/v1/providers/{provider_id}/payouts"),
+        // The provider's ledger statement, first page (its postings rows, then its entries).
+        format!("/v1/ledger/accounts/provider_payable:{provider_id}/lines"),
     ];
     // The provider's prices (read from the stored price history), which finance may not read:
     // measured with the admin token, and not part of the load below.

@@ -12,7 +12,7 @@ use crate::{FoldError, ProjectedEvent};
 
 pub const LEDGER: &str = "ledger";
 
-/// One posting of one journal entry, as stored in `ledger_entries`.
+/// One posting of one journal entry, as `ledger_journal` stores it (one row per entry, ADR 0012).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerLine {
     pub position: u64,

@@ -15,6 +15,7 @@ use gpunex_projections::ledger::{self, AccountTotals, LedgerLine};
 use serde::Serialize;
 
 use crate::envelope::{ChainedFields, GENESIS_HASH, chain_hash};
+use crate::journal::PostingsDigest;
 use crate::plan::Head;
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError};
 
@@ -68,6 +69,15 @@ pub enum AuditFinding {
         account: String,
         stored: Option<String>,
         replayed: Option<String>,
+    },
+    /// An account's postings rows (where its statement finds its entries) do not list the
+    /// positions the replay posts to it up to the checkpoint: `stored_entries` and
+    /// `replayed_entries` count them, `reason` says what differs.
+    PostingsMismatch {
+        account: String,
+        stored_entries: u64,
+        replayed_entries: u64,
+        reason: String,
     },
     Unbalanced {
         source: String,
@@ -146,6 +156,7 @@ impl AuditFinding {
             AuditFinding::HeadMismatch { log_position, .. } => Some(*log_position),
             AuditFinding::CheckpointAhead { .. }
             | AuditFinding::BalanceMismatch { .. }
+            | AuditFinding::PostingsMismatch { .. }
             | AuditFinding::EarningsCursorMismatch { .. }
             | AuditFinding::EarningsHourMismatch { .. }
             | AuditFinding::RentalMismatch { .. }
@@ -230,6 +241,15 @@ impl fmt::Display for AuditFinding {
                 "account {account}: stored {}, replayed {}",
                 stored.as_deref().unwrap_or("(missing)"),
                 replayed.as_deref().unwrap_or("(missing)")
+            ),
+            AuditFinding::PostingsMismatch {
+                account,
+                stored_entries,
+                replayed_entries,
+                reason,
+            } => write!(
+                f,
+                "account {account} postings: {stored_entries} entries stored, {replayed_entries} replayed ({reason})"
             ),
             AuditFinding::Unbalanced {
                 source,
@@ -409,6 +429,13 @@ pub(crate) trait AuditSource {
     fn balances(
         &mut self,
     ) -> impl Future<Output = Result<BTreeMap<Account, AccountTotals>, StoreError>> + Send;
+    /// Up to `limit` postings rows after `after` (account, last position), in that order:
+    /// each row's account, last position and stored positions.
+    fn postings(
+        &mut self,
+        after: (String, u64),
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(String, u64, Vec<u8>)>, StoreError>> + Send;
 }
 
 pub(crate) struct Findings {
@@ -440,6 +467,7 @@ pub(crate) async fn run<S: AuditSource>(
             stream_versions: HashMap::new(),
         },
         totals: BTreeMap::new(),
+        postings: BTreeMap::new(),
         findings: Findings {
             kept: Vec::new(),
             omitted: 0,
@@ -479,6 +507,7 @@ pub(crate) async fn run<S: AuditSource>(
     let Replay {
         chain,
         totals: replayed_totals,
+        postings: replayed_postings,
         mut findings,
         events_checked,
         lines_checked,
@@ -496,6 +525,8 @@ pub(crate) async fn run<S: AuditSource>(
     // Lines stored past the checkpoint would be rows without a committed checkpoint.
     let stray = source.lines(checkpoint, u64::MAX >> 1).await?;
     compare_lines(&stray, &[], &mut findings);
+    let stored_postings = stored_postings(&mut source, checkpoint, &mut findings).await?;
+    compare_postings(&stored_postings, &replayed_postings, &mut findings);
     let stored_totals = source.balances().await?;
     compare_balances(&stored_totals, &replayed_totals, &mut findings);
     let (debits, credits) = ledger::trial_balance(&replayed_totals);
@@ -559,6 +590,8 @@ struct Replay {
     checkpoint: u64,
     chain: ChainWalk,
     totals: BTreeMap<Account, AccountTotals>,
+    /// Per account: the last position posted to it, and the digest of its positions.
+    postings: BTreeMap<Account, (u64, PostingsDigest)>,
     findings: Findings,
     events_checked: u64,
     lines_checked: u64,
@@ -599,6 +632,13 @@ impl Replay {
         };
         self.lines_checked += stored_lines.len().max(replayed.lines.len()) as u64;
         compare_lines(stored_lines, &replayed.lines, &mut self.findings);
+        for line in &replayed.lines {
+            let (last, digest) = self.postings.entry(line.account).or_default();
+            if *last != line.position {
+                *last = line.position;
+                digest.add(line.position);
+            }
+        }
         if let Err(error) = ledger::merge_totals(&mut self.totals, &replayed.deltas) {
             self.findings.push(AuditFinding::ProjectionFailed {
                 position: error.position(),
@@ -660,6 +700,78 @@ impl ChainWalk {
         // Continue from the stored hash, so one edited row is reported once, not at every row after it.
         self.previous_hash = event.hash;
         self.expected_position = event.position + 1;
+    }
+}
+
+/// Postings rows read per page by the audit.
+const POSTINGS_PAGE: usize = 1_000;
+
+/// Reads every stored postings row and digests each account's positions up to `checkpoint`,
+/// reporting rows whose positions overlap the account's earlier rows or pass the checkpoint.
+async fn stored_postings<S: AuditSource>(
+    source: &mut S,
+    checkpoint: u64,
+    findings: &mut Findings,
+) -> Result<BTreeMap<String, (u64, PostingsDigest)>, StoreError> {
+    let mut stored: BTreeMap<String, (u64, PostingsDigest)> = BTreeMap::new();
+    let mut after = (String::new(), 0);
+    loop {
+        let rows = source.postings(after.clone(), POSTINGS_PAGE).await?;
+        let full = rows.len() == POSTINGS_PAGE;
+        for (account, last_position, bytes) in rows {
+            let positions = crate::journal::decode_positions(last_position, &bytes)?;
+            let (last, digest) = stored.entry(account.clone()).or_default();
+            let mut problem = None;
+            for position in positions {
+                if position <= *last {
+                    problem = Some(format!("position {position} listed twice or out of order"));
+                } else if position > checkpoint {
+                    problem = Some(format!(
+                        "position {position} past the checkpoint {checkpoint}"
+                    ));
+                } else {
+                    digest.add(position);
+                }
+                *last = (*last).max(position);
+            }
+            if let Some(reason) = problem {
+                findings.push(AuditFinding::PostingsMismatch {
+                    account: account.clone(),
+                    stored_entries: digest.entries(),
+                    replayed_entries: 0,
+                    reason,
+                });
+            }
+            after = (account, last_position);
+        }
+        if !full {
+            return Ok(stored);
+        }
+    }
+}
+
+fn compare_postings(
+    stored: &BTreeMap<String, (u64, PostingsDigest)>,
+    replayed: &BTreeMap<Account, (u64, PostingsDigest)>,
+    findings: &mut Findings,
+) {
+    let replayed: BTreeMap<String, PostingsDigest> = replayed
+        .iter()
+        .map(|(account, (_, digest))| (account.to_string(), *digest))
+        .collect();
+    let accounts: std::collections::BTreeSet<&String> =
+        stored.keys().chain(replayed.keys()).collect();
+    for account in accounts {
+        let stored = stored.get(account).map(|(_, d)| *d).unwrap_or_default();
+        let replayed = replayed.get(account).copied().unwrap_or_default();
+        if stored != replayed {
+            findings.push(AuditFinding::PostingsMismatch {
+                account: account.clone(),
+                stored_entries: stored.entries(),
+                replayed_entries: replayed.entries(),
+                reason: "the positions listed differ from those posted to".to_owned(),
+            });
+        }
     }
 }
 

@@ -83,9 +83,10 @@ impl Ceiling {
         self.next_position.fetch_add(n, Ordering::Relaxed)
     }
 
-    /// `rows` journal-line rows written the way a rebuild writes them (into a table shaped like
-    /// `ledger_entries`, no indexes yet), `batch` rows per transaction, but with every row ready
-    /// beforehand: the database's ceiling for the write half of a replay.
+    /// `rows` journal-line rows written the way a rebuild wrote them before ADR 0012 (one row per
+    /// posting, the shape of the old `ledger_entries`, no indexes), `batch` rows per
+    /// transaction, but with every row ready beforehand: a database's ceiling for row-per-line
+    /// writes, the shape the earnings lines still have.
     pub async fn journal_insert(&self, rows: usize, batch: usize) -> Result<Duration, StoreError> {
         let account = format!("provider_payable:{}", Uuid::now_v7());
         match &self.pool {
@@ -99,9 +100,13 @@ impl Ceiling {
                 .await?;
             }
             Pool::Postgres(pool) => {
-                sqlx::query("CREATE TABLE IF NOT EXISTS bench_lines (LIKE ledger_entries)")
-                    .execute(pool)
-                    .await?;
+                sqlx::query(
+                    "CREATE TABLE IF NOT EXISTS bench_lines (position BIGINT NOT NULL, line_index INTEGER NOT NULL, \
+                     event_id UUID NOT NULL, entry_id UUID NOT NULL, account TEXT NOT NULL, side TEXT NOT NULL, \
+                     amount_micro_usdc BIGINT NOT NULL, recorded_at_us BIGINT NOT NULL)",
+                )
+                .execute(pool)
+                .await?;
             }
         }
         let ids: Vec<Uuid> = (0..batch).map(|_| Uuid::now_v7()).collect();

@@ -177,6 +177,7 @@ mod event_rows;
 pub mod fleet;
 pub mod idempotency;
 pub mod job_logs;
+mod journal;
 mod key_scope;
 mod pages;
 pub mod payouts;

@@ -12,10 +12,11 @@ use sqlx::{Postgres, Row};
 use uuid::Uuid;
 
 use crate::envelope::ValidatedStream;
+use crate::journal::JournalRows;
 use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
-use crate::rebuild::{LedgerTables, RebuildBackend, ledger_index_statements};
-use crate::rows::{self, EVENT_COLUMNS, LINE_COLUMNS, schema_version, side_text};
+use crate::rebuild::{LedgerTables, RebuildBackend};
+use crate::rows::{self, EVENT_COLUMNS, JOURNAL_SELECT, schema_version};
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
@@ -64,16 +65,26 @@ impl PgBackend {
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('gpunex.read_models'))")
             .execute(&mut *tx)
             .await?;
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass('ledger_entries') IS NOT NULL")
+        // A database with the journal layout before ADR 0012 (`ledger_entries`) has those
+        // tables dropped and its ledger checkpoint set back to 0: the live runner refolds it.
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass('ledger_journal') IS NOT NULL")
             .fetch_one(&mut *tx)
             .await?;
         if !exists {
-            create_ledger_table_pair(&mut tx, LedgerTables::LIVE).await?;
-            for statement in ledger_index_statements(LedgerTables::LIVE.entries, "") {
-                sqlx::query(sqlx::AssertSqlSafe(statement))
+            for table in crate::rebuild::OLD_LEDGER_TABLES {
+                sqlx::query(sql!("DROP TABLE IF EXISTS {table}"))
                     .execute(&mut *tx)
                     .await?;
             }
+            sqlx::query("UPDATE projection_checkpoints SET position = 0 WHERE projection = $1")
+                .bind(gpunex_projections::ledger::LEDGER)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM projection_rebuilds WHERE projection = $1")
+                .bind(gpunex_projections::ledger::LEDGER)
+                .execute(&mut *tx)
+                .await?;
+            create_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
         }
         // Every stored projection starts at position 0.
         for projection in gpunex_projections::PROJECTIONS {
@@ -245,30 +256,73 @@ impl PgBackend {
         Ok((to_u64(checkpoint.unwrap_or(0), 0, "checkpoint")?, balances))
     }
 
+    /// Journal lines (optionally of one account) after `after`, at most `limit`, read in one
+    /// snapshot: an account's through its postings rows, then the entries at those positions.
     pub async fn entries(
         &self,
-        account: Option<&str>,
+        account: Option<Account>,
         after: u64,
         limit: usize,
     ) -> Result<Vec<LedgerLine>, StoreError> {
-        // Two statements, not `($1 IS NULL OR account = $1)`: each keeps its own index plan.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await?;
         let rows = match account {
-            Some(account) => sqlx::query(sql!(
-                "SELECT {LINE_COLUMNS} \
-                 FROM ledger_entries WHERE account = $1 AND position > $2 ORDER BY position, line_index LIMIT $3"
-            ))
-            .bind(account),
-            None => sqlx::query(sql!(
-                "SELECT {LINE_COLUMNS} \
-                 FROM ledger_entries WHERE position > $1 ORDER BY position, line_index LIMIT $2"
-            )),
+            Some(account) => {
+                let positions = account_positions(&mut tx, account, after, limit).await?;
+                sqlx::query(sql!(
+                    "{JOURNAL_SELECT} WHERE j.position = ANY($1) ORDER BY j.position"
+                ))
+                .bind(positions.into_iter().map(to_i64).collect::<Vec<_>>())
+                .fetch_all(&mut *tx)
+                .await?
+            }
+            None => {
+                sqlx::query(sql!(
+                    "{JOURNAL_SELECT} WHERE j.position > $1 ORDER BY j.position LIMIT $2"
+                ))
+                .bind(to_i64(after))
+                .bind(to_i64(limit as u64))
+                .fetch_all(&mut *tx)
+                .await?
+            }
+        };
+        tx.commit().await?;
+        let mut lines = Vec::new();
+        for row in &rows {
+            lines.extend(rows::pg::journal_entry(row)?);
         }
-        .bind(to_i64(after))
-        .bind(to_i64(limit as u64))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(rows::pg::line).collect()
+        Ok(crate::journal::statement(lines, account, limit))
     }
+}
+
+/// Up to `limit` positions after `after` of the entries that post to `account`, in order.
+async fn account_positions(
+    conn: &mut PgConnection,
+    account: Account,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<u64>, StoreError> {
+    let account = account.to_string();
+    let mut walk = crate::journal::PositionWalk::new(after, limit);
+    while let Some(from) = walk.next() {
+        let rows = sqlx::query(
+            "SELECT last_position, positions FROM ledger_postings \
+             WHERE account = $1 AND last_position > $2 ORDER BY last_position LIMIT $3",
+        )
+        .bind(&account)
+        .bind(to_i64(from))
+        .bind(to_i64(crate::journal::POSTINGS_ROWS_PER_READ))
+        .fetch_all(&mut *conn)
+        .await?;
+        walk.add(
+            rows.iter()
+                .map(rows::pg::postings)
+                .collect::<Result<_, _>>()?,
+        );
+    }
+    Ok(walk.positions())
 }
 
 impl RebuildBackend for PgBackend {
@@ -288,7 +342,7 @@ impl RebuildBackend for PgBackend {
         .execute(&mut *tx)
         .await?;
         drop_ledger_tables(&mut tx, tables).await?;
-        create_ledger_table_pair(&mut tx, tables).await?;
+        create_ledger_tables(&mut tx, tables).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -306,18 +360,6 @@ impl RebuildBackend for PgBackend {
         let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
         claim_rebuild(&mut tx, run_id, through).await?;
         write_ledger_batch(&mut tx, LedgerTables::REBUILD, &batch).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn index(&self, run_id: Uuid, position: u64) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
-        claim_rebuild(&mut tx, run_id, position).await?;
-        for statement in ledger_index_statements(LedgerTables::REBUILD.entries, "_rebuild") {
-            sqlx::query(sqlx::AssertSqlSafe(statement))
-                .execute(&mut *tx)
-                .await?;
-        }
         tx.commit().await?;
         Ok(())
     }
@@ -366,14 +408,19 @@ impl RebuildBackend for PgBackend {
         position: u64,
     ) -> Result<(), StoreError> {
         drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
-        for statement in [
-            "ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries",
-            "ALTER TABLE ledger_balances_rebuild RENAME TO ledger_balances",
-            "ALTER INDEX ledger_balances_rebuild_pkey RENAME TO ledger_balances_pkey",
-            "ALTER INDEX ledger_entries_by_position_rebuild RENAME TO ledger_entries_by_position",
-            "ALTER INDEX ledger_entries_by_account_rebuild RENAME TO ledger_entries_by_account",
-        ] {
-            sqlx::query(statement).execute(&mut *tx).await?;
+        // Each table's key index is named after the table it was made with: renamed too, so
+        // the next rebuild's tables can take their names.
+        for (rebuilt, live) in LedgerTables::REBUILD
+            .all()
+            .into_iter()
+            .zip(LedgerTables::LIVE.all())
+        {
+            sqlx::query(sql!("ALTER TABLE {rebuilt} RENAME TO {live}"))
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(sql!("ALTER INDEX {rebuilt}_pkey RENAME TO {live}_pkey"))
+                .execute(&mut *tx)
+                .await?;
         }
         sqlx::query("UPDATE projection_checkpoints SET position = $1, updated_at_us = $2 WHERE projection = $3")
             .bind(to_i64(position))
@@ -632,21 +679,55 @@ async fn write_ledger_batch(
     tables: LedgerTables,
     batch: &LedgerBatch,
 ) -> Result<(), StoreError> {
-    if !batch.lines.is_empty() {
-        let lines = &batch.lines;
+    let rows = JournalRows::of(batch)?;
+    if !rows.entries.is_empty() {
+        let entries = &rows.entries;
         sqlx::query(sql!(
-            "INSERT INTO {} (position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us) \
-             SELECT * FROM UNNEST($1::bigint[], $2::int[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])",
-            tables.entries
+            "INSERT INTO {} (position, entry_id, lines) \
+             SELECT * FROM UNNEST($1::bigint[], $2::uuid[], $3::bytea[])",
+            tables.journal
         ))
-        .bind(lines.iter().map(|l| to_i64(l.position)).collect::<Vec<_>>())
-        .bind(lines.iter().map(|l| i32::try_from(l.line_index).unwrap_or(i32::MAX)).collect::<Vec<_>>())
-        .bind(lines.iter().map(|l| l.event_id).collect::<Vec<_>>())
-        .bind(lines.iter().map(|l| l.entry_id).collect::<Vec<_>>())
-        .bind(lines.iter().map(|l| l.account.to_string()).collect::<Vec<_>>())
-        .bind(lines.iter().map(|l| side_text(l.side)).collect::<Vec<_>>())
-        .bind(lines.iter().map(|l| l.amount.micros()).collect::<Vec<_>>())
-        .bind(lines.iter().map(|l| l.recorded_at_us).collect::<Vec<_>>())
+        .bind(
+            entries
+                .iter()
+                .map(|e| to_i64(e.position))
+                .collect::<Vec<_>>(),
+        )
+        .bind(entries.iter().map(|e| e.entry_id).collect::<Vec<_>>())
+        .bind(
+            entries
+                .iter()
+                .map(|e| e.lines.as_slice())
+                .collect::<Vec<_>>(),
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    if !rows.postings.is_empty() {
+        let postings = &rows.postings;
+        sqlx::query(sql!(
+            "INSERT INTO {} (account, last_position, positions) \
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bytea[])",
+            tables.postings
+        ))
+        .bind(
+            postings
+                .iter()
+                .map(|p| p.account.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            postings
+                .iter()
+                .map(|p| to_i64(p.last_position))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            postings
+                .iter()
+                .map(|p| p.positions.as_slice())
+                .collect::<Vec<_>>(),
+        )
         .execute(&mut *conn)
         .await?;
     }
@@ -686,22 +767,29 @@ async fn write_ledger_batch(
     Ok(())
 }
 
-async fn create_ledger_table_pair(
+/// The ledger tables of one generation with their keys (see `crate::journal`).
+async fn create_ledger_tables(
     conn: &mut PgConnection,
     tables: LedgerTables,
 ) -> Result<(), StoreError> {
     sqlx::query(sql!(
-        "CREATE TABLE {entries} (
-            position           BIGINT  NOT NULL,
-            line_index         INTEGER NOT NULL,
-            event_id           UUID    NOT NULL,
-            entry_id           UUID    NOT NULL,
-            account            TEXT    NOT NULL,
-            side               TEXT    NOT NULL CHECK (side IN ('debit', 'credit')),
-            amount_micro_usdc  BIGINT  NOT NULL CHECK (amount_micro_usdc > 0),
-            recorded_at_us     BIGINT  NOT NULL
+        "CREATE TABLE {journal} (
+            position  BIGINT PRIMARY KEY,
+            entry_id  UUID   NOT NULL,
+            lines     BYTEA  NOT NULL
         )",
-        entries = tables.entries
+        journal = tables.journal
+    ))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(sql!(
+        "CREATE TABLE {postings} (
+            account        TEXT   NOT NULL,
+            last_position  BIGINT NOT NULL,
+            positions      BYTEA  NOT NULL,
+            PRIMARY KEY (account, last_position)
+        )",
+        postings = tables.postings
     ))
     .execute(&mut *conn)
     .await?;
@@ -723,7 +811,7 @@ async fn drop_ledger_tables(
     conn: &mut PgConnection,
     tables: LedgerTables,
 ) -> Result<(), StoreError> {
-    for table in [tables.entries, tables.balances] {
+    for table in tables.all() {
         sqlx::query(sql!("DROP TABLE IF EXISTS {table}"))
             .execute(&mut *conn)
             .await?;

@@ -10,7 +10,7 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use crate::audit::AuditSource;
 use crate::plan::Head;
-use crate::rows::{self, LINE_COLUMNS};
+use crate::rows::{self, JOURNAL_SELECT};
 use crate::{RecordedEvent, StoreError, to_i64};
 
 pub(crate) struct PgSnapshot {
@@ -51,14 +51,17 @@ async fn pg_lines(
         return Ok(Vec::new());
     }
     let rows = sqlx::query(sql!(
-        "SELECT {LINE_COLUMNS} \
-         FROM ledger_entries WHERE position > $1 AND position <= $2 ORDER BY position, line_index"
+        "{JOURNAL_SELECT} WHERE j.position > $1 AND j.position <= $2 ORDER BY j.position"
     ))
     .bind(to_i64(after))
     .bind(to_i64(through))
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter().map(rows::pg::line).collect()
+    let mut lines = Vec::new();
+    for row in &rows {
+        lines.extend(rows::pg::journal_entry(row)?);
+    }
+    Ok(lines)
 }
 
 impl AuditSource for PgSnapshot {
@@ -111,5 +114,27 @@ impl AuditSource for PgSnapshot {
             .fetch_all(&mut *self.tx)
             .await?;
         rows.iter().map(rows::pg::balance).collect()
+    }
+
+    async fn postings(
+        &mut self,
+        after: (String, u64),
+        limit: usize,
+    ) -> Result<Vec<(String, u64, Vec<u8>)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT account, last_position, positions FROM ledger_postings \
+             WHERE (account, last_position) > ($1, $2) ORDER BY account, last_position LIMIT $3",
+        )
+        .bind(after.0)
+        .bind(to_i64(after.1))
+        .bind(to_i64(limit as u64))
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let last = crate::to_u64(row.try_get("last_position")?, 0, "last_position")?;
+                Ok((row.try_get("account")?, last, row.try_get("positions")?))
+            })
+            .collect()
     }
 }

@@ -1,7 +1,7 @@
 //! The ledger read model's table generations and its one rebuild algorithm.
 //!
 //! A rebuild folds the whole log into fresh `*_rebuild` tables while appends and live runners
-//! go on, builds their indexes, then swaps them in: in one transaction it folds what arrived
+//! go on, then swaps them in: in one transaction it folds what arrived
 //! meanwhile, replaces the live tables and sets the checkpoint (ADR 0003). The algorithm is
 //! written once, here; each database supplies the small [`RebuildBackend`] interface (its
 //! transactions, locks and DDL). A rebuild owns the `*_rebuild` tables through its run id in
@@ -19,32 +19,38 @@ use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError};
 /// Table names of one generation of the ledger read model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LedgerTables {
-    pub entries: &'static str,
+    /// One row per journal entry (`crate::journal`).
+    pub journal: &'static str,
+    /// Per account and written batch, the positions of its entries.
+    pub postings: &'static str,
     pub balances: &'static str,
 }
 
 impl LedgerTables {
     pub const LIVE: LedgerTables = LedgerTables {
-        entries: "ledger_entries",
+        journal: "ledger_journal",
+        postings: "ledger_postings",
         balances: "ledger_balances",
     };
     pub const REBUILD: LedgerTables = LedgerTables {
-        entries: "ledger_entries_rebuild",
+        journal: "ledger_journal_rebuild",
+        postings: "ledger_postings_rebuild",
         balances: "ledger_balances_rebuild",
     };
+
+    pub fn all(self) -> [&'static str; 3] {
+        [self.journal, self.postings, self.balances]
+    }
 }
 
-/// `CREATE INDEX` statements for a journal table; names are `ledger_entries_by_*{suffix}`.
-pub(crate) fn ledger_index_statements(table: &str, name_suffix: &str) -> [String; 2] {
-    [
-        format!(
-            "CREATE UNIQUE INDEX ledger_entries_by_position{name_suffix} ON {table} (position, line_index)"
-        ),
-        format!(
-            "CREATE INDEX ledger_entries_by_account{name_suffix} ON {table} (account, position)"
-        ),
-    ]
-}
+/// The tables of the journal layout before ADR 0012 (one row per posting), dropped when a
+/// database is opened by this version: the ledger is then refolded from position 0.
+pub(crate) const OLD_LEDGER_TABLES: [&str; 4] = [
+    "ledger_entries",
+    "ledger_entries_rebuild",
+    "ledger_balances",
+    "ledger_balances_rebuild",
+];
 
 /// Decodes stored events and folds them into ledger rows.
 pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
@@ -84,13 +90,6 @@ pub(crate) trait RebuildBackend: Sync {
         run_id: Uuid,
         through: u64,
         batch: LedgerBatch,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Builds the rebuild tables' indexes over the loaded rows, so the swap stays short.
-    fn index(
-        &self,
-        run_id: Uuid,
-        position: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Begins the swap's transaction with live runners held out, and says how far the swap folds:
@@ -165,9 +164,8 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
         position = last;
         progress(position);
     }
-    let (indexed, index) = timed(backend.index(run_id, position)).await;
-    times.index = index;
-    indexed?;
+    // No index is built after the load: the journal's key is its position and the postings
+    // rows are few (one per account and page), so both keep their keys up row by row.
     let (mut swap, until) = backend.begin_swap(run_id, position).await?;
     while until.is_none_or(|head| position < head) {
         let limit = until.map_or(READ_BATCH_EVENTS_MAX, |head| {

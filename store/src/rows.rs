@@ -11,9 +11,10 @@ use crate::{RecordedEvent, StoreError, to_u64};
 /// The columns every event query selects, in the order the decoders read them.
 pub(crate) const EVENT_COLUMNS: &str = "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload, metadata, hash";
 
-/// The columns every journal query selects, in the order the decoders read them.
-pub(crate) const LINE_COLUMNS: &str =
-    "position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us";
+/// The start of every read of live journal entries: each with its event's id and recorded
+/// time, in the order [`sqlite::journal_entry`] reads them (`j`: the entry, `e`: its event).
+pub(crate) const JOURNAL_SELECT: &str = "SELECT j.position, j.entry_id, j.lines, e.event_id, e.recorded_at_us \
+     FROM ledger_journal j LEFT JOIN events e ON e.position = j.position";
 
 pub(crate) fn hash32(bytes: Vec<u8>, position: u64) -> Result<[u8; 32], StoreError> {
     <[u8; 32]>::try_from(bytes).map_err(|bytes| StoreError::CorruptRow {
@@ -36,14 +37,6 @@ pub(crate) fn side_text(side: Side) -> &'static str {
     }
 }
 
-pub(crate) fn parse_side(text: &str) -> Option<Side> {
-    match text {
-        "debit" => Some(Side::Debit),
-        "credit" => Some(Side::Credit),
-        _ => None,
-    }
-}
-
 fn account(text: &str, position: u64) -> Result<Account, StoreError> {
     text.parse().map_err(
         |e: gpunex_domain::ledger::AccountParseError| StoreError::CorruptRow {
@@ -51,13 +44,6 @@ fn account(text: &str, position: u64) -> Result<Account, StoreError> {
             reason: e.to_string(),
         },
     )
-}
-
-fn line_index(value: i64, position: u64) -> Result<u32, StoreError> {
-    u32::try_from(value).map_err(|_| StoreError::CorruptRow {
-        position,
-        reason: format!("line_index {value}"),
-    })
 }
 
 /// The decoders of one backend's row type; `$int4` is how it stores small integers.
@@ -97,23 +83,25 @@ macro_rules! decoders {
                 })
             }
 
-            /// Columns by index, in [`LINE_COLUMNS`] order.
-            pub(crate) fn line(row: &$row) -> Result<LedgerLine, StoreError> {
+            /// A journal entry's lines, from the columns of [`JOURNAL_SELECT`] (an entry
+            /// without its event gets a nil event id and time 0, which no replay matches).
+            pub(crate) fn journal_entry(row: &$row) -> Result<Vec<LedgerLine>, StoreError> {
                 let position = to_u64(row.try_get(0)?, 0, "position")?;
-                let side: String = row.try_get(5)?;
-                Ok(LedgerLine {
+                let lines: Vec<u8> = row.try_get(2)?;
+                crate::journal::decode_lines(
                     position,
-                    line_index: line_index(i64::from(row.try_get::<$int4, _>(1)?), position)?,
-                    event_id: row.try_get(2)?,
-                    entry_id: row.try_get(3)?,
-                    account: account(&row.try_get::<String, _>(4)?, position)?,
-                    side: parse_side(&side).ok_or_else(|| StoreError::CorruptRow {
-                        position,
-                        reason: format!("side `{side}`"),
-                    })?,
-                    amount: Usdc::from_micros(row.try_get(6)?),
-                    recorded_at_us: row.try_get(7)?,
-                })
+                    row.try_get::<Option<uuid::Uuid>, _>(3)?.unwrap_or_default(),
+                    row.try_get::<Option<i64>, _>(4)?.unwrap_or_default(),
+                    row.try_get(1)?,
+                    &lines,
+                )
+            }
+
+            /// A postings row (`last_position, positions`): its last position and positions.
+            pub(crate) fn postings(row: &$row) -> Result<(u64, Vec<u64>), StoreError> {
+                let last = to_u64(row.try_get(0)?, 0, "last_position")?;
+                let positions: Vec<u8> = row.try_get(1)?;
+                Ok((last, crate::journal::decode_positions(last, &positions)?))
             }
 
             pub(crate) fn balance(row: &$row) -> Result<(Account, AccountTotals), StoreError> {

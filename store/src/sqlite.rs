@@ -15,10 +15,11 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
 use crate::envelope::ValidatedStream;
+use crate::journal::JournalRows;
 use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
 use crate::rebuild::{LedgerTables, RebuildBackend};
-use crate::rows::{self, EVENT_COLUMNS, LINE_COLUMNS, schema_version, side_text};
+use crate::rows::{self, EVENT_COLUMNS, JOURNAL_SELECT, schema_version};
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
@@ -244,30 +245,73 @@ impl SqliteBackend {
         Ok((to_u64(checkpoint.unwrap_or(0), 0, "checkpoint")?, balances))
     }
 
+    /// Journal lines (optionally of one account) after `after`, at most `limit`, read in one
+    /// snapshot: an account's through its postings rows, then the entries at those positions.
     pub async fn entries(
         &self,
-        account: Option<&str>,
+        account: Option<Account>,
         after: u64,
         limit: usize,
     ) -> Result<Vec<LedgerLine>, StoreError> {
-        // Two statements, not `(?1 IS NULL OR account = ?1)`: each keeps its own index plan.
+        let mut tx = self.read.begin().await?;
         let rows = match account {
-            Some(account) => sqlx::query(sql!(
-                "SELECT {LINE_COLUMNS} \
-                 FROM ledger_entries WHERE account = ? AND position > ? ORDER BY position, line_index LIMIT ?"
-            ))
-            .bind(account),
-            None => sqlx::query(sql!(
-                "SELECT {LINE_COLUMNS} \
-                 FROM ledger_entries WHERE position > ? ORDER BY position, line_index LIMIT ?"
-            )),
+            Some(account) => {
+                let positions = account_positions(&mut tx, account, after, limit).await?;
+                let positions = serde_json::to_string(&positions)
+                    .map_err(|e| StoreError::Direct(e.to_string()))?;
+                sqlx::query(sql!(
+                    "{JOURNAL_SELECT} WHERE j.position IN (SELECT value FROM json_each(?)) \
+                     ORDER BY j.position"
+                ))
+                .bind(positions)
+                .fetch_all(&mut *tx)
+                .await?
+            }
+            None => {
+                sqlx::query(sql!(
+                    "{JOURNAL_SELECT} WHERE j.position > ? ORDER BY j.position LIMIT ?"
+                ))
+                .bind(to_i64(after))
+                .bind(to_i64(limit as u64))
+                .fetch_all(&mut *tx)
+                .await?
+            }
+        };
+        tx.commit().await?;
+        let mut lines = Vec::new();
+        for row in &rows {
+            lines.extend(rows::sqlite::journal_entry(row)?);
         }
-        .bind(to_i64(after))
-        .bind(to_i64(limit as u64))
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter().map(rows::sqlite::line).collect()
+        Ok(crate::journal::statement(lines, account, limit))
     }
+}
+
+/// Up to `limit` positions after `after` of the entries that post to `account`, in order.
+async fn account_positions(
+    conn: &mut SqliteConnection,
+    account: Account,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<u64>, StoreError> {
+    let account = account.to_string();
+    let mut walk = crate::journal::PositionWalk::new(after, limit);
+    while let Some(from) = walk.next() {
+        let rows = sqlx::query(
+            "SELECT last_position, positions FROM ledger_postings \
+             WHERE account = ? AND last_position > ? ORDER BY last_position LIMIT ?",
+        )
+        .bind(&account)
+        .bind(to_i64(from))
+        .bind(to_i64(crate::journal::POSTINGS_ROWS_PER_READ))
+        .fetch_all(&mut *conn)
+        .await?;
+        walk.add(
+            rows.iter()
+                .map(rows::sqlite::postings)
+                .collect::<Result<_, _>>()?,
+        );
+    }
+    Ok(walk.positions())
 }
 
 impl RebuildBackend for SqliteBackend {
@@ -287,7 +331,7 @@ impl RebuildBackend for SqliteBackend {
         .execute(&mut *tx)
         .await?;
         drop_ledger_tables(&mut tx, tables).await?;
-        create_ledger_table_pair(&mut tx, tables).await?;
+        create_ledger_tables(&mut tx, tables).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -307,20 +351,6 @@ impl RebuildBackend for SqliteBackend {
         self.rebuild_writer
             .write_page(gpunex_projections::ledger::LEDGER, run_id, through, batch)
             .await
-    }
-
-    /// SQLite cannot rename an index, so this generation's index names carry the run id.
-    async fn index(&self, run_id: Uuid, position: u64) -> Result<(), StoreError> {
-        let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
-        claim_rebuild(&mut tx, run_id, position).await?;
-        create_ledger_indexes(
-            &mut tx,
-            LedgerTables::REBUILD,
-            &format!("_{}", run_id.simple()),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
     }
 
     /// Under the write lock: appends wait for the swap, so it folds to the end of the log.
@@ -353,11 +383,14 @@ impl RebuildBackend for SqliteBackend {
         position: u64,
     ) -> Result<(), StoreError> {
         drop_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
-        for statement in [
-            "ALTER TABLE ledger_entries_rebuild RENAME TO ledger_entries",
-            "ALTER TABLE ledger_balances_rebuild RENAME TO ledger_balances",
-        ] {
-            sqlx::query(statement).execute(&mut *tx).await?;
+        for (rebuilt, live) in LedgerTables::REBUILD
+            .all()
+            .into_iter()
+            .zip(LedgerTables::LIVE.all())
+        {
+            sqlx::query(sql!("ALTER TABLE {rebuilt} RENAME TO {live}"))
+                .execute(&mut *tx)
+                .await?;
         }
         sqlx::query("UPDATE projection_checkpoints SET position = ?, updated_at_us = ? WHERE projection = ?")
             .bind(to_i64(position))
@@ -572,21 +605,30 @@ async fn write_ledger_batch(
     tables: LedgerTables,
     batch: &LedgerBatch,
 ) -> Result<(), StoreError> {
-    for chunk in batch.lines.chunks(INSERT_ROWS_MAX) {
+    let rows = JournalRows::of(batch)?;
+    for chunk in rows.entries.chunks(INSERT_ROWS_MAX) {
         let mut query = QueryBuilder::<Sqlite>::new(format!(
-            "INSERT INTO {} (position, line_index, event_id, entry_id, account, side, amount_micro_usdc, recorded_at_us) ",
-            tables.entries
+            "INSERT INTO {} (position, entry_id, lines) ",
+            tables.journal
         ));
-        query.push_values(chunk, |mut values, line| {
+        query.push_values(chunk, |mut values, entry| {
             values
-                .push_bind(to_i64(line.position))
-                .push_bind(i64::from(line.line_index))
-                .push_bind(line.event_id)
-                .push_bind(line.entry_id)
-                .push_bind(line.account.to_string())
-                .push_bind(side_text(line.side))
-                .push_bind(line.amount.micros())
-                .push_bind(line.recorded_at_us);
+                .push_bind(to_i64(entry.position))
+                .push_bind(entry.entry_id)
+                .push_bind(entry.lines.as_slice());
+        });
+        query.build().execute(&mut *conn).await?;
+    }
+    for chunk in rows.postings.chunks(INSERT_ROWS_MAX) {
+        let mut query = QueryBuilder::<Sqlite>::new(format!(
+            "INSERT INTO {} (account, last_position, positions) ",
+            tables.postings
+        ));
+        query.push_values(chunk, |mut values, postings| {
+            values
+                .push_bind(postings.account.as_str())
+                .push_bind(to_i64(postings.last_position))
+                .push_bind(postings.positions.as_slice());
         });
         query.build().execute(&mut *conn).await?;
     }
@@ -615,41 +657,63 @@ async fn write_ledger_batch(
     Ok(())
 }
 
-/// Creates the live read-model tables and their indexes, once: if the journal table exists
-/// (possibly swapped in by a rebuild, with that rebuild's index names) nothing is touched.
+/// Creates the live ledger tables, once. A database with the journal layout before ADR 0012
+/// (`ledger_entries`) has those tables dropped and its ledger checkpoint set back to 0, in one
+/// transaction: the live runner then refolds the ledger from the log.
 async fn create_live_ledger_tables(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
     let exists: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ledger_entries'",
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ledger_journal'",
     )
-    .fetch_one(&mut *conn)
+    .fetch_one(&mut *tx)
     .await?;
     if exists == 0 {
-        create_ledger_table_pair(conn, LedgerTables::LIVE).await?;
-        create_ledger_indexes(conn, LedgerTables::LIVE, "").await?;
+        for table in crate::rebuild::OLD_LEDGER_TABLES {
+            sqlx::query(sql!("DROP TABLE IF EXISTS {table}"))
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("UPDATE projection_checkpoints SET position = 0 WHERE projection = ?")
+            .bind(gpunex_projections::ledger::LEDGER)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM projection_rebuilds WHERE projection = ?")
+            .bind(gpunex_projections::ledger::LEDGER)
+            .execute(&mut *tx)
+            .await?;
+        create_ledger_tables(&mut tx, LedgerTables::LIVE).await?;
     }
+    tx.commit().await?;
     Ok(())
 }
 
-async fn create_ledger_table_pair(
+/// The ledger tables of one generation with their keys (see `crate::journal`).
+async fn create_ledger_tables(
     conn: &mut SqliteConnection,
     tables: LedgerTables,
 ) -> Result<(), StoreError> {
-    // `typeof(...) = 'integer'`: SQLite turns an overflowing integer sum into a float; refuse it.
     sqlx::query(sql!(
-        "CREATE TABLE {entries} (
-            position           INTEGER NOT NULL,
-            line_index         INTEGER NOT NULL,
-            event_id           BLOB    NOT NULL,
-            entry_id           BLOB    NOT NULL,
-            account            TEXT    NOT NULL,
-            side               TEXT    NOT NULL CHECK (side IN ('debit', 'credit')),
-            amount_micro_usdc  INTEGER NOT NULL CHECK (typeof(amount_micro_usdc) = 'integer' AND amount_micro_usdc > 0),
-            recorded_at_us     INTEGER NOT NULL
+        "CREATE TABLE {journal} (
+            position  INTEGER PRIMARY KEY,
+            entry_id  BLOB    NOT NULL CHECK (length(entry_id) = 16),
+            lines     BLOB    NOT NULL
         )",
-        entries = tables.entries
+        journal = tables.journal
     ))
     .execute(&mut *conn)
     .await?;
+    sqlx::query(sql!(
+        "CREATE TABLE {postings} (
+            account        TEXT    NOT NULL,
+            last_position  INTEGER NOT NULL,
+            positions      BLOB    NOT NULL,
+            UNIQUE (account, last_position)
+        )",
+        postings = tables.postings
+    ))
+    .execute(&mut *conn)
+    .await?;
+    // `typeof(...) = 'integer'`: SQLite turns an overflowing integer sum into a float; refuse it.
     sqlx::query(sql!(
         "CREATE TABLE {balances} (
             account             TEXT    PRIMARY KEY,
@@ -664,26 +728,11 @@ async fn create_ledger_table_pair(
     Ok(())
 }
 
-/// The journal's indexes: unique by (position, line_index), and by account for statements.
-/// Rebuild tables get them after the bulk load: one sorted build beats row-by-row maintenance.
-async fn create_ledger_indexes(
-    conn: &mut SqliteConnection,
-    tables: LedgerTables,
-    name_suffix: &str,
-) -> Result<(), StoreError> {
-    for statement in crate::rebuild::ledger_index_statements(tables.entries, name_suffix) {
-        sqlx::query(sqlx::AssertSqlSafe(statement))
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(())
-}
-
 async fn drop_ledger_tables(
     conn: &mut SqliteConnection,
     tables: LedgerTables,
 ) -> Result<(), StoreError> {
-    for table in [tables.entries, tables.balances] {
+    for table in tables.all() {
         sqlx::query(sql!("DROP TABLE IF EXISTS {table}"))
             .execute(&mut *conn)
             .await?;

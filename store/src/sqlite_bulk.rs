@@ -1,7 +1,8 @@
 //! The SQLite rebuilds' page writes, through `rusqlite` on a blocking thread: the ledger's
 //! (here) and the earnings projection's (`earnings::write_page_sqlite`).
 //!
-//! A rebuild writes about 2.6 journal rows per event into the unindexed `*_rebuild` tables.
+//! A rebuild writes a journal row per event and a postings row per account and page into the
+//! `*_rebuild` tables.
 //! Through sqlx every value of every row is bound into an argument buffer and handed to its
 //! worker thread; here one cached prepared statement is stepped per row on the rebuild's own
 //! connection, which is what the writes cost when nothing stands between them and SQLite. Only
@@ -18,8 +19,8 @@ use gpunex_projections::ledger::LedgerBatch;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
 use uuid::Uuid;
 
+use crate::journal::JournalRows;
 use crate::rebuild::LedgerTables;
-use crate::rows::side_text;
 use crate::{StoreError, to_i64};
 
 /// The rebuild's read-write connection, opened on its first page and kept for the next.
@@ -128,29 +129,34 @@ fn write_page(
         });
     }
     {
+        let rows = JournalRows::of(batch)?;
         let mut insert = tx
             .prepare_cached(&format!(
-                "INSERT INTO {} (position, line_index, event_id, entry_id, account, side, \
-                 amount_micro_usdc, recorded_at_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                tables.entries
+                "INSERT INTO {} (position, entry_id, lines) VALUES (?1, ?2, ?3)",
+                tables.journal
             ))
             .map_err(bulk_error)?;
-        // One buffer for every account's text, not one allocation per row.
-        let mut account = String::new();
-        for line in &batch.lines {
-            account.clear();
-            std::fmt::Write::write_fmt(&mut account, format_args!("{}", line.account))
-                .map_err(|e| StoreError::Direct(e.to_string()))?;
+        for entry in &rows.entries {
             insert
                 .execute(params![
-                    to_i64(line.position),
-                    i64::from(line.line_index),
-                    line.event_id.as_bytes().as_slice(),
-                    line.entry_id.as_bytes().as_slice(),
-                    account.as_str(),
-                    side_text(line.side),
-                    line.amount.micros(),
-                    line.recorded_at_us,
+                    to_i64(entry.position),
+                    entry.entry_id.as_bytes().as_slice(),
+                    entry.lines.as_slice(),
+                ])
+                .map_err(bulk_error)?;
+        }
+        let mut postings = tx
+            .prepare_cached(&format!(
+                "INSERT INTO {} (account, last_position, positions) VALUES (?1, ?2, ?3)",
+                tables.postings
+            ))
+            .map_err(bulk_error)?;
+        for row in &rows.postings {
+            postings
+                .execute(params![
+                    row.account.as_str(),
+                    to_i64(row.last_position),
+                    row.positions.as_slice(),
                 ])
                 .map_err(bulk_error)?;
         }

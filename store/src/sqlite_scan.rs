@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::audit::AuditSource;
 use crate::plan::Head;
-use crate::rows::{EVENT_COLUMNS, LINE_COLUMNS, hash32, parse_side, schema_version};
+use crate::rows::{EVENT_COLUMNS, JOURNAL_SELECT, hash32, schema_version};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
 /// Read-only connections kept between page reads (each page is read on a blocking thread).
@@ -207,6 +207,31 @@ impl AuditSource for SqliteSnapshot {
         })
         .await
     }
+
+    async fn postings(
+        &mut self,
+        after: (String, u64),
+        limit: usize,
+    ) -> Result<Vec<(String, u64, Vec<u8>)>, StoreError> {
+        self.blocking(move |conn| {
+            let mut statement = conn
+                .prepare_cached(
+                    "SELECT account, last_position, positions FROM ledger_postings \
+                     WHERE (account, last_position) > (?1, ?2) ORDER BY account, last_position LIMIT ?3",
+                )
+                .map_err(scan_error)?;
+            let mut rows = statement
+                .query(params![after.0, to_i64(after.1), to_i64(limit as u64)])
+                .map_err(scan_error)?;
+            let mut postings = Vec::new();
+            while let Some(row) = rows.next().map_err(scan_error)? {
+                let last = to_u64(row.get(1).map_err(scan_error)?, 0, "last_position")?;
+                postings.push((row.get(0).map_err(scan_error)?, last, row.get(2).map_err(scan_error)?));
+            }
+            Ok(postings)
+        })
+        .await
+    }
 }
 
 fn scan_events(
@@ -235,8 +260,7 @@ fn scan_lines(conn: &Connection, after: u64, through: u64) -> Result<Vec<LedgerL
     }
     let mut statement = conn
         .prepare_cached(&format!(
-            "SELECT {LINE_COLUMNS} FROM ledger_entries WHERE position > ?1 AND position <= ?2 \
-             ORDER BY position, line_index"
+            "{JOURNAL_SELECT} WHERE j.position > ?1 AND j.position <= ?2 ORDER BY j.position"
         ))
         .map_err(scan_error)?;
     let mut rows = statement
@@ -244,7 +268,23 @@ fn scan_lines(conn: &Connection, after: u64, through: u64) -> Result<Vec<LedgerL
         .map_err(scan_error)?;
     let mut lines = Vec::new();
     while let Some(row) = rows.next().map_err(scan_error)? {
-        lines.push(line_from_row(row)?);
+        let position = to_u64(row.get(0).map_err(scan_error)?, 0, "position")?;
+        let event_id = match row.get_ref(3).map_err(scan_error)? {
+            rusqlite::types::ValueRef::Null => Uuid::nil(),
+            _ => uuid_column(row, 3, position)?,
+        };
+        let recorded_at_us: Option<i64> = row.get(4).map_err(scan_error)?;
+        let entry = row.get_ref(2).map_err(scan_error)?;
+        lines.extend(crate::journal::decode_lines(
+            position,
+            event_id,
+            recorded_at_us.unwrap_or_default(),
+            uuid_column(row, 1, position)?,
+            entry.as_blob().map_err(|e| StoreError::CorruptRow {
+                position,
+                reason: format!("journal entry: {e}"),
+            })?,
+        )?);
     }
     Ok(lines)
 }
@@ -270,26 +310,5 @@ fn event_from_row(row: &Row<'_>) -> Result<RecordedEvent, StoreError> {
         payload: row.get(7).map_err(scan_error)?,
         metadata: row.get(8).map_err(scan_error)?,
         hash: hash32(row.get(9).map_err(scan_error)?, position)?,
-    })
-}
-
-fn line_from_row(row: &Row<'_>) -> Result<LedgerLine, StoreError> {
-    let position = to_u64(row.get(0).map_err(scan_error)?, 0, "position")?;
-    let corrupt = |reason: String| StoreError::CorruptRow { position, reason };
-    let line_index: i64 = row.get(1).map_err(scan_error)?;
-    let account: String = row.get(4).map_err(scan_error)?;
-    let side: String = row.get(5).map_err(scan_error)?;
-    Ok(LedgerLine {
-        position,
-        line_index: u32::try_from(line_index)
-            .map_err(|_| corrupt(format!("line_index {line_index}")))?,
-        event_id: uuid_column(row, 2, position)?,
-        entry_id: uuid_column(row, 3, position)?,
-        account: account
-            .parse()
-            .map_err(|e: gpunex_domain::ledger::AccountParseError| corrupt(e.to_string()))?,
-        side: parse_side(&side).ok_or_else(|| corrupt(format!("side `{side}`")))?,
-        amount: Usdc::from_micros(row.get(6).map_err(scan_error)?),
-        recorded_at_us: row.get(7).map_err(scan_error)?,
     })
 }

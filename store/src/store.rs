@@ -495,7 +495,7 @@ impl Store {
                 Db::Sqlite(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
                 Db::Postgres(db) => crate::rebuild::rebuild_ledger(&**db, run_id, progress).await?,
             };
-            self.settle_tables(&["ledger_entries", "ledger_balances"])
+            self.settle_tables(&crate::rebuild::LedgerTables::LIVE.all())
                 .await?;
             Ok(rebuilt)
         })
@@ -542,11 +542,10 @@ impl Store {
         after: u64,
         limit: usize,
     ) -> Result<Vec<LedgerLine>, StoreError> {
-        let account = account.map(|a| a.to_string());
         let limit = limit.clamp(1, crate::READ_BATCH_EVENTS_MAX);
         match &self.inner.db {
-            Db::Sqlite(db) => db.entries(account.as_deref(), after, limit).await,
-            Db::Postgres(db) => db.entries(account.as_deref(), after, limit).await,
+            Db::Sqlite(db) => db.entries(account, after, limit).await,
+            Db::Postgres(db) => db.entries(account, after, limit).await,
         }
     }
 

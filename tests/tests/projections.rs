@@ -24,6 +24,8 @@ conformance!(
     audit_reports_a_truncated_tail,
     events_are_immutable_to_ordinary_sql,
     a_rebuild_leaves_its_tables_vacuumed_and_analyzed,
+    statements_page_through_many_postings_rows,
+    a_journal_of_one_row_per_posting_is_dropped_and_refolded,
 );
 
 async fn audit(store: &Store) -> AuditReport {
@@ -796,18 +798,123 @@ async fn runner_folds_every_event_once(db: &TestDb) {
     assert!(audit(&store).await.is_clean());
 }
 
+/// An account's statement, read `limit` lines at a time as the HTTP API pages it.
+async fn statement_in_pages(
+    store: &Store,
+    account: Account,
+    limit: usize,
+) -> Vec<gpunex_projections::ledger::LedgerLine> {
+    let mut lines = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store
+            .journal_lines(Some(account), after, limit)
+            .await
+            .unwrap();
+        let Some(last) = page.last() else {
+            return lines;
+        };
+        assert!(page.len() <= limit);
+        after = last.position;
+        lines.extend(page);
+    }
+}
+
+async fn statements_page_through_many_postings_rows(db: &TestDb) {
+    let store = db.open().await;
+    // One postings row per account and folded batch: fold after every 3 appends, 100 times.
+    for round in 0..100 {
+        for _ in 0..3 {
+            store
+                .append(
+                    stream(&format!("ledger-rounds{round}-{}", uuid::Uuid::now_v7())),
+                    ExpectedVersion::NoStream,
+                    credits(provider(round % 2), 1),
+                )
+                .await
+                .unwrap();
+        }
+        store.run_projections().await.unwrap();
+    }
+    let all = store.journal_lines(None, 0, 10_000).await.unwrap();
+    assert_eq!(all.len(), 600);
+    for account in [
+        Account::ProviderPayable(provider(0)),
+        Account::PlatformAdjustments,
+    ] {
+        let whole: Vec<_> = all
+            .iter()
+            .filter(|l| l.account == account)
+            .cloned()
+            .collect();
+        assert_eq!(
+            store.journal_lines(Some(account), 0, 10_000).await.unwrap(),
+            whole
+        );
+        assert_eq!(statement_in_pages(&store, account, 7).await, whole);
+        let after = whole[100].position;
+        assert_eq!(
+            store.journal_lines(Some(account), after, 5).await.unwrap(),
+            whole[101..106].to_vec()
+        );
+    }
+    assert!(
+        store
+            .journal_lines(Some(Account::Treasury), 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(audit(&store).await.is_clean());
+}
+
+async fn a_journal_of_one_row_per_posting_is_dropped_and_refolded(db: &TestDb) {
+    let store = db.open().await;
+    seed_credits(&store, 300, 2).await;
+    store.run_projections().await.unwrap();
+    let payable = Account::ProviderPayable(provider(1));
+    let lines = store.journal_lines(None, 0, 10_000).await.unwrap();
+    let statement = store.journal_lines(Some(payable), 0, 10_000).await.unwrap();
+    let balances = store.balances().await.unwrap();
+    assert_eq!((lines.len(), statement.len()), (600, 150));
+    drop(store);
+    // The layout before: one row per posting in `ledger_entries`, no journal or postings table.
+    for statement in [
+        "DROP TABLE ledger_journal",
+        "DROP TABLE ledger_postings",
+        "CREATE TABLE ledger_entries (position BIGINT NOT NULL, line_index INTEGER NOT NULL)",
+    ] {
+        db.try_execute_raw(statement).await.unwrap();
+    }
+    let store = db.open().await;
+    assert_eq!(store.projection_status().await.unwrap()[0].checkpoint, 0);
+    assert!(
+        db.try_execute_raw("SELECT 1 FROM ledger_entries")
+            .await
+            .is_err()
+    );
+    store.run_projections().await.unwrap();
+    assert_eq!(store.journal_lines(None, 0, 10_000).await.unwrap(), lines);
+    assert_eq!(
+        store.journal_lines(Some(payable), 0, 10_000).await.unwrap(),
+        statement
+    );
+    assert_eq!(store.balances().await.unwrap(), balances);
+    assert!(audit(&store).await.is_clean());
+}
+
 async fn failure_mid_batch_neither_loses_nor_doubles(db: &TestDb) {
     let store = db.open().await;
     seed_credits(&store, 5_000, 3).await;
     // A failure inside the transaction of the second batch (events 2001..4000), after some of
     // its rows were already written.
     db.execute_raw(
-        &["CREATE TRIGGER fail_mid_batch BEFORE INSERT ON ledger_entries WHEN NEW.position = 3000 \
+        &["CREATE TRIGGER fail_mid_batch BEFORE INSERT ON ledger_journal WHEN NEW.position = 3000 \
            BEGIN SELECT RAISE(ABORT, 'injected failure'); END"],
         &[
             "CREATE FUNCTION fail_mid_batch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
              IF NEW.position = 3000 THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$",
-            "CREATE TRIGGER fail_mid_batch BEFORE INSERT ON ledger_entries FOR EACH ROW EXECUTE FUNCTION fail_mid_batch()",
+            "CREATE TRIGGER fail_mid_batch BEFORE INSERT ON ledger_journal FOR EACH ROW EXECUTE FUNCTION fail_mid_batch()",
         ],
     )
     .await;
@@ -835,7 +942,7 @@ async fn failure_mid_batch_neither_loses_nor_doubles(db: &TestDb) {
 
     db.execute_raw(
         &["DROP TRIGGER fail_mid_batch"],
-        &["DROP TRIGGER fail_mid_batch ON ledger_entries"],
+        &["DROP TRIGGER fail_mid_batch ON ledger_journal"],
     )
     .await;
     store.run_projections().await.unwrap();
@@ -863,9 +970,16 @@ async fn rebuild_swaps_in_fresh_tables_and_repairs_drift(db: &TestDb) {
     ))
     .await
     .unwrap();
-    db.try_execute_raw("DELETE FROM ledger_entries WHERE position = 17")
+    db.try_execute_raw("DELETE FROM ledger_journal WHERE position = 17")
         .await
         .unwrap();
+    // The rows a statement finds the account's entries through.
+    let revenue = "platform_adjustments";
+    db.try_execute_raw(&format!(
+        "DELETE FROM ledger_postings WHERE account = '{revenue}'"
+    ))
+    .await
+    .unwrap();
     let drifted = audit(&store).await;
     assert!(drifted.findings.iter().any(
         |f| matches!(f, AuditFinding::BalanceMismatch { account, .. } if *account == payable)
@@ -878,6 +992,15 @@ async fn rebuild_swaps_in_fresh_tables_and_repairs_drift(db: &TestDb) {
             ..
         }
     )));
+    assert!(
+        drifted.findings.iter().any(|f| matches!(
+            f,
+            AuditFinding::PostingsMismatch { account, stored_entries: 0, replayed_entries, .. }
+                if account == revenue && *replayed_entries > 0
+        )),
+        "{:?}",
+        drifted.findings
+    );
     assert!(
         drifted
             .findings
@@ -1394,7 +1517,8 @@ async fn a_rebuild_leaves_its_tables_vacuumed_and_analyzed(db: &TestDb) {
         "earnings_providers",
         "earnings_rentals",
         "ledger_balances",
-        "ledger_entries",
+        "ledger_journal",
+        "ledger_postings",
         "payout_batches",
         "payouts",
         "rentals",
@@ -1402,7 +1526,7 @@ async fn a_rebuild_leaves_its_tables_vacuumed_and_analyzed(db: &TestDb) {
     .fetch_all(&mut conn)
     .await
     .unwrap();
-    assert_eq!(settled.len(), 8, "{settled:?}");
+    assert_eq!(settled.len(), 9, "{settled:?}");
     for (table, vacuumed, analyzed) in settled {
         assert!(
             vacuumed && analyzed,

@@ -1,0 +1,564 @@
+//! The ledger journal's stored form, for both databases (ADR 0012).
+//!
+//! A journal entry is stored once, as one row per event: `ledger_journal (position, entry_id,
+//! lines)`, where `lines` encodes the entry's postings in their order (account, side, amount).
+//! The event's id and recorded time are not repeated: readers join the row with its event.
+//! An account's statement is found through `ledger_postings (account, last_position,
+//! positions)`: per account and per written page, the increasing positions of the entries that
+//! post to it. A rebuild so writes one row per event plus one per account and page, instead of
+//! one row per posting and a sorted index over all of them.
+//!
+//! Both encodings are versioned and decoded strictly: a malformed row is a `CorruptRow`, never
+//! a panic.
+//!
+//! `lines`: the format byte 1; the number of postings (1 to 64); per posting the account's kind
+//! (a byte, [`account_kind`]), its owner's 16 bytes when the kind has one, the side (0 debit,
+//! 1 credit) and the amount in micro-USDC as an unsigned LEB128 integer (at least 1).
+//!
+//! `positions`: the format byte 1; the first position as unsigned LEB128, then each next
+//! position as its (non-zero) distance from the one before.
+
+use std::collections::BTreeMap;
+
+use gpunex_domain::{Account, Side, Usdc};
+use gpunex_projections::ledger::{LedgerBatch, LedgerLine};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+const LINES_FORMAT: u8 = 1;
+/// Postings rows an account's statement reads at a time.
+pub(crate) const POSTINGS_ROWS_PER_READ: u64 = 64;
+const POSITIONS_FORMAT: u8 = 1;
+
+/// One event's journal entry, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EntryRow {
+    pub position: u64,
+    pub entry_id: Uuid,
+    pub lines: Vec<u8>,
+}
+
+/// One account's postings in one written batch, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PostingsRow {
+    pub account: String,
+    pub last_position: u64,
+    pub positions: Vec<u8>,
+}
+
+/// A folded batch in its stored form.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct JournalRows {
+    pub entries: Vec<EntryRow>,
+    pub postings: Vec<PostingsRow>,
+}
+
+impl JournalRows {
+    /// The rows of `batch` (its lines in position and line order, as the fold makes them).
+    pub fn of(batch: &LedgerBatch) -> Result<JournalRows, StoreError> {
+        let mut rows = JournalRows::default();
+        let mut by_account: BTreeMap<Account, Vec<u64>> = BTreeMap::new();
+        let mut lines = batch.lines.iter().peekable();
+        while let Some(first) = lines.next() {
+            let mut entry = vec![first];
+            while let Some(next) = lines.next_if(|l| l.position == first.position) {
+                entry.push(next);
+            }
+            rows.entries.push(EntryRow {
+                position: first.position,
+                entry_id: first.entry_id,
+                lines: encode_lines(&entry)?,
+            });
+            for line in &entry {
+                let positions = by_account.entry(line.account).or_default();
+                if positions.last() != Some(&line.position) {
+                    positions.push(line.position);
+                }
+            }
+        }
+        rows.postings = by_account
+            .into_iter()
+            .filter_map(|(account, positions)| {
+                let last_position = *positions.last()?;
+                Some(PostingsRow {
+                    account: account.to_string(),
+                    last_position,
+                    positions: encode_positions(&positions),
+                })
+            })
+            .collect();
+        Ok(rows)
+    }
+}
+
+/// The first `limit` of `lines` (entries in position order) that post to `account` (all of
+/// them when `None`).
+pub(crate) fn statement(
+    lines: Vec<LedgerLine>,
+    account: Option<Account>,
+    limit: usize,
+) -> Vec<LedgerLine> {
+    lines
+        .into_iter()
+        .filter(|line| account.is_none_or(|account| line.account == account))
+        .take(limit)
+        .collect()
+}
+
+/// Walks an account's postings rows, [`POSTINGS_ROWS_PER_READ`] at a time, until it has the
+/// first `limit` positions after `after`: the backend reads the rows after [`Self::next`] and
+/// hands them to [`Self::add`].
+pub(crate) struct PositionWalk {
+    after: u64,
+    limit: usize,
+    from: Option<u64>,
+    positions: Vec<u64>,
+}
+
+impl PositionWalk {
+    pub fn new(after: u64, limit: usize) -> PositionWalk {
+        PositionWalk {
+            after,
+            limit,
+            from: Some(after),
+            positions: Vec::new(),
+        }
+    }
+
+    /// The `last_position` to read rows after, or `None` when the walk is done.
+    pub fn next(&self) -> Option<u64> {
+        self.from.filter(|_| self.positions.len() < self.limit)
+    }
+
+    /// Takes a read's rows (`last_position`, decoded positions) in `last_position` order.
+    pub fn add(&mut self, rows: Vec<(u64, Vec<u64>)>) {
+        if rows.len() < POSTINGS_ROWS_PER_READ as usize {
+            self.from = None;
+        }
+        for (last, positions) in rows {
+            let after = self.after;
+            self.positions
+                .extend(positions.into_iter().filter(|p| *p > after));
+            if self.from.is_some() {
+                self.from = Some(last);
+            }
+        }
+    }
+
+    pub fn positions(mut self) -> Vec<u64> {
+        self.positions.truncate(self.limit);
+        self.positions
+    }
+}
+
+/// A digest of a set of positions (an account's entries), to compare the stored postings rows
+/// with a replay's without holding either in memory: the count and two sums of the positions
+/// through different 64-bit mixes (SplitMix64's finalizer), so that a listed position missing,
+/// added or changed shows in all three.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PostingsDigest {
+    entries: u64,
+    sum: u64,
+    mixed: u64,
+}
+
+impl PostingsDigest {
+    pub fn add(&mut self, position: u64) {
+        self.entries += 1;
+        self.sum = self.sum.wrapping_add(mix(position));
+        self.mixed = self
+            .mixed
+            .wrapping_add(mix(position ^ 0x9e37_79b9_7f4a_7c15));
+    }
+
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+}
+
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The stored byte of an account's kind (never reused: stored rows keep their meaning).
+fn account_kind(account: Account) -> (u8, Option<Uuid>) {
+    match account {
+        Account::RenterReceivable(id) => (1, Some(id)),
+        Account::ProviderPayable(id) => (2, Some(id)),
+        Account::PlatformRevenue => (3, None),
+        Account::PayoutClearing(id) => (4, Some(id)),
+        Account::Treasury => (5, None),
+        Account::PlatformAdjustments => (6, None),
+    }
+}
+
+fn account_of(kind: u8, owner: Option<Uuid>) -> Option<Account> {
+    Some(match (kind, owner) {
+        (1, Some(id)) => Account::RenterReceivable(id),
+        (2, Some(id)) => Account::ProviderPayable(id),
+        (3, None) => Account::PlatformRevenue,
+        (4, Some(id)) => Account::PayoutClearing(id),
+        (5, None) => Account::Treasury,
+        (6, None) => Account::PlatformAdjustments,
+        _ => return None,
+    })
+}
+
+fn has_owner(kind: u8) -> bool {
+    matches!(kind, 1 | 2 | 4)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// Reads stored bytes, failing as a corrupt row of `position`.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    position: u64,
+    what: &'static str,
+}
+
+impl Reader<'_> {
+    fn corrupt(&self, reason: &str) -> StoreError {
+        StoreError::CorruptRow {
+            position: self.position,
+            reason: format!("{}: {reason}", self.what),
+        }
+    }
+
+    fn byte(&mut self) -> Result<u8, StoreError> {
+        let (&first, rest) = self
+            .bytes
+            .split_first()
+            .ok_or_else(|| self.corrupt("ends early"))?;
+        self.bytes = rest;
+        Ok(first)
+    }
+
+    fn take(&mut self, n: usize) -> Result<&[u8], StoreError> {
+        if self.bytes.len() < n {
+            return Err(self.corrupt("ends early"));
+        }
+        let (taken, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(taken)
+    }
+
+    fn varint(&mut self) -> Result<u64, StoreError> {
+        let mut value = 0_u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.byte()?;
+            let bits = u64::from(byte & 0x7f);
+            if shift == 63 && bits > 1 {
+                return Err(self.corrupt("integer overflows"));
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(self.corrupt("integer overflows"))
+    }
+
+    fn done(&self) -> Result<(), StoreError> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(self.corrupt("trailing bytes"))
+        }
+    }
+}
+
+/// Encodes one entry's lines (all of one position, in line order).
+fn encode_lines(lines: &[&LedgerLine]) -> Result<Vec<u8>, StoreError> {
+    let corrupt = |reason: &str| StoreError::CorruptRow {
+        position: lines.first().map_or(0, |l| l.position),
+        reason: format!("journal entry: {reason}"),
+    };
+    let count = u8::try_from(lines.len())
+        .ok()
+        .filter(|n| *n >= 1 && usize::from(*n) <= gpunex_domain::ledger::JOURNAL_LINES_MAX)
+        .ok_or_else(|| corrupt("1 to 64 postings"))?;
+    let mut out = Vec::with_capacity(2 + lines.len() * 22);
+    out.push(LINES_FORMAT);
+    out.push(count);
+    for (index, line) in lines.iter().enumerate() {
+        if line.line_index as usize != index || line.amount.micros() <= 0 {
+            return Err(corrupt("postings out of order or not positive"));
+        }
+        let (kind, owner) = account_kind(line.account);
+        out.push(kind);
+        if let Some(owner) = owner {
+            out.extend_from_slice(owner.as_bytes());
+        }
+        out.push(match line.side {
+            Side::Debit => 0,
+            Side::Credit => 1,
+        });
+        put_varint(&mut out, line.amount.micros().unsigned_abs());
+    }
+    Ok(out)
+}
+
+/// The lines of a stored entry, with its event's id and recorded time.
+pub(crate) fn decode_lines(
+    position: u64,
+    event_id: Uuid,
+    recorded_at_us: i64,
+    entry_id: Uuid,
+    bytes: &[u8],
+) -> Result<Vec<LedgerLine>, StoreError> {
+    let mut reader = Reader {
+        bytes,
+        position,
+        what: "journal entry",
+    };
+    if reader.byte()? != LINES_FORMAT {
+        return Err(reader.corrupt("unknown format"));
+    }
+    let count = reader.byte()?;
+    if count == 0 || usize::from(count) > gpunex_domain::ledger::JOURNAL_LINES_MAX {
+        return Err(reader.corrupt("1 to 64 postings"));
+    }
+    let mut lines = Vec::with_capacity(usize::from(count));
+    for line_index in 0..u32::from(count) {
+        let kind = reader.byte()?;
+        let owner = if has_owner(kind) {
+            let bytes = reader.take(16)?;
+            Some(Uuid::from_slice(bytes).map_err(|_| reader.corrupt("owner id"))?)
+        } else {
+            None
+        };
+        let account = account_of(kind, owner).ok_or_else(|| reader.corrupt("account kind"))?;
+        let side = match reader.byte()? {
+            0 => Side::Debit,
+            1 => Side::Credit,
+            _ => return Err(reader.corrupt("side")),
+        };
+        let amount = i64::try_from(reader.varint()?)
+            .ok()
+            .filter(|a| *a > 0)
+            .ok_or_else(|| reader.corrupt("amount"))?;
+        lines.push(LedgerLine {
+            position,
+            line_index,
+            event_id,
+            entry_id,
+            account,
+            side,
+            amount: Usdc::from_micros(amount),
+            recorded_at_us,
+        });
+    }
+    reader.done()?;
+    Ok(lines)
+}
+
+fn encode_positions(positions: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + positions.len() * 2);
+    out.push(POSITIONS_FORMAT);
+    let mut previous = 0;
+    for &position in positions {
+        put_varint(&mut out, position - previous);
+        previous = position;
+    }
+    out
+}
+
+/// The increasing positions of a stored postings row, checked to end at `last_position`.
+pub(crate) fn decode_positions(last_position: u64, bytes: &[u8]) -> Result<Vec<u64>, StoreError> {
+    let mut reader = Reader {
+        bytes,
+        position: last_position,
+        what: "account postings",
+    };
+    if reader.byte()? != POSITIONS_FORMAT {
+        return Err(reader.corrupt("unknown format"));
+    }
+    let mut positions = Vec::new();
+    let mut previous = 0_u64;
+    while !reader.bytes.is_empty() {
+        let step = reader.varint()?;
+        if step == 0 {
+            return Err(reader.corrupt("positions not increasing"));
+        }
+        previous = previous
+            .checked_add(step)
+            .ok_or_else(|| reader.corrupt("position overflows"))?;
+        positions.push(previous);
+    }
+    if positions.last() != Some(&last_position) {
+        return Err(reader.corrupt("positions do not end at the row's last position"));
+    }
+    Ok(positions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(
+        position: u64,
+        line_index: u32,
+        account: Account,
+        side: Side,
+        amount: i64,
+    ) -> LedgerLine {
+        LedgerLine {
+            position,
+            line_index,
+            event_id: Uuid::from_u128(u128::from(position)),
+            entry_id: Uuid::from_u128(u128::from(position) << 64),
+            account,
+            side,
+            amount: Usdc::from_micros(amount),
+            recorded_at_us: 1_700_000_000_000_000 + position as i64,
+        }
+    }
+
+    fn batch() -> LedgerBatch {
+        let provider = Account::ProviderPayable(Uuid::from_u128(7));
+        let renter = Account::RenterReceivable(Uuid::from_u128(9));
+        LedgerBatch {
+            lines: vec![
+                line(3, 0, renter, Side::Debit, 100),
+                line(3, 1, provider, Side::Credit, 80),
+                line(3, 2, Account::PlatformRevenue, Side::Credit, 20),
+                line(9, 0, Account::Treasury, Side::Debit, i64::MAX),
+                line(
+                    9,
+                    1,
+                    Account::PayoutClearing(Uuid::from_u128(1)),
+                    Side::Credit,
+                    i64::MAX,
+                ),
+                line(300, 0, Account::PlatformAdjustments, Side::Debit, 1),
+                line(300, 1, provider, Side::Credit, 1),
+                line(300, 2, provider, Side::Debit, 5),
+                line(300, 3, renter, Side::Credit, 5),
+            ],
+            deltas: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_with_their_event() {
+        let batch = batch();
+        let rows = JournalRows::of(&batch).unwrap();
+        assert_eq!(rows.entries.len(), 3);
+        let decoded: Vec<LedgerLine> = rows
+            .entries
+            .iter()
+            .flat_map(|row| {
+                let event = &batch
+                    .lines
+                    .iter()
+                    .find(|l| l.position == row.position)
+                    .unwrap();
+                decode_lines(
+                    row.position,
+                    event.event_id,
+                    event.recorded_at_us,
+                    row.entry_id,
+                    &row.lines,
+                )
+                .unwrap()
+            })
+            .collect();
+        assert_eq!(decoded, batch.lines);
+    }
+
+    #[test]
+    fn postings_list_each_accounts_positions_once() {
+        let rows = JournalRows::of(&batch()).unwrap();
+        let provider = Account::ProviderPayable(Uuid::from_u128(7)).to_string();
+        let row = rows
+            .postings
+            .iter()
+            .find(|p| p.account == provider)
+            .unwrap();
+        assert_eq!(row.last_position, 300);
+        assert_eq!(decode_positions(300, &row.positions).unwrap(), vec![3, 300]);
+        assert_eq!(rows.postings.len(), 6);
+    }
+
+    #[test]
+    fn a_walk_reads_rows_until_it_has_enough_positions() {
+        let full = POSTINGS_ROWS_PER_READ as usize;
+        // Rows of two positions each: 10, 11 | 20, 21 | ...
+        let rows = |from: u64| -> Vec<(u64, Vec<u64>)> {
+            (1..)
+                .map(|n: u64| (n * 10 + 1, vec![n * 10, n * 10 + 1]))
+                .filter(|(last, _)| *last > from)
+                .take(full)
+                .collect()
+        };
+        let mut walk = PositionWalk::new(20, 3);
+        assert_eq!(walk.next(), Some(20));
+        walk.add(rows(20));
+        assert_eq!(walk.next(), None, "enough positions");
+        assert_eq!(walk.positions(), vec![21, 30, 31]);
+
+        let mut walk = PositionWalk::new(0, 1_000);
+        while let Some(from) = walk.next() {
+            let mut page = rows(from);
+            page.retain(|(last, _)| *last <= 1_001);
+            walk.add(page);
+        }
+        let positions = walk.positions();
+        assert_eq!(positions.len(), 200);
+        assert_eq!(positions.last(), Some(&1_001));
+    }
+
+    #[test]
+    fn digests_differ_when_a_position_does() {
+        let digest = |positions: &[u64]| {
+            let mut d = PostingsDigest::default();
+            positions.iter().for_each(|p| d.add(*p));
+            d
+        };
+        assert_eq!(digest(&[1, 5, 9]), digest(&[9, 1, 5]));
+        assert_ne!(digest(&[1, 5, 9]), digest(&[1, 5, 10]));
+        assert_ne!(digest(&[1, 5, 9]), digest(&[1, 5]));
+        assert_ne!(digest(&[1, 4, 10]), digest(&[2, 3, 10]));
+    }
+
+    #[test]
+    fn malformed_rows_are_corrupt_not_panics() {
+        let rows = JournalRows::of(&batch()).unwrap();
+        let good = &rows.entries[0].lines;
+        for cut in 0..good.len() {
+            assert!(decode_lines(3, Uuid::nil(), 0, Uuid::nil(), &good[..cut]).is_err());
+        }
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert!(decode_lines(3, Uuid::nil(), 0, Uuid::nil(), &trailing).is_err());
+        for bad in [
+            vec![2, 1, 3, 0, 1], // unknown format
+            vec![1, 0],          // no postings
+            vec![1, 1, 7, 0, 1], // unknown kind
+            vec![1, 1, 3, 2, 1], // unknown side
+            vec![1, 1, 3, 0, 0], // zero amount
+            vec![
+                1, 1, 3, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+            ], // overflow
+        ] {
+            assert!(matches!(
+                decode_lines(3, Uuid::nil(), 0, Uuid::nil(), &bad),
+                Err(StoreError::CorruptRow { position: 3, .. })
+            ));
+        }
+        assert!(decode_positions(5, &[1, 5]).is_ok());
+        for bad in [vec![], vec![2, 5], vec![1, 5, 0], vec![1, 4], vec![1, 0x80]] {
+            assert!(decode_positions(5, &bad).is_err(), "{bad:?}");
+        }
+    }
+}
