@@ -124,19 +124,6 @@ pub(crate) trait RebuildBackend: Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// A page read and folded, with the time each step took.
-async fn read_and_fold<B: RebuildBackend>(
-    backend: &B,
-    after: u64,
-    times: &mut CatchUpTimes,
-) -> Result<Option<(u64, LedgerBatch)>, StoreError> {
-    let (events, read) = timed(backend.read_events(after)).await;
-    times.read += read;
-    let (page, fold) = timed(async { fold_page(&events?) }).await;
-    times.fold += fold;
-    page
-}
-
 /// Rebuilds the ledger read model from position 0 and swaps it in; returns the checkpoint it
 /// set and where the time went (`total` is left to the caller). `progress` hears each position
 /// folded.
@@ -147,22 +134,43 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
 ) -> Result<(u64, CatchUpTimes), StoreError> {
     let mut times = CatchUpTimes::default();
     backend.start(run_id).await?;
-    // While one page is written, the next is read and folded.
+    // A three-stage pipeline: page n is written while page n + 1 is folded and page n + 2 read.
     let mut position = 0;
-    let mut page = read_and_fold(backend, 0, &mut times).await?;
-    while let Some((last, batch)) = page {
-        let mut next_times = CatchUpTimes::default();
-        let ((written, write), next) = tokio::join!(
-            timed(backend.write(run_id, last, batch)),
-            read_and_fold(backend, last, &mut next_times)
+    let (events, read) = timed(backend.read_events(0)).await;
+    times.read += read;
+    let mut events = events?;
+    let mut pending: Option<(u64, LedgerBatch)> = None;
+    while !events.is_empty() || pending.is_some() {
+        let after = events.last().map(|e| e.position);
+        // In this order: the write and the read start on their threads before the fold, whose
+        // decoding runs here and now, on this task's thread.
+        let ((written, write), (next, read), (folded, fold)) = tokio::join!(
+            timed(async {
+                match pending.take() {
+                    Some((last, batch)) => backend
+                        .write(run_id, last, batch)
+                        .await
+                        .map(|()| Some(last)),
+                    None => Ok(None),
+                }
+            }),
+            timed(async {
+                match after {
+                    Some(after) => backend.read_events(after).await,
+                    None => Ok(Vec::new()),
+                }
+            }),
+            timed(async { fold_page(&events) })
         );
         times.write += write;
-        times.read += next_times.read;
-        times.fold += next_times.fold;
-        written?;
-        page = next?;
-        position = last;
-        progress(position);
+        times.read += read;
+        times.fold += fold;
+        if let Some(last) = written? {
+            position = last;
+            progress(position);
+        }
+        pending = folded?;
+        events = next?;
     }
     // No index is built after the load: the journal's key is its position and the postings
     // rows are few (one per account and page), so both keep their keys up row by row.
