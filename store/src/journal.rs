@@ -59,18 +59,17 @@ impl JournalRows {
     pub fn of(batch: &LedgerBatch) -> Result<JournalRows, StoreError> {
         let mut rows = JournalRows::default();
         let mut by_account: BTreeMap<Account, Vec<u64>> = BTreeMap::new();
-        let mut lines = batch.lines.iter().peekable();
-        while let Some(first) = lines.next() {
-            let mut entry = vec![first];
-            while let Some(next) = lines.next_if(|l| l.position == first.position) {
-                entry.push(next);
-            }
+        // An entry's lines are contiguous in the fold's output.
+        for entry in batch.lines.chunk_by(|a, b| a.position == b.position) {
+            let Some(first) = entry.first() else {
+                continue;
+            };
             rows.entries.push(EntryRow {
                 position: first.position,
                 entry_id: first.entry_id,
-                lines: encode_lines(&entry)?,
+                lines: encode_lines(entry)?,
             });
-            for line in &entry {
+            for line in entry {
                 let positions = by_account.entry(line.account).or_default();
                 if positions.last() != Some(&line.position) {
                     positions.push(line.position);
@@ -278,7 +277,7 @@ impl Reader<'_> {
 }
 
 /// Encodes one entry's lines (all of one position, in line order).
-fn encode_lines(lines: &[&LedgerLine]) -> Result<Vec<u8>, StoreError> {
+fn encode_lines(lines: &[LedgerLine]) -> Result<Vec<u8>, StoreError> {
     let corrupt = |reason: &str| StoreError::CorruptRow {
         position: lines.first().map_or(0, |l| l.position),
         reason: format!("journal entry: {reason}"),
