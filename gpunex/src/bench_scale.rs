@@ -89,7 +89,6 @@ pub struct CatchUp {
     pub read_seconds: f64,
     pub fold_seconds: f64,
     pub write_seconds: f64,
-    pub index_seconds: f64,
 }
 
 /// The server process, killed when dropped.
@@ -411,7 +410,6 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             read_seconds: times.read.as_secs_f64(),
             fold_seconds: times.fold.as_secs_f64(),
             write_seconds: times.write.as_secs_f64(),
-            index_seconds: times.index.as_secs_f64(),
         });
     }
 
@@ -559,13 +557,12 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             ratio(model.events_per_second, model.bare_read_events_per_second)
         );
         println!(
-            "          {:.1} s (bare read {:.1} s): reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap), indexes {:.1} s",
+            "          {:.1} s (bare read {:.1} s): reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap)",
             model.seconds,
             model.bare_read_seconds,
             model.read_seconds,
             model.fold_seconds,
-            model.write_seconds,
-            model.index_seconds
+            model.write_seconds
         );
     }
     print_endpoints(&report.reference_healthz, &report.endpoints);

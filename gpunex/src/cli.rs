@@ -736,13 +736,12 @@ pub async fn rebuild(store: &Store) -> anyhow::Result<u64> {
     for (projection, model) in &rebuilt {
         let times = model.times;
         println!(
-            "{projection:<9} at {:>10} in {:>6.1} s: reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap), indexes {:.1} s",
+            "{projection:<9} at {:>10} in {:>6.1} s: reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap)",
             model.checkpoint,
             times.total.as_secs_f64(),
             times.read.as_secs_f64(),
             times.fold.as_secs_f64(),
-            times.write.as_secs_f64(),
-            times.index.as_secs_f64()
+            times.write.as_secs_f64()
         );
     }
     Ok(rebuilt

@@ -22,16 +22,16 @@ use gpunex_projections::earnings_lines::{
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
+use crate::earnings_runs::{RUN_COLUMNS, RunRow, RunTuple, decode_run, runs_of};
 use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{Binds, MOVE_CHECKPOINT, placeholders, values};
-use crate::timing::{CatchUpTimes, timed};
+use crate::timing::CatchUpTimes;
 use crate::{Backend, Rebuilt, RecordedEvent, Store, StoreError, to_i64, to_u64};
 
-/// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (18 parameters a line row:
-/// 4,500 per statement, under SQLite's 32,766).
+/// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (12 parameters an hour row:
+/// 3,000 per statement, under SQLite's 32,766).
 const ROWS_PER_STATEMENT: usize = 250;
 
-/// `($k+1, ..., $k+n)` for each of `rows` rows of `n` parameters.
 fn corrupt(reason: impl std::fmt::Display) -> StoreError {
     StoreError::CorruptRow {
         position: 0,
@@ -71,33 +71,14 @@ const HOUR_ADD: &str = "gross_micro_usdc = earnings_gpu_hours.gross_micro_usdc +
      through_position = excluded.through_position";
 /// The tables of the earnings projection, emptied together by a rebuild.
 const EARNINGS_TABLES: [&str; 4] = [
-    "earnings_lines",
+    "earnings_line_runs",
     "earnings_rentals",
     "earnings_providers",
     "earnings_gpu_hours",
 ];
 
-const LINE_COLUMNS: &str = "position, provider_id, at_us, entry_id, report_id, rental_id, \
-     from_gpu_seconds, to_gpu_seconds, price_micro_usdc, gross_micro_usdc, fee_micro_usdc, \
-     net_micro_usdc, fee_bp";
 const THROUGH_COLUMNS: &str =
     "through_gross, through_fee, through_net, through_gpu_seconds, through_lines";
-
-type LineTuple = (
-    i64,
-    String,
-    i64,
-    String,
-    String,
-    String,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-);
 
 /// Which lines of a provider to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,12 +106,6 @@ fn rental_row(
     })
 }
 
-/// The secondary indexes of `earnings_lines` (migrations 0008 and 0013), by name and columns.
-const LINE_INDEXES: [(&str, &str); 2] = [
-    ("earnings_lines_by_date", "provider_id, at_us, position"),
-    ("earnings_lines_by_position", "provider_id, position"),
-];
-
 /// The statements that write a page of the earnings projection, for `rows` rows, shared by the
 /// store's writer and the rebuild's rusqlite connection (both read `?` and `$N` placeholders).
 fn insert_rentals_sql(backend: Backend, rows: usize) -> String {
@@ -141,10 +116,10 @@ fn insert_rentals_sql(backend: Backend, rows: usize) -> String {
     )
 }
 
-fn insert_lines_sql(backend: Backend, rows: usize) -> String {
+fn insert_runs_sql(backend: Backend, rows: usize) -> String {
     format!(
-        "INSERT INTO earnings_lines ({LINE_COLUMNS}, {THROUGH_COLUMNS}) VALUES {}",
-        values(backend, rows, 18)
+        "INSERT INTO earnings_line_runs ({RUN_COLUMNS}) VALUES {}",
+        values(backend, rows, 11)
     )
 }
 
@@ -163,92 +138,6 @@ const UPSERT_PROVIDER: &str = "INSERT INTO earnings_providers (provider_id, last
      through_fee = excluded.through_fee, through_net = excluded.through_net, \
      through_gpu_seconds = excluded.through_gpu_seconds, through_lines = excluded.through_lines";
 
-/// A page's lines, inserted the way each database takes many rows best.
-trait InsertLines {
-    fn insert_lines(
-        &mut self,
-        lines: &[LineRow],
-    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
-}
-
-impl InsertLines for sqlx::SqliteConnection {
-    /// Multi-row `INSERT`s of [`ROWS_PER_STATEMENT`] rows.
-    async fn insert_lines(&mut self, lines: &[LineRow]) -> Result<(), StoreError> {
-        for chunk in lines.chunks(ROWS_PER_STATEMENT) {
-            let sql = insert_lines_sql(Backend::Sqlite, chunk.len());
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for line in chunk {
-                query = query
-                    .bind(to_i64(line.position))
-                    .bind(line.provider_id.to_string())
-                    .bind(line.at_us)
-                    .bind(line.entry_id.to_string())
-                    .bind(line.report_id.to_string())
-                    .bind(line.rental_id.to_string())
-                    .bind(to_i64(line.from_gpu_seconds))
-                    .bind(to_i64(line.to_gpu_seconds))
-                    .bind(line.price_per_gpu_hour)
-                    .bind(line.gross)
-                    .bind(line.fee)
-                    .bind(line.net)
-                    .bind(i64::from(line.fee_bp))
-                    .bind(line.through.gross)
-                    .bind(line.through.fee)
-                    .bind(line.through.net)
-                    .bind(to_i64(line.through.gpu_seconds))
-                    .bind(to_i64(line.through.lines));
-            }
-            query.execute(&mut *self).await?;
-        }
-        Ok(())
-    }
-}
-
-impl InsertLines for sqlx::PgConnection {
-    /// One `INSERT ... SELECT * FROM UNNEST(...)` of one array per column, as the ledger's
-    /// journal lines are written: 18 parameters for the page rather than 18 a row.
-    async fn insert_lines(&mut self, lines: &[LineRow]) -> Result<(), StoreError> {
-        if lines.is_empty() {
-            return Ok(());
-        }
-        let ints = |f: fn(&LineRow) -> i64| lines.iter().map(f).collect::<Vec<i64>>();
-        let texts = |f: fn(&LineRow) -> Uuid| {
-            lines
-                .iter()
-                .map(|l| f(l).to_string())
-                .collect::<Vec<String>>()
-        };
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO earnings_lines ({LINE_COLUMNS}, {THROUGH_COLUMNS}) SELECT * FROM UNNEST(\
-             $1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], \
-             $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], \
-             $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], \
-             $17::bigint[], $18::bigint[])"
-        )))
-        .bind(ints(|l| to_i64(l.position)))
-        .bind(texts(|l| l.provider_id))
-        .bind(ints(|l| l.at_us))
-        .bind(texts(|l| l.entry_id))
-        .bind(texts(|l| l.report_id))
-        .bind(texts(|l| l.rental_id))
-        .bind(ints(|l| to_i64(l.from_gpu_seconds)))
-        .bind(ints(|l| to_i64(l.to_gpu_seconds)))
-        .bind(ints(|l| l.price_per_gpu_hour))
-        .bind(ints(|l| l.gross))
-        .bind(ints(|l| l.fee))
-        .bind(ints(|l| l.net))
-        .bind(ints(|l| i64::from(l.fee_bp)))
-        .bind(ints(|l| l.through.gross))
-        .bind(ints(|l| l.through.fee))
-        .bind(ints(|l| l.through.net))
-        .bind(ints(|l| to_i64(l.through.gpu_seconds)))
-        .bind(ints(|l| to_i64(l.through.lines)))
-        .execute(&mut *self)
-        .await?;
-        Ok(())
-    }
-}
-
 /// How a fold's pages are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Writes {
@@ -261,6 +150,23 @@ enum Writes {
     Bulk,
 }
 
+/// A folded page as written: the fold's rentals, hours and cursors, and its lines encoded as
+/// runs ([`crate::earnings_runs`], encoded in the fold's stage of the pipeline, not the
+/// writer's).
+#[derive(Debug)]
+struct Page {
+    batch: EarningsBatch,
+    runs: Vec<RunRow>,
+}
+
+impl Page {
+    fn of(mut batch: EarningsBatch) -> Result<Page, StoreError> {
+        let runs = runs_of(&batch.lines)?;
+        batch.lines = Vec::new();
+        Ok(Page { batch, runs })
+    }
+}
+
 /// What one page's batch wrote that the next page's fold reads: the rentals it started and its
 /// providers' cursors.
 #[derive(Debug, Default)]
@@ -270,7 +176,8 @@ struct Carried {
 }
 
 impl Carried {
-    fn of(batch: &EarningsBatch) -> Carried {
+    fn of(page: &Page) -> Carried {
+        let batch = &page.batch;
         Carried {
             rentals: batch
                 .rentals
@@ -289,7 +196,7 @@ struct EarningsPages<'a> {
 }
 
 impl PageFold for EarningsPages<'_> {
-    type Batch = EarningsBatch;
+    type Batch = Page;
     type Carried = Carried;
 
     async fn read(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
@@ -302,17 +209,17 @@ impl PageFold for EarningsPages<'_> {
         &self,
         events: &[RecordedEvent],
         carried: &Carried,
-    ) -> Result<EarningsBatch, StoreError> {
-        self.store.fold_earnings(events, carried).await
+    ) -> Result<Page, StoreError> {
+        Page::of(self.store.fold_earnings(events, carried).await?)
     }
 
-    fn carry(batch: &EarningsBatch) -> Carried {
-        Carried::of(batch)
+    fn carry(page: &Page) -> Carried {
+        Carried::of(page)
     }
 
-    async fn commit(&self, batch: EarningsBatch, from: u64, to: u64) -> Result<(), StoreError> {
+    async fn commit(&self, page: Page, from: u64, to: u64) -> Result<(), StoreError> {
         self.store
-            .commit_earnings(batch, from, to, self.writes)
+            .commit_earnings(page, from, to, self.writes)
             .await
     }
 }
@@ -321,11 +228,12 @@ impl PageFold for EarningsPages<'_> {
 /// move as the sqlx path, in one `BEGIN IMMEDIATE` transaction.
 fn write_page_sqlite(
     conn: &mut rusqlite::Connection,
-    batch: &EarningsBatch,
+    page: &Page,
     from: u64,
     to: u64,
     now: i64,
 ) -> Result<(), StoreError> {
+    let batch = &page.batch;
     use crate::sqlite_bulk::bulk_error;
     use rusqlite::params;
     let tx = conn
@@ -358,32 +266,22 @@ fn write_page_sqlite(
                 .map_err(bulk_error)?;
         }
         let mut insert = tx
-            .prepare_cached(&insert_lines_sql(Backend::Sqlite, 1))
+            .prepare_cached(&insert_runs_sql(Backend::Sqlite, 1))
             .map_err(bulk_error)?;
-        // The ids' text in one buffer each, not one allocation per row and column.
-        let mut ids = [uuid::fmt::Hyphenated::LENGTH; 4].map(|n| vec![0_u8; n]);
-        for line in &batch.lines {
-            let [provider, entry, report, rental] = &mut ids;
+        for run in &page.runs {
             insert
                 .execute(params![
-                    to_i64(line.position),
-                    &*line.provider_id.hyphenated().encode_lower(provider),
-                    line.at_us,
-                    &*line.entry_id.hyphenated().encode_lower(entry),
-                    &*line.report_id.hyphenated().encode_lower(report),
-                    &*line.rental_id.hyphenated().encode_lower(rental),
-                    to_i64(line.from_gpu_seconds),
-                    to_i64(line.to_gpu_seconds),
-                    line.price_per_gpu_hour,
-                    line.gross,
-                    line.fee,
-                    line.net,
-                    i64::from(line.fee_bp),
-                    line.through.gross,
-                    line.through.fee,
-                    line.through.net,
-                    to_i64(line.through.gpu_seconds),
-                    to_i64(line.through.lines),
+                    run.provider_id.to_string(),
+                    to_i64(run.first_position),
+                    to_i64(run.last_position),
+                    run.first_at_us,
+                    run.last_at_us,
+                    run.before.gross,
+                    run.before.fee,
+                    run.before.net,
+                    to_i64(run.before.gpu_seconds),
+                    to_i64(run.before.lines),
+                    run.lines,
                 ])
                 .map_err(bulk_error)?;
         }
@@ -495,10 +393,10 @@ impl Store {
         Ok(fold_batch(&projected, &before)?)
     }
 
-    /// Writes `batch` and moves the checkpoint from `from` to `to`, in one transaction.
+    /// Writes `page` and moves the checkpoint from `from` to `to`, in one transaction.
     async fn commit_earnings(
         &self,
-        batch: EarningsBatch,
+        page: Page,
         from: u64,
         to: u64,
         writes: Writes,
@@ -507,9 +405,10 @@ impl Store {
         if let (Writes::Bulk, crate::store::Db::Sqlite(db)) = (writes, &self.inner.db) {
             return db
                 .rebuild_writer
-                .run(move |conn| write_page_sqlite(conn, &batch, from, to, now))
+                .run(move |conn| write_page_sqlite(conn, &page, from, to, now))
                 .await;
         }
+        let batch = &page.batch;
         in_transaction!(self, |tx| {
             let moved = sqlx::query(MOVE_CHECKPOINT)
                 .bind(to_i64(to))
@@ -538,7 +437,25 @@ impl Store {
                 }
                 query.execute(&mut *tx).await?;
             }
-            InsertLines::insert_lines(&mut *tx, &batch.lines).await?;
+            for chunk in page.runs.chunks(ROWS_PER_STATEMENT) {
+                let sql = insert_runs_sql(self.backend(), chunk.len());
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for run in chunk {
+                    query = query
+                        .bind(run.provider_id.to_string())
+                        .bind(to_i64(run.first_position))
+                        .bind(to_i64(run.last_position))
+                        .bind(run.first_at_us)
+                        .bind(run.last_at_us)
+                        .bind(run.before.gross)
+                        .bind(run.before.fee)
+                        .bind(run.before.net)
+                        .bind(to_i64(run.before.gpu_seconds))
+                        .bind(to_i64(run.before.lines))
+                        .bind(run.lines.as_slice());
+                }
+                query.execute(&mut *tx).await?;
+            }
             let hours: Vec<(&HourKey, &HourSums)> = batch.hours.iter().collect();
             for chunk in hours.chunks(ROWS_PER_STATEMENT) {
                 let sql = upsert_hours_sql(self.backend(), chunk.len());
@@ -584,33 +501,8 @@ impl Store {
 
     async fn refold_earnings(&self) -> Result<(u64, CatchUpTimes), StoreError> {
         self.empty_projection(EARNINGS, &EARNINGS_TABLES).await?;
-        // The lines' secondary indexes are built once after the refold rather than kept up
-        // row by row: the same indexes as the migration, under the same names.
-        in_transaction!(self, |tx| {
-            for (name, _) in LINE_INDEXES {
-                sqlx::query(sqlx::AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        });
         let _folding = self.inner.earnings_fold.lock().await;
-        let folded = self.fold_earnings_pages(Writes::Bulk).await;
-        let (indexed, index) = timed(async {
-            in_transaction!(self, |tx| {
-                for (name, columns) in LINE_INDEXES {
-                    sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "CREATE INDEX IF NOT EXISTS {name} ON earnings_lines ({columns})"
-                    )))
-                    .execute(&mut *tx)
-                    .await?;
-                }
-            });
-            Ok::<_, StoreError>(())
-        })
-        .await;
-        indexed?;
-        let Folded { report, mut times } = folded?;
-        times.index = index;
+        let Folded { report, times } = self.fold_earnings_pages(Writes::Bulk).await?;
         // The live runner may fold again while the tables are vacuumed.
         drop(_folding);
         self.settle_tables(&EARNINGS_TABLES).await?;
@@ -906,11 +798,11 @@ impl Store {
     }
 
     /// A provider's lines folded by `as_of` and dated in the `intervals` (disjoint, in order,
-    /// inside the range of `edges`), reduced per period of `edges` and per rental: SQL groups
-    /// each period's lines by rental and amounts (gross, fee, net, GPU-seconds), which repeat,
-    /// and each group's division among the rental's GPUs is computed once and counted as many
-    /// times as the group has lines, which is exactly the line-by-line split. Each interval is
-    /// its own index range scan.
+    /// inside the range of `edges`), reduced per period of `edges` and per rental: the lines are
+    /// grouped by rental and amounts (gross, fee, net, GPU-seconds), which repeat, and each
+    /// group's division among the rental's GPUs is computed once and counted as many times as
+    /// the group has lines, which is exactly the line-by-line split. Each interval is its own
+    /// walk of the provider's runs.
     async fn earnings_line_shares(
         &self,
         provider_id: Uuid,
@@ -919,67 +811,120 @@ impl Store {
         as_of: u64,
     ) -> Result<Vec<Vec<RentalShares>>, StoreError> {
         let periods = edges.len() - 1;
-        let mut rows: Vec<(i64, String, i64, i64, i64, i64, i64)> = Vec::new();
-        // A bounded number of scans per statement (SQLite refuses compounds of over 500): a
-        // reader far behind the projection can have many disjoint hours to read.
-        for intervals in intervals.chunks(SCANS_PER_STATEMENT) {
-            let mut binds = Binds::new(self.backend());
-            let case: String = edges[1..periods]
-                .iter()
-                .enumerate()
-                .map(|(period, end)| format!("WHEN at_us < {} THEN {period} ", binds.int(*end)))
-                .collect();
-            let period = if periods == 1 {
-                "0".to_owned()
-            } else {
-                format!("CASE {case}ELSE {} END", periods - 1)
+        // (period, rental, gross, fee, net, GPU-seconds) -> how many lines.
+        let mut groups: BTreeMap<(usize, Uuid, i64, i64, i64, i64), i64> = BTreeMap::new();
+        for (from, until) in intervals {
+            let span = LineSpan {
+                after: 0,
+                through: as_of,
+                from: *from,
+                until: *until,
             };
-            let scans: Vec<String> = intervals
-                .iter()
-                .map(|(from, until)| {
-                    format!(
-                        "SELECT at_us, rental_id, gross_micro_usdc, fee_micro_usdc, \
-                         net_micro_usdc, to_gpu_seconds - from_gpu_seconds AS gpu_seconds \
-                         FROM earnings_lines WHERE provider_id = {} AND at_us >= {} \
-                         AND at_us < {} AND position <= {}",
-                        binds.text(provider_id.to_string()),
-                        binds.int(*from),
-                        binds.int(*until),
-                        binds.int(to_i64(as_of)),
-                    )
-                })
-                .collect();
-            let sql = format!(
-                "SELECT CAST({period} AS BIGINT) AS period, rental_id, gross_micro_usdc, \
-                 fee_micro_usdc, net_micro_usdc, gpu_seconds, COUNT(*) FROM ({}) AS lines \
-                 GROUP BY 1, rental_id, gross_micro_usdc, fee_micro_usdc, net_micro_usdc, \
-                 gpu_seconds",
-                scans.join(" UNION ALL ")
-            );
-            let chunk: Vec<(i64, String, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
-                // Only placeholders and column names are formatted in: every value is bound.
-                bind_all!(sqlx::query_as(sqlx::AssertSqlSafe(sql.clone())), binds)
-                    .fetch_all(conn)
-                    .await?
-            });
-            rows.extend(chunk);
+            for line in self.provider_lines(provider_id, span, usize::MAX).await? {
+                // A line lies in the first period whose end is after it.
+                let period = edges[1..periods]
+                    .iter()
+                    .position(|end| line.at_us < *end)
+                    .unwrap_or(periods - 1);
+                let seconds = to_i64(line.to_gpu_seconds) - to_i64(line.from_gpu_seconds);
+                let key = (
+                    period,
+                    line.rental_id,
+                    line.gross,
+                    line.fee,
+                    line.net,
+                    seconds,
+                );
+                *groups.entry(key).or_default() += 1;
+            }
         }
-        // Each period's groups by rental, as `shares_of` takes them.
-        rows.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        let ids = rental_ids(rows.iter().map(|r| r.1.as_str()))?;
+        let ids = rental_ids(groups.keys().map(|key| key.1));
         let rentals = self.earnings_rentals_by_id(&ids).await?;
         let mut per_period: Vec<Vec<Group>> = vec![Vec::new(); periods];
-        for (period, rental_id, gross, fee, net, seconds, count) in rows {
-            let period = usize::try_from(period)
-                .ok()
-                .filter(|p| *p < periods)
-                .ok_or_else(|| corrupt(format!("a line bucketed in period {period}")))?;
+        for ((period, rental_id, gross, fee, net, seconds), count) in groups {
             per_period[period].push((rental_id, gross, fee, net, seconds, count));
         }
         per_period
             .into_iter()
             .map(|groups| shares_of(groups, &rentals))
             .collect()
+    }
+
+    /// Up to `limit` of a provider's lines in `span`, in position (and so date) order: from the
+    /// run holding the first of them, the provider's runs read a few at a time (more each
+    /// time), until a line past the span or `limit` lines. Runs only ever add later positions,
+    /// so the reads need no shared snapshot.
+    async fn provider_lines(
+        &self,
+        provider_id: Uuid,
+        span: LineSpan,
+        limit: usize,
+    ) -> Result<Vec<LineRow>, StoreError> {
+        let mut found = Vec::new();
+        if limit == 0 || span.from >= span.until || span.after >= span.through {
+            return Ok(found);
+        }
+        let provider = provider_id.to_string();
+        // The first line after `after` is in the last run starting at or before it or a later
+        // one; the first line dated at or after `from`, in the last run starting before it or a
+        // later one. The walk starts at the later of those two runs.
+        let start: Option<i64> = on_reader!(self, |conn| {
+            sqlx::query_scalar(
+                "SELECT MAX(first_position) FROM (\
+                 SELECT first_position FROM (SELECT first_position FROM earnings_line_runs \
+                 WHERE provider_id = $1 AND first_position <= $2 \
+                 ORDER BY first_position DESC LIMIT 1) AS by_position \
+                 UNION ALL \
+                 SELECT first_position FROM (SELECT first_position FROM earnings_line_runs \
+                 WHERE provider_id = $3 AND first_at_us < $4 \
+                 ORDER BY first_at_us DESC, first_position DESC LIMIT 1) AS by_date) AS starts",
+            )
+            .bind(provider.as_str())
+            .bind(to_i64(span.after))
+            .bind(provider.as_str())
+            .bind(span.from)
+            .fetch_one(conn)
+            .await?
+        });
+        let mut next = match start {
+            Some(position) => to_u64(position, 0, "first_position")?,
+            None => 0,
+        };
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM earnings_line_runs WHERE provider_id = $1 \
+             AND first_position >= $2 ORDER BY first_position LIMIT $3"
+        );
+        let mut runs = RUNS_FIRST_READ;
+        loop {
+            let rows: Vec<RunTuple> = on_reader!(self, |conn| {
+                sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(provider.as_str())
+                    .bind(to_i64(next))
+                    .bind(runs)
+                    .fetch_all(conn)
+                    .await?
+            });
+            let read = rows.len();
+            for row in rows {
+                let run = RunRow::of(row)?;
+                next = run.first_position.saturating_add(1);
+                for line in decode_run(&run)? {
+                    if line.position > span.through || line.at_us >= span.until {
+                        return Ok(found);
+                    }
+                    if line.position > span.after && line.at_us >= span.from {
+                        found.push(line);
+                        if found.len() == limit {
+                            return Ok(found);
+                        }
+                    }
+                }
+            }
+            if (read as i64) < runs {
+                return Ok(found);
+            }
+            runs = (runs * 4).min(RUNS_PER_READ_MAX);
+        }
     }
 
     /// A provider's sums through its last line dated before `before`, among the lines folded by
@@ -991,11 +936,11 @@ impl Store {
         as_of: u64,
     ) -> Result<(Sums, Option<u64>), StoreError> {
         let sql = format!(
-            "SELECT {THROUGH_COLUMNS}, position FROM earnings_lines \
-             WHERE provider_id = $1 AND at_us < $2 AND position <= $3 \
-             ORDER BY at_us DESC, position DESC LIMIT 1"
+            "SELECT {RUN_COLUMNS} FROM earnings_line_runs \
+             WHERE provider_id = $1 AND first_at_us < $2 AND first_position <= $3 \
+             ORDER BY first_at_us DESC, first_position DESC LIMIT 1"
         );
-        let row: Option<(i64, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
+        let row: Option<RunTuple> = on_reader!(self, |conn| {
             sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(provider_id.to_string())
                 .bind(before.unix_micros())
@@ -1005,10 +950,10 @@ impl Store {
         });
         match row {
             None => Ok((Sums::default(), None)),
-            Some(r) => Ok((
-                sums((r.0, r.1, r.2, r.3, r.4))?,
-                Some(to_u64(r.5, 0, "position")?),
-            )),
+            Some(row) => {
+                let (sums, position) = last_line(row, before.unix_micros(), as_of)?;
+                Ok((sums, Some(position)))
+            }
         }
     }
 
@@ -1029,11 +974,12 @@ impl Store {
     }
 
     /// [`Store::earnings_sums`] of several providers over one range, in one statement instead of
-    /// two per provider: each provider's sums through its last line before each end, an index
-    /// lookup each. SQLite reads them as one `UNION ALL` per [`PROVIDERS_PER_STATEMENT`]
-    /// providers; PostgreSQL as one `LATERAL` lookup over the providers bound as arrays, a plan
-    /// of constant size (a `UNION ALL` of 120 lookups costs more to plan than to run, on each
-    /// connection's first executions). Sums in the order of `providers`.
+    /// two per provider: for each provider and end, the run holding its last line before the
+    /// end, an index lookup each. SQLite reads them as one `UNION ALL` per
+    /// [`PROVIDERS_PER_STATEMENT`] providers; PostgreSQL as one `LATERAL` lookup over the
+    /// providers bound as arrays, a plan of constant size (a `UNION ALL` of 120 lookups costs
+    /// more to plan than to run, on each connection's first executions). Sums in the order of
+    /// `providers`.
     pub async fn earnings_sums_of(
         &self,
         providers: &[Uuid],
@@ -1051,12 +997,15 @@ impl Store {
         for chunk in providers.chunks(PROVIDERS_PER_STATEMENT) {
             let mut binds = Binds::new(self.backend());
             let mut lookups = Vec::with_capacity(chunk.len() * 2);
+            let mut befores = Vec::with_capacity(chunk.len() * 2);
             for (i, provider) in chunk.iter().enumerate() {
                 for (end, before) in [(0, until), (1, from)] {
+                    befores.push(before.unix_micros());
                     lookups.push(format!(
-                        "SELECT CAST({} AS BIGINT) AS k, t.* FROM (SELECT {THROUGH_COLUMNS} \
-                         FROM earnings_lines WHERE provider_id = {} AND at_us < {} \
-                         AND position <= {} ORDER BY at_us DESC, position DESC LIMIT 1) AS t",
+                        "SELECT CAST({} AS BIGINT) AS k, t.* FROM (SELECT {RUN_COLUMNS} \
+                         FROM earnings_line_runs WHERE provider_id = {} AND first_at_us < {} \
+                         AND first_position <= {} \
+                         ORDER BY first_at_us DESC, first_position DESC LIMIT 1) AS t",
                         i * 2 + end,
                         binds.text(provider.to_string()),
                         binds.int(before.unix_micros()),
@@ -1065,21 +1014,13 @@ impl Store {
                 }
             }
             let sql = lookups.join(" UNION ALL ");
-            let rows: Vec<(i64, i64, i64, i64, i64, i64)> = on_reader!(self, |conn| {
+            let rows: Vec<LookupRow> = on_reader!(self, |conn| {
                 // Only placeholders, column names and indexes are formatted in.
                 bind_all!(sqlx::query_as(sqlx::AssertSqlSafe(sql.clone())), binds)
                     .fetch_all(conn)
                     .await?
             });
-            let mut ends = vec![Sums::default(); chunk.len() * 2];
-            for (k, gross, fee, net, seconds, lines) in rows {
-                let slot = usize::try_from(k)
-                    .ok()
-                    .and_then(|k| ends.get_mut(k))
-                    .ok_or_else(|| corrupt(format!("a lookup numbered {k}")))?;
-                *slot = sums((gross, fee, net, seconds, lines))?;
-            }
-            found.extend(ends.chunks(2).map(|pair| pair[0].minus(pair[1])));
+            found.extend(sums_of_lookups(rows, &befores, as_of)?);
         }
         Ok(found)
     }
@@ -1091,17 +1032,21 @@ impl Store {
         position: u64,
     ) -> Result<Sums, StoreError> {
         let sql = format!(
-            "SELECT {THROUGH_COLUMNS} FROM earnings_lines \
-             WHERE provider_id = $1 AND position <= $2 ORDER BY position DESC LIMIT 1"
+            "SELECT {RUN_COLUMNS} FROM earnings_line_runs \
+             WHERE provider_id = $1 AND first_position <= $2 \
+             ORDER BY first_position DESC LIMIT 1"
         );
-        let row: Option<SumsRow> = on_reader!(self, |conn| {
+        let row: Option<RunTuple> = on_reader!(self, |conn| {
             sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(provider_id.to_string())
                 .bind(to_i64(position))
                 .fetch_optional(conn)
                 .await?
         });
-        row.map_or(Ok(Sums::default()), sums)
+        match row {
+            None => Ok(Sums::default()),
+            Some(row) => Ok(last_line(row, i64::MAX, position)?.0),
+        }
     }
 
     /// Up to `limit` of a provider's lines in `range` after log position `after` (a keyset
@@ -1113,142 +1058,67 @@ impl Store {
         after: u64,
         limit: usize,
     ) -> Result<Vec<Line>, StoreError> {
-        let limit = to_i64(limit as u64);
-        let rows: Vec<LineTuple> = match range {
-            LineRange::Dated { from, until, as_of } => {
-                let sql = format!(
-                    "SELECT {LINE_COLUMNS} FROM earnings_lines WHERE provider_id = $1 \
-                     AND at_us >= $2 AND at_us < $3 AND position <= $4 AND position > $5 \
-                     ORDER BY at_us, position LIMIT $6"
-                );
-                on_reader!(self, |conn| {
-                    sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                        .bind(provider_id.to_string())
-                        .bind(from.unix_micros())
-                        .bind(until.unix_micros())
-                        .bind(to_i64(as_of))
-                        .bind(to_i64(after))
-                        .bind(limit)
-                        .fetch_all(conn)
-                        .await?
-                })
-            }
+        let span = match range {
+            LineRange::Dated { from, until, as_of } => LineSpan {
+                after,
+                through: as_of,
+                from: from.unix_micros(),
+                until: until.unix_micros(),
+            },
             LineRange::Positions {
                 after: range_after,
                 through,
-            } => {
-                let sql = format!(
-                    "SELECT {LINE_COLUMNS} FROM earnings_lines WHERE provider_id = $1 \
-                     AND position > $2 AND position <= $3 ORDER BY position LIMIT $4"
-                );
-                on_reader!(self, |conn| {
-                    sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                        .bind(provider_id.to_string())
-                        .bind(to_i64(range_after.max(after)))
-                        .bind(to_i64(through))
-                        .bind(limit)
-                        .fetch_all(conn)
-                        .await?
-                })
-            }
+            } => LineSpan {
+                after: range_after.max(after),
+                through,
+                from: i64::MIN,
+                until: i64::MAX,
+            },
         };
-        let wanted: BTreeSet<&str> = rows.iter().map(|r| r.5.as_str()).collect();
-        let ids = wanted
-            .into_iter()
-            .map(uuid)
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = self.provider_lines(provider_id, span, limit).await?;
+        let ids = rental_ids(rows.iter().map(|r| r.rental_id));
         let rentals = self.earnings_rentals_by_id(&ids).await?;
         rows.into_iter()
             .map(|r| {
-                let rental_id = uuid(&r.5)?;
                 Ok(Line {
-                    position: to_u64(r.0, 0, "position")?,
-                    at: Timestamp::from_unix_micros(r.2),
-                    entry_id: uuid(&r.3)?,
-                    report_id: uuid(&r.4)?,
-                    rental: rentals
-                        .get(&rental_id)
-                        .cloned()
-                        .ok_or_else(|| corrupt(format!("line of unknown rental {rental_id}")))?,
-                    from_gpu_seconds: to_u64(r.6, 0, "from_gpu_seconds")?,
-                    to_gpu_seconds: to_u64(r.7, 0, "to_gpu_seconds")?,
-                    price_per_gpu_hour: Usdc::from_micros(r.8),
-                    gross: Usdc::from_micros(r.9),
-                    fee: Usdc::from_micros(r.10),
-                    net: Usdc::from_micros(r.11),
-                    fee_bp: u32::try_from(r.12).map_err(corrupt)?,
+                    position: r.position,
+                    at: Timestamp::from_unix_micros(r.at_us),
+                    entry_id: r.entry_id,
+                    report_id: r.report_id,
+                    rental: rentals.get(&r.rental_id).cloned().ok_or_else(|| {
+                        corrupt(format!("line of unknown rental {}", r.rental_id))
+                    })?,
+                    from_gpu_seconds: r.from_gpu_seconds,
+                    to_gpu_seconds: r.to_gpu_seconds,
+                    price_per_gpu_hour: Usdc::from_micros(r.price_per_gpu_hour),
+                    gross: Usdc::from_micros(r.gross),
+                    fee: Usdc::from_micros(r.fee),
+                    net: Usdc::from_micros(r.net),
+                    fee_bp: r.fee_bp,
                 })
             })
             .collect()
     }
 
-    /// Every stored line at positions in `(after, through]`, in position order, as stored (with
-    /// running sums): what `audit verify` compares with the replay.
-    pub async fn earnings_rows(
+    /// Every stored run whose first line is at a position in `(after, through]`, in position
+    /// order: what `audit verify` compares with the replay.
+    async fn earnings_runs_between(
         &self,
         after: u64,
         through: u64,
-    ) -> Result<Vec<LineRow>, StoreError> {
+    ) -> Result<Vec<RunRow>, StoreError> {
         let sql = format!(
-            "SELECT {LINE_COLUMNS}, {THROUGH_COLUMNS} FROM earnings_lines \
-             WHERE position > $1 AND position <= $2 ORDER BY position"
+            "SELECT {RUN_COLUMNS} FROM earnings_line_runs \
+             WHERE first_position > $1 AND first_position <= $2 ORDER BY first_position"
         );
-        let rows: Vec<(LineTuple, SumsRow)> = on_reader!(self, |conn| {
-            use sqlx::Row;
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let rows: Vec<RunTuple> = on_reader!(self, |conn| {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(to_i64(after))
                 .bind(to_i64(through))
                 .fetch_all(conn)
-                .await?;
-            let mut found = Vec::with_capacity(rows.len());
-            for row in &rows {
-                found.push((
-                    (
-                        row.try_get(0)?,
-                        row.try_get(1)?,
-                        row.try_get(2)?,
-                        row.try_get(3)?,
-                        row.try_get(4)?,
-                        row.try_get(5)?,
-                        row.try_get(6)?,
-                        row.try_get(7)?,
-                        row.try_get(8)?,
-                        row.try_get(9)?,
-                        row.try_get(10)?,
-                        row.try_get(11)?,
-                        row.try_get(12)?,
-                    ),
-                    (
-                        row.try_get(13)?,
-                        row.try_get(14)?,
-                        row.try_get(15)?,
-                        row.try_get(16)?,
-                        row.try_get(17)?,
-                    ),
-                ));
-            }
-            found
+                .await?
         });
-        rows.into_iter()
-            .map(|(r, t)| {
-                Ok(LineRow {
-                    position: to_u64(r.0, 0, "position")?,
-                    provider_id: uuid(&r.1)?,
-                    at_us: r.2,
-                    entry_id: uuid(&r.3)?,
-                    report_id: uuid(&r.4)?,
-                    rental_id: uuid(&r.5)?,
-                    from_gpu_seconds: to_u64(r.6, 0, "from_gpu_seconds")?,
-                    to_gpu_seconds: to_u64(r.7, 0, "to_gpu_seconds")?,
-                    price_per_gpu_hour: r.8,
-                    gross: r.9,
-                    fee: r.10,
-                    net: r.11,
-                    fee_bp: u32::try_from(r.12).map_err(corrupt)?,
-                    through: sums(t)?,
-                })
-            })
-            .collect()
+        rows.into_iter().map(RunRow::of).collect()
     }
 
     /// The earnings projection's part of `audit verify`: folds the log up to the projection's
@@ -1266,6 +1136,21 @@ impl Store {
             omitted: report.findings_omitted,
         };
         let describe = |row: &LineRow| format!("{row:?}");
+        // A stored line is keyed by its position; a second line at the same position (runs that
+        // overlap) is a finding.
+        let stored_line =
+            |findings: &mut Findings, pending: &mut BTreeMap<u64, LineRow>, line: LineRow| {
+                if let Some(twice) = pending.insert(line.position, line) {
+                    findings.push(AuditFinding::EarningsLineMismatch {
+                        position: twice.position,
+                        stored: Some(format!("a second line: {twice:?}")),
+                        replayed: None,
+                    });
+                }
+            };
+        let mut pending: BTreeMap<u64, LineRow> = BTreeMap::new();
+        // Runs starting at or before this position have been read.
+        let mut read_to = 0;
         let mut replay = EarningsReplay::default();
         let mut checked = 0;
         let mut after = 0;
@@ -1293,37 +1178,52 @@ impl Store {
                     break;
                 }
             };
-            let stored = store.earnings_rows(after, last).await?;
-            let mut stored_by: BTreeMap<u64, &LineRow> =
-                stored.iter().map(|r| (r.position, r)).collect();
+            for run in store.earnings_runs_between(read_to, last).await? {
+                for line in decode_run(&run)? {
+                    stored_line(&mut findings, &mut pending, line);
+                }
+            }
+            read_to = last;
             for row in &replayed {
-                match stored_by.remove(&row.position) {
-                    Some(found) if found == row => {}
+                match pending.remove(&row.position) {
+                    Some(found) if found == *row => {}
                     found => findings.push(AuditFinding::EarningsLineMismatch {
                         position: row.position,
-                        stored: found.map(describe),
+                        stored: found.as_ref().map(describe),
                         replayed: Some(describe(row)),
                     }),
                 }
             }
-            for (position, found) in stored_by {
+            // Stored lines of this page that the replay does not have; later ones (of a run
+            // that goes on past the page) wait for their page.
+            let later = pending.split_off(&last.saturating_add(1));
+            for (position, found) in std::mem::replace(&mut pending, later) {
                 findings.push(AuditFinding::EarningsLineMismatch {
                     position,
-                    stored: Some(describe(found)),
+                    stored: Some(describe(&found)),
                     replayed: None,
                 });
             }
             checked += replayed.len() as u64;
             after = last;
         }
-        // Rows past the checkpoint would be rows without a committed checkpoint.
+        // Lines up to the checkpoint that no event made, and lines past where the checkpoint is
+        // now, which would be lines without a committed checkpoint (the live runner may have
+        // folded the ones in between since the audit started).
         let now = store.earnings_checkpoint().await?;
-        for stray in store.earnings_rows(now, u64::MAX >> 1).await? {
-            findings.push(AuditFinding::EarningsLineMismatch {
-                position: stray.position,
-                stored: Some(describe(&stray)),
-                replayed: None,
-            });
+        for run in store.earnings_runs_between(read_to, u64::MAX >> 1).await? {
+            for line in decode_run(&run)? {
+                stored_line(&mut findings, &mut pending, line);
+            }
+        }
+        for (position, stray) in pending {
+            if position <= checkpoint || position > now {
+                findings.push(AuditFinding::EarningsLineMismatch {
+                    position,
+                    stored: Some(describe(&stray)),
+                    replayed: None,
+                });
+            }
         }
         if now == checkpoint {
             let stored = store.earnings_all_cursors().await?;
@@ -1489,33 +1389,90 @@ async fn earnings_sums_of_postgres(
             befores.push(before.unix_micros());
         }
     }
-    let rows: Vec<(i64, i64, i64, i64, i64, i64)> = sqlx::query_as(
-        "SELECT p.k, t.through_gross, t.through_fee, t.through_net, t.through_gpu_seconds, \
-         t.through_lines FROM UNNEST($1::text[], $2::bigint[], $3::bigint[]) AS p(provider_id, k, \
-         before_us) CROSS JOIN LATERAL (SELECT through_gross, through_fee, through_net, \
-         through_gpu_seconds, through_lines FROM earnings_lines e \
-         WHERE e.provider_id = p.provider_id AND e.at_us < p.before_us AND e.position <= $4 \
-         ORDER BY e.at_us DESC, e.position DESC LIMIT 1) AS t",
-    )
+    let rows: Vec<LookupRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT p.k, t.* FROM UNNEST($1::text[], $2::bigint[], $3::bigint[]) AS p(provider_id, k, \
+         before_us) CROSS JOIN LATERAL (SELECT {RUN_COLUMNS} FROM earnings_line_runs e \
+         WHERE e.provider_id = p.provider_id AND e.first_at_us < p.before_us \
+         AND e.first_position <= $4 ORDER BY e.first_at_us DESC, e.first_position DESC LIMIT 1) \
+         AS t"
+    )))
     .bind(&ids)
     .bind(&slots)
     .bind(&befores)
     .bind(to_i64(as_of))
     .fetch_all(pool)
     .await?;
-    let mut ends = vec![Sums::default(); providers.len() * 2];
-    for (k, gross, fee, net, seconds, lines) in rows {
+    sums_of_lookups(rows, &befores, as_of)
+}
+
+/// A lookup's number (`2 i` for provider `i`'s end of range, `2 i + 1` for its start) and the
+/// run it found.
+type LookupRow = (
+    i64,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    Vec<u8>,
+);
+
+/// Each provider's sums between its two ends, from the runs the lookups found (a lookup that
+/// found none: no line before that end). `befores`: each lookup's end, by number.
+fn sums_of_lookups(
+    rows: Vec<LookupRow>,
+    befores: &[i64],
+    as_of: u64,
+) -> Result<Vec<Sums>, StoreError> {
+    let mut ends = vec![Sums::default(); befores.len()];
+    for (k, provider, p1, p2, a1, a2, g, f, n, s, l, lines) in rows {
         let slot = usize::try_from(k)
             .ok()
-            .and_then(|k| ends.get_mut(k))
+            .filter(|k| *k < befores.len())
             .ok_or_else(|| corrupt(format!("a lookup numbered {k}")))?;
-        *slot = sums((gross, fee, net, seconds, lines))?;
+        let run = (provider, p1, p2, a1, a2, g, f, n, s, l, lines);
+        ends[slot] = last_line(run, befores[slot], as_of)?.0;
     }
     Ok(ends.chunks(2).map(|pair| pair[0].minus(pair[1])).collect())
 }
 
-/// Disjoint ranges of lines read per statement of [`Store::earnings_figures`].
-const SCANS_PER_STATEMENT: usize = 200;
+/// The running sums through the last line of a run dated before `before` at a position up to
+/// `through`, and that line's position. The run was read as the last one whose first line is
+/// such a line, so it has one.
+fn last_line(row: RunTuple, before: i64, through: u64) -> Result<(Sums, u64), StoreError> {
+    let run = RunRow::of(row)?;
+    decode_run(&run)?
+        .into_iter()
+        .take_while(|line| line.at_us < before && line.position <= through)
+        .last()
+        .map(|line| (line.through, line.position))
+        .ok_or_else(|| {
+            corrupt(format!(
+                "the run at {} holds no line it was read for",
+                run.first_position
+            ))
+        })
+}
+
+/// Which of a provider's lines a walk returns: at positions in `(after, through]` and dated in
+/// `[from, until)`.
+#[derive(Debug, Clone, Copy)]
+struct LineSpan {
+    after: u64,
+    through: u64,
+    from: i64,
+    until: i64,
+}
+
+/// Runs a walk of a provider's lines reads first, and at most at a time: a live batch's run
+/// may hold one line, a rebuild's hundreds.
+const RUNS_FIRST_READ: i64 = 16;
+const RUNS_PER_READ_MAX: i64 = 1_024;
 
 /// Providers per statement of [`Store::earnings_sums_of`] on SQLite: two lookups and three
 /// values each.
@@ -1525,19 +1482,12 @@ const PROVIDERS_PER_STATEMENT: usize = 100;
 pub const SHARE_DAYS_MAX: usize = 92;
 
 /// A group of identical lines of one rental: rental id, gross, fee, net, GPU-seconds, count.
-type Group = (String, i64, i64, i64, i64, i64);
+type Group = (Uuid, i64, i64, i64, i64, i64);
 
-/// The distinct rental ids of groups, in the order first seen.
-fn rental_ids<'a>(ids: impl Iterator<Item = &'a str>) -> Result<Vec<Uuid>, StoreError> {
+/// The distinct rental ids, in the order first seen.
+fn rental_ids(ids: impl Iterator<Item = Uuid>) -> Vec<Uuid> {
     let mut seen = std::collections::HashSet::new();
-    let mut distinct: Vec<Uuid> = Vec::new();
-    for id in ids {
-        let id = uuid(id)?;
-        if seen.insert(id) {
-            distinct.push(id);
-        }
-    }
-    Ok(distinct)
+    ids.filter(|id| seen.insert(*id)).collect()
 }
 
 /// Groups of lines (ordered by rental) reduced per rental: each group's division among the
@@ -1549,7 +1499,6 @@ fn shares_of(
 ) -> Result<Vec<RentalShares>, StoreError> {
     let mut shares: Vec<RentalShares> = Vec::new();
     for (rental_id, gross, fee, net, seconds, count) in groups {
-        let rental_id = uuid(&rental_id)?;
         let count = to_u64(count, 0, "count")?;
         let seconds = u64::try_from(seconds)
             .map_err(|_| corrupt(format!("rental {rental_id}: negative GPU-seconds")))?;

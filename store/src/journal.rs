@@ -25,6 +25,7 @@ use gpunex_projections::ledger::{LedgerBatch, LedgerLine};
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::bytes::{Reader, put_varint};
 
 const LINES_FORMAT: u8 = 1;
 /// Postings rows an account's statement reads at a time.
@@ -208,72 +209,6 @@ fn account_of(kind: u8, owner: Option<Uuid>) -> Option<Account> {
 
 fn has_owner(kind: u8) -> bool {
     matches!(kind, 1 | 2 | 4)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8 & 0x7f) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-/// Reads stored bytes, failing as a corrupt row of `position`.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    position: u64,
-    what: &'static str,
-}
-
-impl Reader<'_> {
-    fn corrupt(&self, reason: &str) -> StoreError {
-        StoreError::CorruptRow {
-            position: self.position,
-            reason: format!("{}: {reason}", self.what),
-        }
-    }
-
-    fn byte(&mut self) -> Result<u8, StoreError> {
-        let (&first, rest) = self
-            .bytes
-            .split_first()
-            .ok_or_else(|| self.corrupt("ends early"))?;
-        self.bytes = rest;
-        Ok(first)
-    }
-
-    fn take(&mut self, n: usize) -> Result<&[u8], StoreError> {
-        if self.bytes.len() < n {
-            return Err(self.corrupt("ends early"));
-        }
-        let (taken, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(taken)
-    }
-
-    fn varint(&mut self) -> Result<u64, StoreError> {
-        let mut value = 0_u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.byte()?;
-            let bits = u64::from(byte & 0x7f);
-            if shift == 63 && bits > 1 {
-                return Err(self.corrupt("integer overflows"));
-            }
-            value |= bits << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(self.corrupt("integer overflows"))
-    }
-
-    fn done(&self) -> Result<(), StoreError> {
-        if self.bytes.is_empty() {
-            Ok(())
-        } else {
-            Err(self.corrupt("trailing bytes"))
-        }
-    }
 }
 
 /// Encodes one entry's lines (all of one position, in line order).

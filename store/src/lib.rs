@@ -169,6 +169,7 @@ macro_rules! reservation_writes {
 
 pub mod audit;
 pub mod bench;
+mod bytes;
 mod clock;
 pub mod copy;
 pub mod earnings;
@@ -177,6 +178,7 @@ mod event_rows;
 pub mod fleet;
 pub mod idempotency;
 pub mod job_logs;
+mod earnings_runs;
 mod journal;
 mod key_scope;
 mod pages;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 /// model but the payouts), `read`, `fold` and `write` overlap and may add up to more than
 /// `total`; each alone is part of it. A step driven from the catch-up's own task (a commit
 /// through sqlx sends each statement from it, a read takes its rows through it) also counts the
-/// time it waited there while a page was decoded. `index` is the index build after the writes
-/// (zero where a model keeps its indexes up row by row).
+/// time it waited there while a page was decoded. Every model keeps its indexes up as it
+/// writes: none is built after the load.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CatchUpTimes {
     /// The whole catch-up; for a rebuild, from emptying the tables to the swap and the vacuum.
@@ -21,8 +21,6 @@ pub struct CatchUpTimes {
     pub fold: Duration,
     /// Writing the rows and moving the checkpoint.
     pub write: Duration,
-    /// Building indexes over the written rows.
-    pub index: Duration,
 }
 
 /// How long `step` takes, beside what it gives.

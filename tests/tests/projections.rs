@@ -8,6 +8,7 @@ conformance!(
     earnings_figures_equal_the_line_by_line_split,
     a_reader_far_behind_reads_many_hours_from_their_lines,
     earnings_lines_are_stored_read_as_of_a_position_and_audited,
+    earnings_reads_cross_many_runs,
     rentals_are_stored_paged_and_audited,
     small_pages_fold_as_one_page,
     payouts_are_stored_paged_and_audited,
@@ -382,22 +383,47 @@ async fn earnings_lines_are_stored_read_as_of_a_position_and_audited(db: &TestDb
     assert_eq!(report.earnings_lines_checked, 2_300);
     assert_eq!(report.earnings_checkpoint, head);
 
-    // An edited amount, a deleted line and a provider's cursor changed by hand: each reported.
-    let edited = lines[100].position;
-    let deleted = lines[200].position;
-    db.execute_raw(
-        &[
-            &format!("UPDATE earnings_lines SET net_micro_usdc = net_micro_usdc + 1 WHERE position = {edited}"),
-            &format!("DELETE FROM earnings_lines WHERE position = {deleted}"),
-            "UPDATE earnings_providers SET through_lines = through_lines + 1",
-        ],
-        &[
-            &format!("UPDATE earnings_lines SET net_micro_usdc = net_micro_usdc + 1 WHERE position = {edited}"),
-            &format!("DELETE FROM earnings_lines WHERE position = {deleted}"),
-            "UPDATE earnings_providers SET through_lines = through_lines + 1",
-        ],
-    )
-    .await;
+    // Later lines of both providers, folded together: one more small run each. Then a run's
+    // running sums edited by hand (each of its lines then differs from the replay), a run
+    // deleted and the providers' cursors edited: each reported.
+    for (provider_id, count) in [(a, 3), (b, 2)] {
+        let (rental, events) = usage_events(provider_id, count, |i| {
+            t0 + SECOND * (5_000 + i64::try_from(i).unwrap())
+        });
+        store
+            .append(
+                stream(&format!("rental-{rental}")),
+                ExpectedVersion::NoStream,
+                events,
+            )
+            .await
+            .unwrap();
+    }
+    store.run_projections().await.unwrap();
+    let later = LineRange::Positions {
+        after: head,
+        through: store.head_position().await.unwrap(),
+    };
+    let mut tampered = Vec::new();
+    for provider_id in [a, b] {
+        let lines = store
+            .earnings_lines(provider_id, later, 0, 100)
+            .await
+            .unwrap();
+        tampered.extend(lines.iter().map(|l| l.position));
+    }
+    tampered.sort_unstable();
+    assert_eq!(tampered.len(), 5);
+    let statements = [
+        format!(
+            "UPDATE earnings_line_runs SET before_net = before_net + 1 \
+             WHERE provider_id = '{a}' AND first_position > {head}"
+        ),
+        format!("DELETE FROM earnings_line_runs WHERE provider_id = '{b}' AND first_position > {head}"),
+        "UPDATE earnings_providers SET through_lines = through_lines + 1".to_owned(),
+    ];
+    let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
+    db.execute_raw(&statements, &statements).await;
     let report = audit(&store).await;
     let positions: Vec<u64> = report
         .findings
@@ -407,19 +433,167 @@ async fn earnings_lines_are_stored_read_as_of_a_position_and_audited(db: &TestDb
             _ => None,
         })
         .collect();
-    assert_eq!(positions, vec![edited, deleted], "{:?}", report.findings);
+    assert_eq!(positions, tampered, "{:?}", report.findings);
     let cursors = report
         .findings
         .iter()
         .filter(|f| matches!(f, AuditFinding::EarningsCursorMismatch { .. }))
         .count();
     assert_eq!(cursors, 2, "{:?}", report.findings);
-    assert_eq!(report.first_bad_position(), Some(edited));
+    assert_eq!(report.first_bad_position(), Some(tampered[0]));
 
     store.rebuild_projections(&|_| {}).await.unwrap();
     let report = audit(&store).await;
     assert!(report.is_clean(), "{:?}", report.findings);
-    assert_eq!(report.earnings_lines_checked, 2_300);
+    assert_eq!(report.earnings_lines_checked, 2_305);
+}
+
+/// The earnings lines are stored in runs, one per provider and folded page (ADR 0013). With
+/// pages of 3 events, a provider's lines lie in hundreds of runs of one or two lines, several
+/// lines share a date across runs, and every read (pages of lines by date and by position, sums
+/// between any two instants as of any position, several providers at once) equals the same
+/// read computed from the whole list of lines; after a rebuild into a few long runs, the same.
+async fn earnings_reads_cross_many_runs(db: &TestDb) {
+    use gpunex_domain::time::Timestamp;
+    use gpunex_projections::earnings::Line;
+    use gpunex_store::earnings::LineRange;
+    let store = Store::open(
+        &db.url,
+        &gpunex_store::StoreOptions {
+            fold_page_events: 3,
+            ..gpunex_store::StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    const SECOND: i64 = 1_000_000;
+    let t0 = 1_790_000_000 * SECOND;
+    let (a, b) = (provider(1), provider(2));
+    // Three lines of a per second, one of b per second, appended in turns of 5 events.
+    let mut streams = vec![
+        usage_events(a, 600, |i| t0 + SECOND * i64::try_from(i / 3).unwrap()),
+        usage_events(b, 200, |i| t0 + SECOND * i64::try_from(i).unwrap()),
+    ];
+    let mut versions = [0_u64; 2];
+    while streams.iter().any(|(_, events)| !events.is_empty()) {
+        for (n, (rental_id, events)) in streams.iter_mut().enumerate() {
+            let turn: Vec<_> = events.drain(..events.len().min(5)).collect();
+            if turn.is_empty() {
+                continue;
+            }
+            let expected = match versions[n] {
+                0 => ExpectedVersion::NoStream,
+                v => ExpectedVersion::Exact(v),
+            };
+            versions[n] += turn.len() as u64;
+            store
+                .append(stream(&format!("rental-{rental_id}")), expected, turn)
+                .await
+                .unwrap();
+        }
+    }
+    store.run_projections().await.unwrap();
+    let head = store.head_position().await.unwrap();
+    let at = |s: i64| Timestamp::from_unix_micros(t0 + s * SECOND);
+    let all = (Timestamp::from_unix_micros(0), at(1_000_000));
+    let read_all = |provider_id: uuid::Uuid, range: LineRange, page: usize| {
+        let store = &store;
+        async move {
+            let mut lines: Vec<Line> = Vec::new();
+            loop {
+                let after = lines.last().map_or(0, |l| l.position);
+                let more = store
+                    .earnings_lines(provider_id, range, after, page)
+                    .await
+                    .unwrap();
+                let done = more.len() < page;
+                lines.extend(more);
+                if done {
+                    return lines;
+                }
+            }
+        }
+    };
+    let check = |lines_a: Vec<Line>, lines_b: Vec<Line>| {
+        let store = &store;
+        async move {
+            assert_eq!((lines_a.len(), lines_b.len()), (600, 200));
+            assert!(lines_a.windows(2).all(|w| w[0].position < w[1].position));
+            let by_position = read_all(
+                a,
+                LineRange::Positions {
+                    after: 0,
+                    through: head,
+                },
+                64,
+            )
+            .await;
+            assert_eq!(by_position, lines_a);
+            let as_ofs = [head, lines_a[300].position, lines_a[0].position, 1];
+            let instants = [0, 1, 17, 99, 100, 150, 199, 200, 201];
+            for as_of in as_ofs {
+                for (i, from) in instants.iter().enumerate() {
+                    for until in &instants[i..] {
+                        let (from, until) = (at(*from), at(*until));
+                        let made = |lines: &[Line]| {
+                            let mut sums = gpunex_projections::earnings::Sums::default();
+                            for line in lines.iter().filter(|l| {
+                                l.position <= as_of && l.at >= from && l.at < until
+                            }) {
+                                sums.add_sums(gpunex_projections::earnings::Sums::of(line));
+                            }
+                            sums
+                        };
+                        let (want_a, want_b) = (made(&lines_a), made(&lines_b));
+                        let sums = store.earnings_sums(a, from, until, as_of).await.unwrap();
+                        assert_eq!(sums, want_a, "{from:?} {until:?} {as_of}");
+                        let together = store
+                            .earnings_sums_of(&[b, provider(9), a], from, until, as_of)
+                            .await
+                            .unwrap();
+                        assert_eq!(together, vec![want_b, Default::default(), want_a]);
+                        // A page of lines from a cursor in the middle of the range.
+                        let dated = LineRange::Dated { from, until, as_of };
+                        let wanted: Vec<&Line> = lines_a
+                            .iter()
+                            .filter(|l| l.position <= as_of && l.at >= from && l.at < until)
+                            .collect();
+                        let cursor = wanted.get(wanted.len() / 2).map_or(0, |l| l.position);
+                        let page = store.earnings_lines(a, dated, cursor, 50).await.unwrap();
+                        let expected: Vec<&Line> = wanted
+                            .iter()
+                            .copied()
+                            .filter(|l| l.position > cursor)
+                            .take(50)
+                            .collect();
+                        assert_eq!(page.iter().collect::<Vec<_>>(), expected);
+                    }
+                }
+                let through = store.earnings_through(a, as_of).await.unwrap();
+                let lines = lines_a.iter().filter(|l| l.position <= as_of).count();
+                assert_eq!(through.lines, lines as u64);
+            }
+        }
+    };
+    let dated = LineRange::Dated {
+        from: all.0,
+        until: all.1,
+        as_of: head,
+    };
+    let (lines_a, lines_b) = (read_all(a, dated, 70).await, read_all(b, dated, 70).await);
+    check(lines_a.clone(), lines_b.clone()).await;
+    let report = audit(&store).await;
+    assert!(report.is_clean(), "{:?}", report.findings);
+    assert_eq!(report.earnings_lines_checked, 800);
+
+    // Rebuilt with long runs: the same lines and the same answers.
+    let rebuilt = Store::open(&db.url, &gpunex_store::StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(rebuilt.rebuild_earnings().await.unwrap().checkpoint, head);
+    assert_eq!(read_all(a, dated, 1_000).await, lines_a);
+    check(lines_a, lines_b).await;
+    assert!(audit(&rebuilt).await.is_clean());
 }
 
 /// The stored rentals projection holds every rental's folded state (usage, end), answers a
@@ -1513,7 +1687,7 @@ async fn a_rebuild_leaves_its_tables_vacuumed_and_analyzed(db: &TestDb) {
          FROM pg_stat_user_tables WHERE relname = ANY($1) ORDER BY relname",
     )
     .bind(vec![
-        "earnings_lines",
+        "earnings_line_runs",
         "earnings_providers",
         "earnings_rentals",
         "ledger_balances",
