@@ -138,6 +138,78 @@ const UPSERT_PROVIDER: &str = "INSERT INTO earnings_providers (provider_id, last
      through_fee = excluded.through_fee, through_net = excluded.through_net, \
      through_gpu_seconds = excluded.through_gpu_seconds, through_lines = excluded.through_lines";
 
+/// A page's hours added to the stored ones, the way each database takes many rows best.
+trait AddHours {
+    fn add_hours(
+        &mut self,
+        hours: &BTreeMap<HourKey, HourSums>,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl AddHours for sqlx::SqliteConnection {
+    /// Multi-row upserts of [`ROWS_PER_STATEMENT`] rows.
+    async fn add_hours(&mut self, hours: &BTreeMap<HourKey, HourSums>) -> Result<(), StoreError> {
+        let hours: Vec<(&HourKey, &HourSums)> = hours.iter().collect();
+        for chunk in hours.chunks(ROWS_PER_STATEMENT) {
+            let sql = upsert_hours_sql(Backend::Sqlite, chunk.len());
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for ((provider, hour, gpu, model), sums) in chunk {
+                query = query
+                    .bind(provider.to_string())
+                    .bind(*hour)
+                    .bind(gpu.as_str())
+                    .bind(model.as_str())
+                    .bind(sums.gpu.gross)
+                    .bind(sums.gpu.fee)
+                    .bind(sums.gpu.net)
+                    .bind(to_i64(sums.gpu.gpu_seconds))
+                    .bind(to_i64(sums.gpu.lines))
+                    .bind(sums.model_net)
+                    .bind(to_i64(sums.model_lines))
+                    .bind(to_i64(sums.through_position));
+            }
+            query.execute(&mut *self).await?;
+        }
+        Ok(())
+    }
+}
+
+impl AddHours for sqlx::PgConnection {
+    /// One `INSERT ... SELECT * FROM UNNEST(...)` of one array per column: 12 parameters for the
+    /// page rather than 12 a row (a page's keys are distinct, so no row is updated twice).
+    async fn add_hours(&mut self, hours: &BTreeMap<HourKey, HourSums>) -> Result<(), StoreError> {
+        if hours.is_empty() {
+            return Ok(());
+        }
+        let ints = |f: fn(&HourKey, &HourSums) -> i64| {
+            hours.iter().map(|(k, s)| f(k, s)).collect::<Vec<i64>>()
+        };
+        let texts = |f: fn(&HourKey) -> String| hours.keys().map(f).collect::<Vec<String>>();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO earnings_gpu_hours ({HOUR_KEY_COLUMNS}, {HOUR_SUM_COLUMNS}) \
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], \
+             $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
+             $11::bigint[], $12::bigint[]) \
+             ON CONFLICT (provider_id, hour_us, gpu_uuid, model_id) DO UPDATE SET {HOUR_ADD}"
+        )))
+        .bind(texts(|k| k.0.to_string()))
+        .bind(ints(|k, _| k.1))
+        .bind(texts(|k| k.2.clone()))
+        .bind(texts(|k| k.3.clone()))
+        .bind(ints(|_, s| s.gpu.gross))
+        .bind(ints(|_, s| s.gpu.fee))
+        .bind(ints(|_, s| s.gpu.net))
+        .bind(ints(|_, s| to_i64(s.gpu.gpu_seconds)))
+        .bind(ints(|_, s| to_i64(s.gpu.lines)))
+        .bind(ints(|_, s| s.model_net))
+        .bind(ints(|_, s| to_i64(s.model_lines)))
+        .bind(ints(|_, s| to_i64(s.through_position)))
+        .execute(&mut *self)
+        .await?;
+        Ok(())
+    }
+}
+
 /// How a fold's pages are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Writes {
@@ -205,11 +277,7 @@ impl PageFold for EarningsPages<'_> {
             .await
     }
 
-    async fn fold(
-        &self,
-        events: &[RecordedEvent],
-        carried: &Carried,
-    ) -> Result<Page, StoreError> {
+    async fn fold(&self, events: &[RecordedEvent], carried: &Carried) -> Result<Page, StoreError> {
         Page::of(self.store.fold_earnings(events, carried).await?)
     }
 
@@ -456,27 +524,7 @@ impl Store {
                 }
                 query.execute(&mut *tx).await?;
             }
-            let hours: Vec<(&HourKey, &HourSums)> = batch.hours.iter().collect();
-            for chunk in hours.chunks(ROWS_PER_STATEMENT) {
-                let sql = upsert_hours_sql(self.backend(), chunk.len());
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for ((provider, hour, gpu, model), sums) in chunk {
-                    query = query
-                        .bind(provider.to_string())
-                        .bind(*hour)
-                        .bind(gpu.clone())
-                        .bind(model.clone())
-                        .bind(sums.gpu.gross)
-                        .bind(sums.gpu.fee)
-                        .bind(sums.gpu.net)
-                        .bind(to_i64(sums.gpu.gpu_seconds))
-                        .bind(to_i64(sums.gpu.lines))
-                        .bind(sums.model_net)
-                        .bind(to_i64(sums.model_lines))
-                        .bind(to_i64(sums.through_position));
-                }
-                query.execute(&mut *tx).await?;
-            }
+            AddHours::add_hours(&mut *tx, &batch.hours).await?;
             for (provider, cursor) in &batch.cursors {
                 sqlx::query(UPSERT_PROVIDER)
                     .bind(provider.to_string())

@@ -37,19 +37,7 @@ pub(crate) const RUN_COLUMNS: &str = "provider_id, first_position, last_position
      last_at_us, before_gross, before_fee, before_net, before_gpu_seconds, before_lines, lines";
 
 /// A run as read by sqlx, in the order of [`RUN_COLUMNS`].
-pub(crate) type RunTuple = (
-    String,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    Vec<u8>,
-);
+pub(crate) type RunTuple = (String, i64, i64, i64, i64, i64, i64, i64, i64, i64, Vec<u8>);
 
 /// One stored run of a provider's lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,8 +196,7 @@ pub(crate) fn decode_run(row: &RunRow) -> Result<Vec<LineRow>, StoreError> {
         return Err(reader.corrupt("line count"));
     }
     let rental_count = reader.varint()?;
-    if rental_count == 0 || rental_count > count || rental_count > reader.bytes.len() as u64 / 16
-    {
+    if rental_count == 0 || rental_count > count || rental_count > reader.bytes.len() as u64 / 16 {
         return Err(reader.corrupt("rental count"));
     }
     let rentals = (0..rental_count)
@@ -307,7 +294,11 @@ mod tests {
                 price_per_gpu_hour: 2_000_000,
                 gross: if n == 6 { i64::MAX / 4 } else { 266_667 },
                 fee: 53_333,
-                net: if n == 6 { i64::MAX / 4 - 53_333 } else { 213_334 },
+                net: if n == 6 {
+                    i64::MAX / 4 - 53_333
+                } else {
+                    213_334
+                },
                 fee_bp: 2_000,
                 through: Sums::default(),
             };

@@ -27,6 +27,7 @@ conformance!(
     a_rebuild_leaves_its_tables_vacuumed_and_analyzed,
     statements_page_through_many_postings_rows,
     a_journal_of_one_row_per_posting_is_dropped_and_refolded,
+    earnings_lines_of_one_row_each_are_dropped_and_refolded,
 );
 
 async fn audit(store: &Store) -> AuditReport {
@@ -419,7 +420,9 @@ async fn earnings_lines_are_stored_read_as_of_a_position_and_audited(db: &TestDb
             "UPDATE earnings_line_runs SET before_net = before_net + 1 \
              WHERE provider_id = '{a}' AND first_position > {head}"
         ),
-        format!("DELETE FROM earnings_line_runs WHERE provider_id = '{b}' AND first_position > {head}"),
+        format!(
+            "DELETE FROM earnings_line_runs WHERE provider_id = '{b}' AND first_position > {head}"
+        ),
         "UPDATE earnings_providers SET through_lines = through_lines + 1".to_owned(),
     ];
     let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
@@ -537,9 +540,10 @@ async fn earnings_reads_cross_many_runs(db: &TestDb) {
                         let (from, until) = (at(*from), at(*until));
                         let made = |lines: &[Line]| {
                             let mut sums = gpunex_projections::earnings::Sums::default();
-                            for line in lines.iter().filter(|l| {
-                                l.position <= as_of && l.at >= from && l.at < until
-                            }) {
+                            for line in lines
+                                .iter()
+                                .filter(|l| l.position <= as_of && l.at >= from && l.at < until)
+                            {
                                 sums.add_sums(gpunex_projections::earnings::Sums::of(line));
                             }
                             sums
@@ -1038,6 +1042,94 @@ async fn statements_page_through_many_postings_rows(db: &TestDb) {
             .await
             .unwrap()
             .is_empty()
+    );
+    assert!(audit(&store).await.is_clean());
+}
+
+/// A database from before ADR 0013 (one `earnings_lines` row per line) is upgraded by its
+/// migration: the old table goes, the projection's rentals, cursors and hours are emptied with
+/// its checkpoint, and the refold gives the same sums, lines and figures, not doubled.
+async fn earnings_lines_of_one_row_each_are_dropped_and_refolded(db: &TestDb) {
+    use gpunex_domain::time::Timestamp;
+    use gpunex_store::earnings::LineRange;
+    let store = db.open().await;
+    const SECOND: i64 = 1_000_000;
+    let t0 = 1_790_000_000 * SECOND;
+    let (rental, events) = usage_events(provider(1), 50, |i| {
+        t0 + 600 * SECOND * i64::try_from(i).unwrap()
+    });
+    store
+        .append(
+            stream(&format!("rental-{rental}")),
+            ExpectedVersion::NoStream,
+            events,
+        )
+        .await
+        .unwrap();
+    store.run_projections().await.unwrap();
+    let head = store.head_position().await.unwrap();
+    let all = (
+        Timestamp::from_unix_micros(0),
+        Timestamp::from_unix_micros(i64::MAX),
+    );
+    let range = LineRange::Dated {
+        from: all.0,
+        until: all.1,
+        as_of: head,
+    };
+    let day = [t0, t0 + 86_400 * SECOND].map(Timestamp::from_unix_micros);
+    let sums = store
+        .earnings_sums(provider(1), all.0, all.1, head)
+        .await
+        .unwrap();
+    let lines = store
+        .earnings_lines(provider(1), range, 0, 100)
+        .await
+        .unwrap();
+    let figures = store
+        .earnings_figures(provider(1), &day, head)
+        .await
+        .unwrap();
+    assert_eq!((sums.lines, lines.len()), (50, 50));
+    drop(store);
+    // The layout before: no runs table, an `earnings_lines` table, migration 0018 (SQLite) or
+    // 0017 (PostgreSQL) not applied yet.
+    let version = if db.is_postgres() { 17 } else { 18 };
+    for statement in [
+        "DROP TABLE earnings_line_runs".to_owned(),
+        "CREATE TABLE earnings_lines (position BIGINT NOT NULL PRIMARY KEY)".to_owned(),
+        format!("DELETE FROM _sqlx_migrations WHERE version = {version}"),
+    ] {
+        db.try_execute_raw(&statement).await.unwrap();
+    }
+    let store = db.open().await;
+    assert_eq!(store.earnings_checkpoint().await.unwrap(), 0);
+    assert!(
+        db.try_execute_raw("SELECT 1 FROM earnings_lines")
+            .await
+            .is_err()
+    );
+    store.run_projections().await.unwrap();
+    assert_eq!(
+        store
+            .earnings_sums(provider(1), all.0, all.1, head)
+            .await
+            .unwrap(),
+        sums
+    );
+    assert_eq!(
+        store
+            .earnings_lines(provider(1), range, 0, 100)
+            .await
+            .unwrap(),
+        lines
+    );
+    assert_eq!(
+        store
+            .earnings_figures(provider(1), &day, head)
+            .await
+            .unwrap(),
+        figures
     );
     assert!(audit(&store).await.is_clean());
 }
