@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
 use crate::earnings_runs::{RUN_COLUMNS, RunRow, RunTuple, decode_run, runs_of};
-use crate::pages::{Folded, PageFold, fold_pages};
+use crate::pages::{Folded, PageFold, fold_pages, off_task};
 use crate::sql::{Binds, MOVE_CHECKPOINT, placeholders, values};
 use crate::timing::CatchUpTimes;
 use crate::{Backend, Rebuilt, RecordedEvent, Store, StoreError, to_i64, to_u64};
@@ -277,8 +277,12 @@ impl PageFold for EarningsPages<'_> {
             .await
     }
 
-    async fn fold(&self, events: &[RecordedEvent], carried: &Carried) -> Result<Page, StoreError> {
-        Page::of(self.store.fold_earnings(events, carried).await?)
+    async fn fold(
+        &self,
+        events: Vec<RecordedEvent>,
+        carried: &Carried,
+    ) -> Result<Page, StoreError> {
+        self.store.fold_earnings(events, carried).await
     }
 
     fn carry(page: &Page) -> Carried {
@@ -427,16 +431,21 @@ impl Store {
 
     /// Decodes the events the fold reads and folds them with what it needs from before: from
     /// `carried` (the page before, maybe not committed yet), else from the tables.
+    /// The decoding, the fold and the encoding run off the catch-up's task
+    /// ([`crate::pages::off_task`]).
     async fn fold_earnings(
         &self,
-        events: &[RecordedEvent],
+        events: Vec<RecordedEvent>,
         carried: &Carried,
-    ) -> Result<EarningsBatch, StoreError> {
-        let projected = events
-            .iter()
-            .filter(|e| e.event_type == USAGE_METERED || e.event_type == RENTAL_STARTED)
-            .map(RecordedEvent::to_projected)
-            .collect::<Result<Vec<_>, _>>()?;
+    ) -> Result<Page, StoreError> {
+        let projected = off_task(move || {
+            events
+                .iter()
+                .filter(|e| e.event_type == USAGE_METERED || e.event_type == RENTAL_STARTED)
+                .map(RecordedEvent::to_projected)
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await?;
         let (mut rentals, mut providers) = needs(&projected);
         rentals.retain(|id| !carried.rentals.contains_key(id));
         providers.retain(|id| !carried.cursors.contains_key(id));
@@ -458,7 +467,7 @@ impl Store {
         before
             .cursors
             .extend(carried.cursors.iter().map(|(id, c)| (*id, *c)));
-        Ok(fold_batch(&projected, &before)?)
+        off_task(move || Page::of(fold_batch(&projected, &before)?)).await
     }
 
     /// Writes `page` and moves the checkpoint from `from` to `to`, in one transaction.

@@ -72,8 +72,8 @@ impl<P: EventRows> PageFold for RowPages<'_, P> {
         self.0.read_all(after, self.0.inner.fold_page_events).await
     }
 
-    async fn fold(&self, events: &[RecordedEvent], (): &()) -> Result<Self::Batch, StoreError> {
-        rows_of::<P>(events)
+    async fn fold(&self, events: Vec<RecordedEvent>, (): &()) -> Result<Self::Batch, StoreError> {
+        rows_of::<P>(&events)
     }
 
     fn carry(_: &Self::Batch) {}

@@ -35,7 +35,7 @@ pub(crate) trait PageFold: Sync {
     /// Folds a page, with what the page before it handed over.
     fn fold(
         &self,
-        events: &[RecordedEvent],
+        events: Vec<RecordedEvent>,
         carried: &Self::Carried,
     ) -> impl Future<Output = Result<Self::Batch, StoreError>> + Send;
 
@@ -86,8 +86,10 @@ pub(crate) async fn fold_pages<P: PageFold>(
             .as_ref()
             .map_or_else(P::Carried::default, |page| P::carry(&page.batch));
         let from = report.checkpoint;
-        // In this order: the commit and the read start on their threads before the fold, whose
-        // decoding runs here and now, on this task's thread.
+        let count = events.len() as u64;
+        let page = std::mem::take(&mut events);
+        // In this order: the commit and the read start (on SQLite on their own threads) before
+        // the fold, which runs its CPU work off this task (`off_task`) where it has much.
         let ((committed, write), (next, read), (folded, fold)) = tokio::join!(
             timed(async {
                 match pending.take() {
@@ -102,7 +104,7 @@ pub(crate) async fn fold_pages<P: PageFold>(
                 }
             }),
             timed(pages.read(last)),
-            timed(pages.fold(&events, &carried))
+            timed(pages.fold(page, &carried))
         );
         times.write += write;
         times.read += read;
@@ -111,7 +113,7 @@ pub(crate) async fn fold_pages<P: PageFold>(
             committed_page(&mut report, count, to);
         }
         pending = Some(Pending {
-            events: events.len() as u64,
+            events: count,
             to: last,
             batch: folded?,
         });
@@ -165,4 +167,18 @@ where
         Some(error) if store.consumer_checkpoint(name).await? < position => Err(error),
         _ => Ok(()),
     }
+}
+
+/// Runs a fold's CPU work (decoding a page's events, folding them, encoding rows) on a blocking
+/// thread. The catch-up's task joins the commit of one page, the read of the next and the fold
+/// of this one; on PostgreSQL the commit and the read are I/O that task drives, so a fold
+/// computed on it would hold both up until it ends.
+pub(crate) async fn off_task<T, F>(work: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| StoreError::Direct(format!("a fold's thread failed: {e}")))?
 }

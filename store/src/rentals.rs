@@ -15,7 +15,7 @@ use gpunex_projections::rentals::{RENTALS, Replay, fold_batch, needs};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::pages::{Folded, PageFold, fold_pages};
+use crate::pages::{Folded, PageFold, fold_pages, off_task};
 use crate::sql::{MOVE_CHECKPOINT, placeholders, values};
 use crate::{Rebuilt, RecordedEvent, Store, StoreError, to_i64};
 
@@ -56,19 +56,22 @@ impl PageFold for RentalsPages<'_> {
 
     async fn fold(
         &self,
-        events: &[RecordedEvent],
+        events: Vec<RecordedEvent>,
         carried: &Self::Carried,
     ) -> Result<Self::Batch, StoreError> {
-        let projected = events
-            .iter()
-            .filter(|e| is_rental_event(e))
-            .map(RecordedEvent::to_projected)
-            .collect::<Result<Vec<_>, _>>()?;
+        let projected = off_task(move || {
+            events
+                .iter()
+                .filter(|e| is_rental_event(e))
+                .map(RecordedEvent::to_projected)
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await?;
         let mut ids = needs(&projected);
         ids.retain(|id| !carried.contains_key(id));
         let mut before = self.0.stored_rentals(&ids).await?;
         before.extend(carried.iter().map(|(id, state)| (*id, state.clone())));
-        Ok(fold_batch(&projected, &before)?)
+        off_task(move || Ok(fold_batch(&projected, &before)?)).await
     }
 
     fn carry(changed: &Self::Batch) -> Self::Carried {
