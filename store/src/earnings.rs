@@ -23,7 +23,8 @@ use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
 use crate::earnings_runs::{RUN_COLUMNS, RunRow, RunTuple, decode_run, runs_of};
-use crate::pages::{Folded, PageFold, fold_pages, off_task};
+use crate::off_task::off_task;
+use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{Binds, MOVE_CHECKPOINT, placeholders, values};
 use crate::timing::CatchUpTimes;
 use crate::{Backend, Rebuilt, RecordedEvent, Store, StoreError, to_i64, to_u64};
@@ -432,7 +433,7 @@ impl Store {
     /// Decodes the events the fold reads and folds them with what it needs from before: from
     /// `carried` (the page before, maybe not committed yet), else from the tables.
     /// The decoding, the fold and the encoding run off the catch-up's task
-    /// ([`crate::pages::off_task`]).
+    /// ([`crate::off_task::off_task`]).
     async fn fold_earnings(
         &self,
         events: Vec<RecordedEvent>,

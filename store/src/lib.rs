@@ -181,6 +181,7 @@ pub mod idempotency;
 pub mod job_logs;
 mod journal;
 mod key_scope;
+mod off_task;
 mod pages;
 pub mod payouts;
 mod plan;

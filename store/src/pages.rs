@@ -89,7 +89,7 @@ pub(crate) async fn fold_pages<P: PageFold>(
         let count = events.len() as u64;
         let page = std::mem::take(&mut events);
         // In this order: the commit and the read start (on SQLite on their own threads) before
-        // the fold, which runs its CPU work off this task (`off_task`) where it has much.
+        // the fold, which runs its CPU work off this task (`crate::off_task`) where it has much.
         let ((committed, write), (next, read), (folded, fold)) = tokio::join!(
             timed(async {
                 match pending.take() {
@@ -167,18 +167,4 @@ where
         Some(error) if store.consumer_checkpoint(name).await? < position => Err(error),
         _ => Ok(()),
     }
-}
-
-/// Runs a fold's CPU work (decoding a page's events, folding them, encoding rows) on a blocking
-/// thread. The catch-up's task joins the commit of one page, the read of the next and the fold
-/// of this one; on PostgreSQL the commit and the read are I/O that task drives, so a fold
-/// computed on it would hold both up until it ends.
-pub(crate) async fn off_task<T, F>(work: F) -> Result<T, StoreError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
-{
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| StoreError::Direct(format!("a fold's thread failed: {e}")))?
 }

@@ -13,6 +13,7 @@ use std::future::Future;
 use gpunex_projections::ledger::LedgerBatch;
 use uuid::Uuid;
 
+use crate::off_task::off_task;
 use crate::timing::{CatchUpTimes, timed};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError};
 
@@ -142,8 +143,10 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
     let mut pending: Option<(u64, LedgerBatch)> = None;
     while !events.is_empty() || pending.is_some() {
         let after = events.last().map(|e| e.position);
-        // In this order: the write and the read start on their threads before the fold, whose
-        // decoding runs here and now, on this task's thread.
+        let page = std::mem::take(&mut events);
+        // In this order: the write and the read start (on SQLite on their own threads) before
+        // the fold, which decodes on a blocking thread: on PostgreSQL the write and the read are
+        // I/O this task drives, which a fold computed here would hold up.
         let ((written, write), (next, read), (folded, fold)) = tokio::join!(
             timed(async {
                 match pending.take() {
@@ -160,7 +163,7 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
                     None => Ok(Vec::new()),
                 }
             }),
-            timed(async { fold_page(&events) })
+            timed(off_task(move || fold_page(&page)))
         );
         times.write += write;
         times.read += read;

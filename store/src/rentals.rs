@@ -15,7 +15,8 @@ use gpunex_projections::rentals::{RENTALS, Replay, fold_batch, needs};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
-use crate::pages::{Folded, PageFold, fold_pages, off_task};
+use crate::off_task::off_task;
+use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{MOVE_CHECKPOINT, placeholders, values};
 use crate::{Rebuilt, RecordedEvent, Store, StoreError, to_i64};
 
