@@ -1,9 +1,10 @@
-//! The stored earnings projection: one row per metered usage line, with its provider's running
-//! sums through that line, and one row per rental a line refers to (ADR 0007).
+//! The stored earnings projection: every metered usage line, with its provider's running sums
+//! through that line, and one row per rental a line refers to (ADR 0007; the store keeps a
+//! provider's lines in runs, one row per folded page, ADR 0013).
 //!
 //! A total over any date range is then two indexed lookups and a subtraction (the running sums
 //! of the last line before each end), whatever the length of the history; the lines of a range
-//! are one index range. The rules are those of the in-memory [`crate::earnings`] model it
+//! are one range of the provider's runs. The rules are those of the in-memory [`crate::earnings`] model it
 //! replaces: a line is dated when it was metered (`metered_at`; for events from before that
 //! field, when it was recorded), and within a provider dates never go backwards (a line dated
 //! "earlier" than the one before it, which two servers' clocks could produce, takes the previous

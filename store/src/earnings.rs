@@ -1,6 +1,7 @@
-//! The stored earnings projection (`earnings_lines`, `earnings_rentals`, `earnings_providers`):
-//! its runner, its rebuild and its reads. The fold is `gpunex_projections::earnings_lines`; this
-//! module moves its rows. The SQL uses `$N` placeholders on both databases.
+//! The stored earnings projection (`earnings_line_runs`, `earnings_rentals`,
+//! `earnings_providers`, `earnings_gpu_hours`): its runner, its rebuild and its reads. The fold
+//! is `gpunex_projections::earnings_lines`; the lines' stored form is [`crate::earnings_runs`]
+//! (ADR 0013); this module moves the rows. The SQL uses `$N` placeholders on both databases.
 //!
 //! Every read takes the log position it is `as of` and returns exactly what the fold of the log
 //! up to that position says, provided the projection's checkpoint has reached it

@@ -473,7 +473,7 @@ async fn earnings_reads_cross_many_runs(db: &TestDb) {
     let t0 = 1_790_000_000 * SECOND;
     let (a, b) = (provider(1), provider(2));
     // Three lines of a per second, one of b per second, appended in turns of 5 events.
-    let mut streams = vec![
+    let mut streams = [
         usage_events(a, 600, |i| t0 + SECOND * i64::try_from(i / 3).unwrap()),
         usage_events(b, 200, |i| t0 + SECOND * i64::try_from(i).unwrap()),
     ];
