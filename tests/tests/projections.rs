@@ -110,6 +110,33 @@ fn usage_events_of(
     (rental.rental_id, events)
 }
 
+/// Appends each rental stream's events in turns of 5 events per stream, so that pages mix them;
+/// returns each stream's version.
+async fn append_in_turns(
+    store: &Store,
+    streams: &mut [(uuid::Uuid, Vec<gpunex_store::NewEvent>)],
+) -> Vec<u64> {
+    let mut versions = vec![0_u64; streams.len()];
+    while streams.iter().any(|(_, events)| !events.is_empty()) {
+        for (n, (rental_id, events)) in streams.iter_mut().enumerate() {
+            let turn: Vec<_> = events.drain(..events.len().min(5)).collect();
+            if turn.is_empty() {
+                continue;
+            }
+            let expected = match versions[n] {
+                0 => ExpectedVersion::NoStream,
+                v => ExpectedVersion::Exact(v),
+            };
+            versions[n] += turn.len() as u64;
+            store
+                .append(stream(&format!("rental-{rental_id}")), expected, turn)
+                .await
+                .unwrap();
+        }
+    }
+    versions
+}
+
 /// The earnings and rentals projections fold each page while the page before it is committed,
 /// handing that page's rentals and provider cursors over in memory. With pages of 7 events, a
 /// rental starts in one page and is metered in the next ones, providers' running sums cross
@@ -141,24 +168,7 @@ async fn small_pages_fold_as_one_page(db: &TestDb) {
             })
         })
         .collect();
-    let mut versions = vec![0_u64; streams.len()];
-    while streams.iter().any(|(_, events)| !events.is_empty()) {
-        for (n, (rental_id, events)) in streams.iter_mut().enumerate() {
-            let turn: Vec<_> = events.drain(..events.len().min(5)).collect();
-            if turn.is_empty() {
-                continue;
-            }
-            let expected = match versions[n] {
-                0 => ExpectedVersion::NoStream,
-                v => ExpectedVersion::Exact(v),
-            };
-            versions[n] += turn.len() as u64;
-            store
-                .append(stream(&format!("rental-{rental_id}")), expected, turn)
-                .await
-                .unwrap();
-        }
-    }
+    let versions = append_in_turns(&store, &mut streams).await;
     for (rental_id, _) in &streams {
         rentals.push(*rental_id);
     }
@@ -477,24 +487,7 @@ async fn earnings_reads_cross_many_runs(db: &TestDb) {
         usage_events(a, 600, |i| t0 + SECOND * i64::try_from(i / 3).unwrap()),
         usage_events(b, 200, |i| t0 + SECOND * i64::try_from(i).unwrap()),
     ];
-    let mut versions = [0_u64; 2];
-    while streams.iter().any(|(_, events)| !events.is_empty()) {
-        for (n, (rental_id, events)) in streams.iter_mut().enumerate() {
-            let turn: Vec<_> = events.drain(..events.len().min(5)).collect();
-            if turn.is_empty() {
-                continue;
-            }
-            let expected = match versions[n] {
-                0 => ExpectedVersion::NoStream,
-                v => ExpectedVersion::Exact(v),
-            };
-            versions[n] += turn.len() as u64;
-            store
-                .append(stream(&format!("rental-{rental_id}")), expected, turn)
-                .await
-                .unwrap();
-        }
-    }
+    append_in_turns(&store, &mut streams).await;
     store.run_projections().await.unwrap();
     let head = store.head_position().await.unwrap();
     let at = |s: i64| Timestamp::from_unix_micros(t0 + s * SECOND);
