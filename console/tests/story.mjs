@@ -561,6 +561,9 @@ try {
   await rita.getByLabel("Solo atrasadas").check();
   await rita.getByRole("button", { name: "Filtrar" }).click();
   await rita.waitForURL("**/console/review?overdue=true");
+  // The URL changes before the filtered list arrives, and Rex is in the unfiltered list too: wait
+  // for Ana's row to go (a filter that kept it would time out here), then for Rex's.
+  await rita.getByRole("cell", { name: /Ana García/ }).waitFor({ state: "detached" });
   await rita.getByRole("cell", { name: /Rex Ortega/ }).waitFor();
   assert.equal(await rita.getByRole("cell", { name: /Ana García/ }).count(), 0, "only the overdue one");
   await rita.locator(".badge").filter({ hasText: "Atrasada" }).first().waitFor();
