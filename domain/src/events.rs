@@ -192,6 +192,22 @@ const fn v1(event_type: &'static str) -> EventSpec {
 /// Longest free-text reason an adjustment may carry, in characters.
 pub const REASON_CHARS_MAX: usize = crate::adjustments::ADJUSTMENT_REASON_CHARS_MAX;
 
+/// The event types that post a journal entry ([`DomainEvent::journal_entry`]): the only ones
+/// the ledger's fold reads, so it decodes no other event. `docs/events.md` says "Moves money" of
+/// exactly these.
+pub const JOURNAL_EVENT_TYPES: [&str; 5] = [
+    ADJUSTMENT_POSTED,
+    USAGE_METERED,
+    PAYOUT_SCHEDULED,
+    PAYOUT_CONFIRMED,
+    PAYOUT_FAILED,
+];
+
+/// Whether events of `event_type` post a journal entry (one of [`JOURNAL_EVENT_TYPES`]).
+pub fn posts_journal(event_type: &str) -> bool {
+    JOURNAL_EVENT_TYPES.contains(&event_type)
+}
+
 pub fn spec(event_type: &str) -> Option<&'static EventSpec> {
     EVENT_CATALOG
         .iter()
@@ -421,6 +437,10 @@ impl DomainEvent {
 
     /// The journal entry's id and postings, if this event moves money.
     pub fn journal_entry(&self) -> Option<(Uuid, &JournalEntry)> {
+        // A type left out of the list posts nothing anywhere, not only where the list filters.
+        if !posts_journal(self.event_type()) {
+            return None;
+        }
         match self {
             DomainEvent::AdjustmentPosted(event) => Some((event.entry_id, &event.postings)),
             DomainEvent::Rental(RentalEvent::UsageMetered(event)) => {

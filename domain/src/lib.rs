@@ -21,6 +21,7 @@ pub mod fleet;
 pub mod gpu;
 pub mod ledger;
 pub mod market;
+pub mod metered_line;
 pub mod metering;
 pub mod money;
 pub mod onboarding;

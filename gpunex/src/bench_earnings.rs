@@ -65,6 +65,20 @@ pub(crate) fn rate(events: u64, elapsed: Duration) -> u64 {
 
 /// A bare ordered read of the log up to `head` (the ceiling of any replay): how many events,
 /// and how long it took.
+/// The CPU time this process has used so far, user and system, on all its threads.
+pub(crate) fn process_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(Duration::ZERO, |usage| {
+        let seconds = |t: nix::sys::time::TimeVal| {
+            Duration::new(
+                u64::try_from(t.tv_sec()).unwrap_or(0),
+                u32::try_from(t.tv_usec()).unwrap_or(0) * 1_000,
+            )
+        };
+        seconds(usage.user_time()) + seconds(usage.system_time())
+    })
+}
+
 pub(crate) async fn bare_read(
     store: &gpunex_store::Store,
     head: u64,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use gpunex_domain::credentials::Role;
 use serde::Serialize;
 
-use crate::bench_earnings::{Endpoint, bare_read, print_endpoints, rate, ratio};
+use crate::bench_earnings::{Endpoint, bare_read, print_endpoints, process_cpu, rate, ratio};
 use crate::bench_search::{Latency, hammer};
 
 #[derive(Debug, clap::Args)]
@@ -89,6 +89,10 @@ pub struct CatchUp {
     pub read_seconds: f64,
     pub fold_seconds: f64,
     pub write_seconds: f64,
+    /// The CPU time (user and system, all threads) the rebuild and the bare read used: on two
+    /// cores a catch-up is at most twice its CPU seconds per wall second.
+    pub cpu_seconds: f64,
+    pub bare_read_cpu_seconds: f64,
 }
 
 /// The server process, killed when dropped.
@@ -398,8 +402,12 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
     let mut catch_up = Vec::new();
     for &projection in gpunex_projections::PROJECTIONS {
         eprintln!("... {projection}");
+        let cpu = process_cpu();
         let (read, bare) = bare_read(&store, head).await?;
+        let bare_cpu = process_cpu().saturating_sub(cpu);
+        let cpu = process_cpu();
         let rebuilt = store.rebuild(projection, &|_| {}).await?;
+        let cpu = process_cpu().saturating_sub(cpu);
         let times = rebuilt.times;
         catch_up.push(CatchUp {
             projection,
@@ -410,6 +418,8 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             read_seconds: times.read.as_secs_f64(),
             fold_seconds: times.fold.as_secs_f64(),
             write_seconds: times.write.as_secs_f64(),
+            cpu_seconds: cpu.as_secs_f64(),
+            bare_read_cpu_seconds: bare_cpu.as_secs_f64(),
         });
     }
 
@@ -557,12 +567,14 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             ratio(model.events_per_second, model.bare_read_events_per_second)
         );
         println!(
-            "          {:.1} s (bare read {:.1} s): reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap)",
+            "          {:.1} s (bare read {:.1} s): reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap); CPU {:.1} s (bare read {:.1} s)",
             model.seconds,
             model.bare_read_seconds,
             model.read_seconds,
             model.fold_seconds,
-            model.write_seconds
+            model.write_seconds,
+            model.cpu_seconds,
+            model.bare_read_cpu_seconds
         );
     }
     print_endpoints(&report.reference_healthz, &report.endpoints);

@@ -729,24 +729,29 @@ fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
 pub async fn rebuild(store: &Store) -> anyhow::Result<u64> {
     let head = store.head_position().await?;
     let bar = progress_bar(head, "rebuilding");
-    let rebuilt = store
-        .rebuild_projections_timed(&|p| bar.set_position(p))
-        .await?;
+    let mut rebuilt = Vec::new();
+    for &projection in gpunex_projections::PROJECTIONS {
+        let cpu = crate::bench_earnings::process_cpu();
+        let model = store.rebuild(projection, &|p| bar.set_position(p)).await?;
+        let cpu = crate::bench_earnings::process_cpu().saturating_sub(cpu);
+        rebuilt.push((projection, model, cpu));
+    }
     bar.finish_and_clear();
-    for (projection, model) in &rebuilt {
+    for (projection, model, cpu) in &rebuilt {
         let times = model.times;
         println!(
-            "{projection:<9} at {:>10} in {:>6.1} s: reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap)",
+            "{projection:<9} at {:>10} in {:>6.1} s: reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap); CPU {:.1} s",
             model.checkpoint,
             times.total.as_secs_f64(),
             times.read.as_secs_f64(),
             times.fold.as_secs_f64(),
-            times.write.as_secs_f64()
+            times.write.as_secs_f64(),
+            cpu.as_secs_f64()
         );
     }
     Ok(rebuilt
         .iter()
-        .map(|(_, model)| model.checkpoint)
+        .map(|(_, model, _)| model.checkpoint)
         .min()
         .unwrap_or(0))
 }

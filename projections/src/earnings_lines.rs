@@ -16,7 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpunex_domain::DomainEvent;
-use gpunex_domain::rental::RentalEvent;
+use gpunex_domain::metered_line::MeteredLine;
+use gpunex_domain::rental::{RentalEvent, RentalStarted};
 use uuid::Uuid;
 
 use crate::earnings::{RentalRef, Sums};
@@ -166,6 +167,74 @@ pub fn add_line_hours(
     Some(())
 }
 
+/// What the fold reads of one event: a rental's start, or a usage line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read<'a> {
+    Started(&'a RentalStarted),
+    Metered(MeteredLine),
+}
+
+/// An event the fold takes: a whole decoded event ([`ProjectedEvent`], as `audit verify` and the
+/// tests give it) or only what the fold reads of it ([`EarningsEvent`], as the catch-up decodes
+/// it).
+pub trait EarningsInput {
+    fn position(&self) -> u64;
+    fn recorded_at_us(&self) -> i64;
+    /// What the fold reads of it; `None` for an event it skips.
+    fn read(&self) -> Option<Read<'_>>;
+}
+
+impl EarningsInput for ProjectedEvent {
+    fn position(&self) -> u64 {
+        self.position
+    }
+
+    fn recorded_at_us(&self) -> i64 {
+        self.recorded_at_us
+    }
+
+    fn read(&self) -> Option<Read<'_>> {
+        match &self.event {
+            DomainEvent::Rental(RentalEvent::Started(started)) => Some(Read::Started(started)),
+            DomainEvent::Rental(RentalEvent::UsageMetered(metered)) => {
+                Some(Read::Metered(MeteredLine::from(metered)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Of one stored event, what the fold reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EarningsEvent {
+    pub position: u64,
+    pub recorded_at_us: i64,
+    pub event: EarningsEventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EarningsEventKind {
+    Started(Box<RentalStarted>),
+    Metered(MeteredLine),
+}
+
+impl EarningsInput for EarningsEvent {
+    fn position(&self) -> u64 {
+        self.position
+    }
+
+    fn recorded_at_us(&self) -> i64 {
+        self.recorded_at_us
+    }
+
+    fn read(&self) -> Option<Read<'_>> {
+        Some(match &self.event {
+            EarningsEventKind::Started(started) => Read::Started(started),
+            EarningsEventKind::Metered(line) => Read::Metered(*line),
+        })
+    }
+}
+
 /// What a batch's fold needs from before the batch.
 #[derive(Debug, Clone, Default)]
 pub struct Before {
@@ -174,22 +243,22 @@ pub struct Before {
 }
 
 /// The rentals (started before the batch) and providers a batch's lines concern.
-pub fn needs(events: &[ProjectedEvent]) -> (Vec<Uuid>, Vec<Uuid>) {
+pub fn needs<E: EarningsInput>(events: &[E]) -> (Vec<Uuid>, Vec<Uuid>) {
     let mut started = BTreeSet::new();
     let mut rentals = BTreeSet::new();
     let mut providers = BTreeSet::new();
-    for projected in events {
-        match &projected.event {
-            DomainEvent::Rental(RentalEvent::Started(s)) => {
+    for event in events {
+        match event.read() {
+            Some(Read::Started(s)) => {
                 started.insert(s.rental_id);
             }
-            DomainEvent::Rental(RentalEvent::UsageMetered(m)) => {
+            Some(Read::Metered(m)) => {
                 if !started.contains(&m.rental_id) {
                     rentals.insert(m.rental_id);
                 }
                 providers.insert(m.provider_id);
             }
-            _ => {}
+            None => {}
         }
     }
     (
@@ -219,21 +288,22 @@ fn add(sums: Sums, row: &LineRow) -> Option<Sums> {
 }
 
 /// Folds a batch of events (in increasing position) into the rows it adds.
-pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<EarningsBatch, FoldError> {
+pub fn fold_batch<E: EarningsInput>(
+    events: &[E],
+    before: &Before,
+) -> Result<EarningsBatch, FoldError> {
     let mut batch = EarningsBatch::default();
     let mut new_rentals: Vec<RentalRef> = Vec::new();
     let mut started: HashMap<Uuid, usize> = HashMap::new();
     let mut previous = 0;
-    for projected in events {
-        if projected.position <= previous {
-            return Err(FoldError::OutOfOrder {
-                position: projected.position,
-                previous,
-            });
+    for event in events {
+        let (position, recorded_at_us) = (event.position(), event.recorded_at_us());
+        if position <= previous {
+            return Err(FoldError::OutOfOrder { position, previous });
         }
-        previous = projected.position;
-        match &projected.event {
-            DomainEvent::Rental(RentalEvent::Started(s)) => {
+        previous = position;
+        match event.read() {
+            Some(Read::Started(s)) => {
                 started.insert(s.rental_id, new_rentals.len());
                 let started = s;
                 new_rentals.push(RentalRef {
@@ -245,7 +315,7 @@ pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<Earnings
                     gpu_uuids: started.gpu_uuids.clone(),
                 });
             }
-            DomainEvent::Rental(RentalEvent::UsageMetered(metered)) => {
+            Some(Read::Metered(metered)) => {
                 let rental = match started.get(&metered.rental_id) {
                     Some(index) => new_rentals.get(*index),
                     None => before.rentals.get(&metered.rental_id),
@@ -261,7 +331,7 @@ pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<Earnings
                     .copied();
                 let dated = metered
                     .metered_at
-                    .map_or(projected.recorded_at_us, |t| t.unix_micros());
+                    .map_or(recorded_at_us, |t| t.unix_micros());
                 let at_us = cursor.map_or(dated, |c| {
                     if c.through.lines == 0 {
                         dated
@@ -270,7 +340,7 @@ pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<Earnings
                     }
                 });
                 let mut row = LineRow {
-                    position: projected.position,
+                    position,
                     provider_id: metered.provider_id,
                     at_us,
                     entry_id: metered.entry_id,
@@ -286,7 +356,7 @@ pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<Earnings
                     through: Sums::default(),
                 };
                 row.through = add(cursor.unwrap_or_default().through, &row)
-                    .ok_or_else(|| overflow(metered.provider_id, projected.position))?;
+                    .ok_or_else(|| overflow(metered.provider_id, position))?;
                 batch.cursors.insert(
                     metered.provider_id,
                     Cursor {
@@ -307,10 +377,10 @@ pub fn fold_batch(events: &[ProjectedEvent], before: &Before) -> Result<Earnings
                     },
                     rental,
                 )
-                .ok_or_else(|| overflow(metered.provider_id, projected.position))?;
+                .ok_or_else(|| overflow(metered.provider_id, position))?;
                 batch.lines.push(row);
             }
-            _ => {}
+            None => {}
         }
     }
     batch.rentals = new_rentals;
@@ -326,7 +396,7 @@ pub struct Replay {
 
 impl Replay {
     /// Folds the next batch and remembers what later batches need.
-    pub fn fold(&mut self, events: &[ProjectedEvent]) -> Result<EarningsBatch, FoldError> {
+    pub fn fold<E: EarningsInput>(&mut self, events: &[E]) -> Result<EarningsBatch, FoldError> {
         let batch = fold_batch(events, &self.before)?;
         for rental in &batch.rentals {
             self.before.rentals.insert(rental.rental_id, rental.clone());

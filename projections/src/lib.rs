@@ -32,7 +32,7 @@ pub mod serde_pairs;
 use gpunex_domain::{DomainEvent, StreamId};
 use uuid::Uuid;
 
-pub use runner::{ProjectionBackend, RunReport, catch_up};
+pub use runner::{JournalPage, ProjectionBackend, RunReport, catch_up};
 
 /// The name of every projection, in the order they are run and audited.
 pub const PROJECTIONS: &[&str] = &[

@@ -21,12 +21,14 @@ pub trait ProjectionBackend: Sync {
         projection: &'static str,
     ) -> impl Future<Output = Result<u64, Self::Error>> + Send;
 
-    /// Up to `limit` events with position > `after`, in increasing position.
-    fn read_projected(
+    /// The next up to `limit` events with position > `after`, of which only those that post a
+    /// journal entry (`gpunex_domain::events::posts_journal`) are decoded; `None` when the log
+    /// has no event after `after`.
+    fn read_journal_page(
         &self,
         after: u64,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<ProjectedEvent>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Option<JournalPage>, Self::Error>> + Send;
 
     /// Writes `batch` and moves the ledger checkpoint from `from` to `to` in one transaction.
     /// Fails without writing anything if the checkpoint is no longer `from`.
@@ -36,6 +38,17 @@ pub trait ProjectionBackend: Sync {
         from: u64,
         to: u64,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// A page of the log as the ledger reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalPage {
+    /// How many events the page read.
+    pub read: u64,
+    /// The position of its last event: where the checkpoint moves once it is folded.
+    pub through: u64,
+    /// Its events that post a journal entry, decoded, in increasing position.
+    pub events: Vec<ProjectedEvent>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,21 +81,20 @@ pub async fn catch_up<B: ProjectionBackend>(
         ..RunReport::default()
     };
     loop {
-        let events = backend
-            .read_projected(report.checkpoint, batch_events_max)
+        let Some(page) = backend
+            .read_journal_page(report.checkpoint, batch_events_max)
             .await
-            .map_err(RunError::Backend)?;
-        let Some(last) = events.last() else {
+            .map_err(RunError::Backend)?
+        else {
             return Ok(report);
         };
-        let to = last.position;
-        let batch = ledger::fold_batch(&events)?;
+        let batch = ledger::fold_batch(&page.events)?;
         backend
-            .commit_ledger(&batch, report.checkpoint, to)
+            .commit_ledger(&batch, report.checkpoint, page.through)
             .await
             .map_err(RunError::Backend)?;
-        report.events += events.len() as u64;
+        report.events += page.read;
         report.batches += 1;
-        report.checkpoint = to;
+        report.checkpoint = page.through;
     }
 }

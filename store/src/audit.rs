@@ -608,8 +608,8 @@ impl Replay {
         let mut projected = Vec::with_capacity(events.len());
         for event in events {
             self.chain.check(event, &mut self.findings);
-            // Decode every event, also those past the checkpoint: one that cannot be decoded is
-            // what would stop the projection runner there.
+            // Decode every event, also those past the checkpoint and of types the ledger does
+            // not read: one that cannot be decoded is what would stop a projection that reads it.
             match event.to_projected() {
                 Ok(p) if p.position <= self.checkpoint => projected.push(p),
                 Ok(_) => {}

@@ -11,14 +11,17 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use gpunex_domain::DomainEvent;
 use gpunex_domain::events::{RENTAL_STARTED, USAGE_METERED};
+use gpunex_domain::metered_line::MeteredLine;
 use gpunex_domain::money::Usdc;
+use gpunex_domain::rental::RentalEvent;
 use gpunex_domain::time::Timestamp;
 use gpunex_projections::RunReport;
 use gpunex_projections::earnings::{Figures, Line, RentalRef, RentalShares, Split, Sums};
 use gpunex_projections::earnings_lines::{
-    Before, Cursor, EARNINGS, EarningsBatch, HOUR_US, HourKey, HourLine, HourSums, LineRow,
-    add_line_hours, fold_batch, hour_of, needs,
+    Before, Cursor, EARNINGS, EarningsBatch, EarningsEvent, EarningsEventKind, HOUR_US, HourKey,
+    HourLine, HourSums, LineRow, add_line_hours, fold_batch, hour_of, needs,
 };
 use uuid::Uuid;
 
@@ -263,6 +266,41 @@ impl Carried {
     }
 }
 
+/// What the earnings fold reads of a stored event, if it reads any: of a usage event only its
+/// line ([`MeteredLine::decode_json`], which leaves the postings to the ledger), of a rental's
+/// start the whole event.
+fn earnings_event(event: &RecordedEvent) -> Option<Result<EarningsEvent, StoreError>> {
+    let read = |kind: Result<EarningsEventKind, StoreError>| {
+        kind.map(|kind| EarningsEvent {
+            position: event.position,
+            recorded_at_us: event.recorded_at_us,
+            event: kind,
+        })
+    };
+    match event.event_type.as_str() {
+        USAGE_METERED => Some(read(
+            MeteredLine::decode_json(event.schema_version, &event.payload)
+                .map(EarningsEventKind::Metered)
+                .map_err(|e| StoreError::CorruptRow {
+                    position: event.position,
+                    reason: e.to_string(),
+                }),
+        )),
+        RENTAL_STARTED => Some(read(event.to_projected().and_then(
+            |projected| match projected.event {
+                DomainEvent::Rental(RentalEvent::Started(started)) => {
+                    Ok(EarningsEventKind::Started(Box::new(started)))
+                }
+                _ => Err(StoreError::CorruptRow {
+                    position: event.position,
+                    reason: "a rental.started event that decodes as another".to_owned(),
+                }),
+            },
+        ))),
+        _ => None,
+    }
+}
+
 /// The earnings projection's page steps ([`crate::pages`]).
 struct EarningsPages<'a> {
     store: &'a Store,
@@ -270,6 +308,7 @@ struct EarningsPages<'a> {
 }
 
 impl PageFold for EarningsPages<'_> {
+    type Decoded = Vec<EarningsEvent>;
     type Batch = Page;
     type Carried = Carried;
 
@@ -279,12 +318,17 @@ impl PageFold for EarningsPages<'_> {
             .await
     }
 
+    /// What the fold reads of the rental starts and usage events, decoded in two halves at once.
+    async fn decode(events: Vec<RecordedEvent>) -> Result<Vec<EarningsEvent>, StoreError> {
+        crate::off_task::decode_in_halves(events, earnings_event).await
+    }
+
     async fn fold(
         &self,
-        events: Vec<RecordedEvent>,
+        projected: Vec<EarningsEvent>,
         carried: &Carried,
     ) -> Result<Page, StoreError> {
-        self.store.fold_earnings(events, carried).await
+        self.store.fold_earnings(projected, carried).await
     }
 
     fn carry(page: &Page) -> Carried {
@@ -431,23 +475,14 @@ impl Store {
         .await
     }
 
-    /// Decodes the events the fold reads and folds them with what it needs from before: from
-    /// `carried` (the page before, maybe not committed yet), else from the tables.
-    /// The decoding, the fold and the encoding run off the catch-up's task
-    /// ([`crate::off_task::off_task`]).
+    /// Folds a page's decoded events with what it needs from before: from `carried` (the page
+    /// before, maybe not committed yet), else from the tables. The fold and the encoding run
+    /// off the catch-up's task ([`crate::off_task::off_task`]).
     async fn fold_earnings(
         &self,
-        events: Vec<RecordedEvent>,
+        projected: Vec<EarningsEvent>,
         carried: &Carried,
     ) -> Result<Page, StoreError> {
-        let projected = off_task(move || {
-            events
-                .iter()
-                .filter(|e| e.event_type == USAGE_METERED || e.event_type == RENTAL_STARTED)
-                .map(RecordedEvent::to_projected)
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await?;
         let (mut rentals, mut providers) = needs(&projected);
         rentals.retain(|id| !carried.rentals.contains_key(id));
         providers.retain(|id| !carried.cursors.contains_key(id));

@@ -25,7 +25,7 @@ pub(crate) trait EventRows: Sync {
     const COLUMNS: &'static [&'static str];
     /// The event types the fold reads (a page's other events are not decoded).
     const EVENT_TYPES: &'static [&'static str];
-    type Row: Send + Sync;
+    type Row: Send + Sync + 'static;
 
     /// The row an event makes, if any.
     fn row(event: &ProjectedEvent) -> Option<Self::Row>;
@@ -65,6 +65,7 @@ pub(crate) fn expected_row<P: EventRows>(event: &RecordedEvent) -> Option<P::Row
 struct RowPages<'a, P>(&'a Store, PhantomData<P>);
 
 impl<P: EventRows> PageFold for RowPages<'_, P> {
+    type Decoded = Vec<P::Row>;
     type Batch = Vec<P::Row>;
     type Carried = ();
 
@@ -72,8 +73,13 @@ impl<P: EventRows> PageFold for RowPages<'_, P> {
         self.0.read_all(after, self.0.inner.fold_page_events).await
     }
 
-    async fn fold(&self, events: Vec<RecordedEvent>, (): &()) -> Result<Self::Batch, StoreError> {
-        rows_of::<P>(&events)
+    /// The rows need nothing from before their page: they are made here, ahead.
+    async fn decode(events: Vec<RecordedEvent>) -> Result<Vec<P::Row>, StoreError> {
+        crate::off_task::off_task(move || rows_of::<P>(&events)).await
+    }
+
+    async fn fold(&self, rows: Vec<P::Row>, (): &()) -> Result<Self::Batch, StoreError> {
+        Ok(rows)
     }
 
     fn carry(_: &Self::Batch) {}

@@ -189,6 +189,7 @@ mod postgres;
 mod postgres_snapshot;
 pub mod presence_history;
 pub mod price_history;
+mod read_ahead;
 mod rebuild;
 pub mod rentals;
 mod row_audit;

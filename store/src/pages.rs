@@ -1,6 +1,7 @@
-//! The one catch-up loop of the earnings, rentals and presence projections: while one page is
-//! committed, the next is folded and the one after it read, so the reads, the fold and the
-//! writes run side by side. And [`reach`]: how a reader of any stored projection makes it fold
+//! The one catch-up loop of the earnings, rentals, presence and price projections: while one
+//! page is committed, the next is folded, and the pages after it are decoded and read ahead
+//! ([`crate::read_ahead`], which the ledger's rebuild uses too), so the reads, the decoding, the fold
+//! and the writes run side by side. And [`reach`]: how a reader of any stored projection makes it fold
 //! up to the reader's position first.
 //!
 //! A page's fold needs the projection's rows as of the end of the page before it. The rows that
@@ -13,14 +14,19 @@
 use std::future::Future;
 use std::time::Instant;
 
+use tokio::sync::mpsc;
+
 use gpunex_projections::RunReport;
 
+use crate::read_ahead::{DecodedPage, read_ahead};
 use crate::timing::{CatchUpTimes, timed};
 
 use crate::{RecordedEvent, Store, StoreError};
 
 /// One projection's page steps, for [`fold_pages`].
 pub(crate) trait PageFold: Sync {
+    /// A page's events as the fold takes them, decoded without any state from before the page.
+    type Decoded: Send + 'static;
     /// The rows a page's fold makes.
     type Batch: Send;
     /// What a batch hands the next page's fold.
@@ -32,10 +38,16 @@ pub(crate) trait PageFold: Sync {
         after: u64,
     ) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
 
-    /// Folds a page, with what the page before it handed over.
+    /// Decodes a page, off the catch-up's task ([`crate::off_task`]): it needs nothing from the
+    /// pages before it, so it runs ahead of their folds.
+    fn decode(
+        events: Vec<RecordedEvent>,
+    ) -> impl Future<Output = Result<Self::Decoded, StoreError>> + Send;
+
+    /// Folds a decoded page, with what the page before it handed over.
     fn fold(
         &self,
-        events: Vec<RecordedEvent>,
+        decoded: Self::Decoded,
         carried: &Self::Carried,
     ) -> impl Future<Output = Result<Self::Batch, StoreError>> + Send;
 
@@ -66,31 +78,49 @@ struct Pending<B> {
 }
 
 /// Folds and commits pages after `checkpoint` until the log has no more: page `n` is committed
-/// while page `n + 1` is folded and page `n + 2` is read.
+/// while page `n + 1` is folded, and the pages after it are read and decoded ahead
+/// ([`crate::read_ahead`]).
 pub(crate) async fn fold_pages<P: PageFold>(
     checkpoint: u64,
     pages: &P,
 ) -> Result<Folded, StoreError> {
     let started = Instant::now();
+    let (ahead, folded) = read_ahead(
+        checkpoint,
+        |after| pages.read(after),
+        P::decode,
+        |decoded| fold_decoded(checkpoint, pages, decoded),
+    )
+    .await;
+    let (report, mut times) = folded?;
+    times.read += ahead.read;
+    times.fold += ahead.decode;
+    times.total = started.elapsed();
+    Ok(Folded { report, times })
+}
+
+/// [`fold_pages`]' last two steps: the fold of each decoded page beside the commit of the one
+/// before it.
+async fn fold_decoded<P: PageFold>(
+    checkpoint: u64,
+    pages: &P,
+    mut decoded: mpsc::Receiver<Result<DecodedPage<P::Decoded>, StoreError>>,
+) -> Result<(RunReport, CatchUpTimes), StoreError> {
     let mut times = CatchUpTimes::default();
     let mut report = RunReport {
         checkpoint,
         ..RunReport::default()
     };
     let mut pending: Option<Pending<P::Batch>> = None;
-    let (events, read) = timed(pages.read(checkpoint)).await;
-    times.read += read;
-    let mut events = events?;
-    while let Some(last) = events.last().map(|e| e.position) {
+    while let Some(page) = decoded.recv().await {
+        let page = page?;
         let carried = pending
             .as_ref()
             .map_or_else(P::Carried::default, |page| P::carry(&page.batch));
         let from = report.checkpoint;
-        let count = events.len() as u64;
-        let page = std::mem::take(&mut events);
-        // In this order: the commit and the read start (on SQLite on their own threads) before
-        // the fold, which runs its CPU work off this task (`crate::off_task`) where it has much.
-        let ((committed, write), (next, read), (folded, fold)) = tokio::join!(
+        // In this order: the commit starts (on SQLite on its own thread) before the fold, which
+        // runs its CPU work off this task (`crate::off_task`) where it has much.
+        let ((committed, write), (folded, fold)) = tokio::join!(
             timed(async {
                 match pending.take() {
                     Some(page) => {
@@ -103,21 +133,18 @@ pub(crate) async fn fold_pages<P: PageFold>(
                     None => Ok(None),
                 }
             }),
-            timed(pages.read(last)),
-            timed(pages.fold(page, &carried))
+            timed(pages.fold(page.decoded, &carried))
         );
         times.write += write;
-        times.read += read;
         times.fold += fold;
         if let Some((count, to)) = committed? {
             committed_page(&mut report, count, to);
         }
         pending = Some(Pending {
-            events: count,
-            to: last,
+            events: page.events,
+            to: page.last,
             batch: folded?,
         });
-        events = next?;
     }
     if let Some(page) = pending {
         let (committed, write) = timed(pages.commit(page.batch, report.checkpoint, page.to)).await;
@@ -125,8 +152,7 @@ pub(crate) async fn fold_pages<P: PageFold>(
         committed?;
         committed_page(&mut report, page.events, page.to);
     }
-    times.total = started.elapsed();
-    Ok(Folded { report, times })
+    Ok((report, times))
 }
 
 fn committed_page(report: &mut RunReport, events: u64, to: u64) {

@@ -10,10 +10,15 @@
 
 use std::future::Future;
 
+use gpunex_domain::events::posts_journal;
+use gpunex_projections::ProjectedEvent;
 use gpunex_projections::ledger::LedgerBatch;
 use uuid::Uuid;
 
-use crate::off_task::off_task;
+use tokio::sync::mpsc;
+
+use crate::off_task::{decode_in_halves, off_task};
+use crate::read_ahead::{DecodedPage, read_ahead};
 use crate::timing::{CatchUpTimes, timed};
 use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError};
 
@@ -53,21 +58,77 @@ pub(crate) const OLD_LEDGER_TABLES: [&str; 4] = [
     "ledger_balances_rebuild",
 ];
 
-/// Decodes stored events and folds them into ledger rows.
-pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
-    let projected = events
+/// The events of `events` that post a journal entry, decoded: the ledger decodes no other
+/// (`audit verify` replays it from every event decoded).
+pub(crate) fn journal_events(events: &[RecordedEvent]) -> Result<Vec<ProjectedEvent>, StoreError> {
+    events
         .iter()
+        .filter(|event| posts_journal(&event.event_type))
         .map(RecordedEvent::to_projected)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(gpunex_projections::ledger::fold_batch(&projected)?)
+        .collect()
 }
 
-/// A page of events folded, with the position of its last event (`None`: no events).
-fn fold_page(events: &[RecordedEvent]) -> Result<Option<(u64, LedgerBatch)>, StoreError> {
-    match events.last() {
-        Some(last) => Ok(Some((last.position, fold_ledger(events)?))),
-        None => Ok(None),
+/// Decodes the stored events that post a journal entry and folds them into ledger rows.
+pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
+    Ok(gpunex_projections::ledger::fold_batch(&journal_events(
+        events,
+    )?)?)
+}
+
+/// A page's events that post a journal entry, decoded in two halves at once.
+async fn decode_journal(events: Vec<RecordedEvent>) -> Result<Vec<ProjectedEvent>, StoreError> {
+    decode_in_halves(events, |event| {
+        posts_journal(&event.event_type).then(|| event.to_projected())
+    })
+    .await
+}
+
+/// The rebuild's load: folds each decoded page (off this task) while the page before it is
+/// written; returns the position written up to.
+async fn load<B: RebuildBackend>(
+    backend: &B,
+    run_id: Uuid,
+    progress: &(dyn Fn(u64) + Sync),
+    mut decoded: mpsc::Receiver<Result<DecodedPage<Vec<ProjectedEvent>>, StoreError>>,
+) -> Result<(u64, CatchUpTimes), StoreError> {
+    let mut times = CatchUpTimes::default();
+    let mut position = 0;
+    let mut pending: Option<(u64, LedgerBatch)> = None;
+    while let Some(page) = decoded.recv().await {
+        let page = page?;
+        let journal = page.decoded;
+        // In this order: the write starts (on SQLite on its own thread) before the fold, which
+        // runs on a blocking thread: on PostgreSQL the write is I/O this task drives.
+        let ((written, write), (folded, fold)) = tokio::join!(
+            timed(async {
+                match pending.take() {
+                    Some((last, batch)) => backend
+                        .write(run_id, last, batch)
+                        .await
+                        .map(|()| Some(last)),
+                    None => Ok(None),
+                }
+            }),
+            timed(off_task(move || {
+                Ok(gpunex_projections::ledger::fold_batch(&journal)?)
+            }))
+        );
+        times.write += write;
+        times.fold += fold;
+        if let Some(last) = written? {
+            position = last;
+            progress(position);
+        }
+        pending = Some((page.last, folded?));
     }
+    if let Some((last, batch)) = pending {
+        let (written, write) = timed(backend.write(run_id, last, batch)).await;
+        times.write += write;
+        written?;
+        position = last;
+        progress(position);
+    }
+    Ok((position, times))
 }
 
 /// What one database does for a rebuild. Every step but `read_events` first checks that `run_id`
@@ -133,48 +194,19 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
     run_id: Uuid,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(u64, CatchUpTimes), StoreError> {
-    let mut times = CatchUpTimes::default();
     backend.start(run_id).await?;
-    // A three-stage pipeline: page n is written while page n + 1 is folded and page n + 2 read.
-    let mut position = 0;
-    let (events, read) = timed(backend.read_events(0)).await;
-    times.read += read;
-    let mut events = events?;
-    let mut pending: Option<(u64, LedgerBatch)> = None;
-    while !events.is_empty() || pending.is_some() {
-        let after = events.last().map(|e| e.position);
-        let page = std::mem::take(&mut events);
-        // In this order: the write and the read start (on SQLite on their own threads) before
-        // the fold, which decodes on a blocking thread: on PostgreSQL the write and the read are
-        // I/O this task drives, which a fold computed here would hold up.
-        let ((written, write), (next, read), (folded, fold)) = tokio::join!(
-            timed(async {
-                match pending.take() {
-                    Some((last, batch)) => backend
-                        .write(run_id, last, batch)
-                        .await
-                        .map(|()| Some(last)),
-                    None => Ok(None),
-                }
-            }),
-            timed(async {
-                match after {
-                    Some(after) => backend.read_events(after).await,
-                    None => Ok(Vec::new()),
-                }
-            }),
-            timed(off_task(move || fold_page(&page)))
-        );
-        times.write += write;
-        times.read += read;
-        times.fold += fold;
-        if let Some(last) = written? {
-            position = last;
-            progress(position);
-        }
-        pending = folded?;
-        events = next?;
-    }
+    // Page n is written while page n + 1 is folded, and the pages after it are decoded and
+    // read ahead (`crate::pages::read_ahead`).
+    let (ahead, loaded) = read_ahead(
+        0,
+        |after| backend.read_events(after),
+        decode_journal,
+        |decoded| load(backend, run_id, progress, decoded),
+    )
+    .await;
+    let (mut position, mut times) = loaded?;
+    times.read += ahead.read;
+    times.fold += ahead.decode;
     // No index is built after the load: the journal's key is its position and the postings
     // rows are few (one per account and page), so both keep their keys up row by row.
     let (mut swap, until) = backend.begin_swap(run_id, position).await?;

@@ -9,9 +9,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use gpunex_domain::time::Timestamp;
-use gpunex_projections::RunReport;
 use gpunex_projections::market::RentalState;
 use gpunex_projections::rentals::{RENTALS, Replay, fold_batch, needs};
+use gpunex_projections::{ProjectedEvent, RunReport};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
@@ -48,6 +48,7 @@ fn is_rental_event(event: &RecordedEvent) -> bool {
 struct RentalsPages<'a>(&'a Store);
 
 impl PageFold for RentalsPages<'_> {
+    type Decoded = Vec<ProjectedEvent>;
     type Batch = BTreeMap<Uuid, RentalState>;
     type Carried = HashMap<Uuid, RentalState>;
 
@@ -55,19 +56,17 @@ impl PageFold for RentalsPages<'_> {
         self.0.read_all(after, self.0.inner.fold_page_events).await
     }
 
+    /// The rental events, decoded in two halves at once.
+    async fn decode(events: Vec<RecordedEvent>) -> Result<Vec<ProjectedEvent>, StoreError> {
+        crate::off_task::decode_in_halves(events, |e| is_rental_event(e).then(|| e.to_projected()))
+            .await
+    }
+
     async fn fold(
         &self,
-        events: Vec<RecordedEvent>,
+        projected: Vec<ProjectedEvent>,
         carried: &Self::Carried,
     ) -> Result<Self::Batch, StoreError> {
-        let projected = off_task(move || {
-            events
-                .iter()
-                .filter(|e| is_rental_event(e))
-                .map(RecordedEvent::to_projected)
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await?;
         let mut ids = needs(&projected);
         ids.retain(|id| !carried.contains_key(id));
         let mut before = self.0.stored_rentals(&ids).await?;

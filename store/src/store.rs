@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gpunex_domain::{Account, StreamId};
 use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
-use gpunex_projections::{ProjectedEvent, ProjectionBackend, RunReport};
+use gpunex_projections::{JournalPage, ProjectionBackend, RunReport};
 use tokio::sync::{OnceCell, mpsc, oneshot, watch};
 
 use crate::audit::{AuditProgress, AuditReport};
@@ -586,16 +586,20 @@ impl ProjectionBackend for Store {
         self.checkpoint_of(projection).await
     }
 
-    async fn read_projected(
+    async fn read_journal_page(
         &self,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<ProjectedEvent>, StoreError> {
-        self.read_all(after, limit)
-            .await?
-            .iter()
-            .map(RecordedEvent::to_projected)
-            .collect()
+    ) -> Result<Option<JournalPage>, StoreError> {
+        let events = self.read_all(after, limit).await?;
+        let Some(last) = events.last() else {
+            return Ok(None);
+        };
+        Ok(Some(JournalPage {
+            read: events.len() as u64,
+            through: last.position,
+            events: crate::rebuild::journal_events(&events)?,
+        }))
     }
 
     async fn commit_ledger(

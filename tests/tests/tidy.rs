@@ -138,6 +138,29 @@ fn every_event_type_is_documented() {
     }
 }
 
+/// The ledger decodes only the types in `JOURNAL_EVENT_TYPES`; the catalog says "Moves money"
+/// in the section of each of them and of no other type.
+#[test]
+fn the_catalog_says_which_types_move_money() {
+    let catalog = std::fs::read_to_string(root().join("docs/events.md")).unwrap();
+    let mut sections = 0;
+    for section in catalog.split("\n### `").skip(1) {
+        let event_type = section.split('`').next().unwrap();
+        let says = section
+            .split("\n## ")
+            .next()
+            .unwrap()
+            .contains("Moves money");
+        assert_eq!(
+            says,
+            gpunex_domain::events::posts_journal(event_type),
+            "docs/events.md on `{event_type}`"
+        );
+        sections += 1;
+    }
+    assert!(sections >= gpunex_domain::EVENT_CATALOG.len(), "{sections}");
+}
+
 #[test]
 fn ci_runs_the_readme_test_command() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
