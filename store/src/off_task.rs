@@ -17,6 +17,10 @@ where
         .map_err(|e| StoreError::Direct(format!("a fold's thread failed: {e}")))?
 }
 
+/// Pages shorter than this (a live catch-up's few new events) are decoded on one thread: two
+/// would cost more than they save.
+const HALVES_FROM_EVENTS: usize = 512;
+
 /// Decodes a page's events on two blocking threads at once, each half in order, and returns
 /// what `decode` kept in the page's order. A catch-up's read and commit leave a core idle for
 /// part of each page; this is where it goes.
@@ -28,7 +32,10 @@ where
     T: Send + 'static,
     F: Fn(&crate::RecordedEvent) -> Option<Result<T, StoreError>> + Send + Sync + Copy + 'static,
 {
-    let second = events.split_off(events.len() / 2);
+    let second = match events.len() {
+        short if short < HALVES_FROM_EVENTS => Vec::new(),
+        long => events.split_off(long / 2),
+    };
     let half = |events: Vec<crate::RecordedEvent>| {
         off_task(move || {
             events
@@ -37,6 +44,9 @@ where
                 .collect::<Result<Vec<T>, _>>()
         })
     };
+    if second.is_empty() {
+        return half(events).await;
+    }
     let (first, second) = tokio::try_join!(half(events), half(second))?;
     let mut decoded = first;
     decoded.extend(second);
