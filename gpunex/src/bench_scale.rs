@@ -567,7 +567,7 @@ pub async fn run(database_url: &str, args: ScaleBenchArgs) -> anyhow::Result<()>
             ratio(model.events_per_second, model.bare_read_events_per_second)
         );
         println!(
-            "          {:.1} s (bare read {:.1} s): reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap); CPU {:.1} s (bare read {:.1} s)",
+            "          {:.1} s (bare read {:.1} s): reading and decoding {:.1} s, folding {:.1} s, writing {:.1} s (these overlap); CPU {:.1} s (bare read {:.1} s)",
             model.seconds,
             model.bare_read_seconds,
             model.read_seconds,

@@ -437,7 +437,12 @@ pub enum ProjectionsCommand {
     Run,
     /// Rebuild every stored read model from position 0: the ledger into fresh tables swapped
     /// in at the end, the others emptied and refolded (their readers fold what is missing).
-    Rebuild,
+    Rebuild {
+        /// Rebuild only these models (repeatable): ledger, earnings, rentals, payouts,
+        /// presence, prices.
+        #[arg(long = "only", value_name = "MODEL", value_parser = clap::builder::PossibleValuesParser::new(gpunex_projections::PROJECTIONS))]
+        only: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -724,13 +729,16 @@ fn print_report(report: &AuditReport, anchor_problem: Option<&str>) {
     println!("result:                FAILED");
 }
 
-/// Rebuilds every stored model, prints where each one's time went, and returns the position
-/// they are all at.
-pub async fn rebuild(store: &Store) -> anyhow::Result<u64> {
+/// Rebuilds every stored model (or those named in `only`), prints where each one's time went,
+/// and returns the position they are all at.
+pub async fn rebuild(store: &Store, only: &[String]) -> anyhow::Result<u64> {
     let head = store.head_position().await?;
     let bar = progress_bar(head, "rebuilding");
     let mut rebuilt = Vec::new();
     for &projection in gpunex_projections::PROJECTIONS {
+        if !only.is_empty() && !only.iter().any(|name| name == projection) {
+            continue;
+        }
         let cpu = crate::bench_earnings::process_cpu();
         let model = store.rebuild(projection, &|p| bar.set_position(p)).await?;
         let cpu = crate::bench_earnings::process_cpu().saturating_sub(cpu);
@@ -740,7 +748,7 @@ pub async fn rebuild(store: &Store) -> anyhow::Result<u64> {
     for (projection, model, cpu) in &rebuilt {
         let times = model.times;
         println!(
-            "{projection:<9} at {:>10} in {:>6.1} s: reading {:.1} s, decoding and folding {:.1} s, writing {:.1} s (these overlap); CPU {:.1} s",
+            "{projection:<9} at {:>10} in {:>6.1} s: reading and decoding {:.1} s, folding {:.1} s, writing {:.1} s (these overlap); CPU {:.1} s",
             model.checkpoint,
             times.total.as_secs_f64(),
             times.read.as_secs_f64(),

@@ -201,8 +201,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         report.events, report.batches, report.checkpoint
                     );
                 }
-                ProjectionsCommand::Rebuild => {
-                    let position = cli::rebuild(&store).await?;
+                ProjectionsCommand::Rebuild { only } => {
+                    let position = cli::rebuild(&store, &only).await?;
                     println!(
                         "read models rebuilt from position 0 and swapped in at position {position}"
                     );

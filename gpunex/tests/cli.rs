@@ -159,11 +159,42 @@ async fn migrate_and_tail_the_log(db: &TestDb) {
     for (line, model) in lines.iter().zip(models) {
         assert!(line.starts_with(model), "{text}");
         assert!(line.contains(" at         30 in "), "{text}");
-        assert!(line.contains(", decoding and folding "), "{text}");
+        assert!(
+            line.contains(": reading and decoding ") && line.contains(", folding "),
+            "{text}"
+        );
     }
     assert!(
         lines[models.len()].ends_with("swapped in at position 30"),
         "{text}"
+    );
+
+    // One model alone: the others are left as they are.
+    let rebuilt = gpunex(
+        db,
+        &[
+            "projections",
+            "rebuild",
+            "--only",
+            "earnings",
+            "--only",
+            "prices",
+        ],
+    );
+    let text = stdout(&rebuilt);
+    assert_eq!(rebuilt.status.code(), Some(0), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].starts_with("earnings") && lines[1].starts_with("prices"),
+        "{text}"
+    );
+    let refused = gpunex(db, &["projections", "rebuild", "--only", "ledgers"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("invalid value 'ledgers'"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
     );
 }
 

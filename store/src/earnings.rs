@@ -31,7 +31,7 @@ use crate::off_task::off_task;
 use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{Binds, MOVE_CHECKPOINT, placeholders, values};
 use crate::timing::CatchUpTimes;
-use crate::{Backend, Rebuilt, RecordedEvent, Store, StoreError, to_i64, to_u64};
+use crate::{Backend, EventRow, Rebuilt, Store, StoreError, to_i64, to_u64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row `INSERT` (12 parameters an hour row:
 /// 3,000 per statement, under SQLite's 32,766).
@@ -269,7 +269,7 @@ impl Carried {
 /// What the earnings fold reads of a stored event, if it reads any: of a usage event only its
 /// line ([`MeteredLine::decode_json`], which leaves the postings to the ledger), of a rental's
 /// start the whole event.
-fn earnings_event(event: &RecordedEvent) -> Option<Result<EarningsEvent, StoreError>> {
+fn earnings_event(event: &EventRow<'_>) -> Option<Result<EarningsEvent, StoreError>> {
     let read = |kind: Result<EarningsEventKind, StoreError>| {
         kind.map(|kind| EarningsEvent {
             position: event.position,
@@ -277,9 +277,9 @@ fn earnings_event(event: &RecordedEvent) -> Option<Result<EarningsEvent, StoreEr
             event: kind,
         })
     };
-    match event.event_type.as_str() {
+    match event.event_type {
         USAGE_METERED => Some(read(
-            MeteredLine::decode_json(event.schema_version, &event.payload)
+            MeteredLine::decode_json(event.schema_version, event.payload)
                 .map(EarningsEventKind::Metered)
                 .map_err(|e| StoreError::CorruptRow {
                     position: event.position,
@@ -308,19 +308,17 @@ struct EarningsPages<'a> {
 }
 
 impl PageFold for EarningsPages<'_> {
-    type Decoded = Vec<EarningsEvent>;
+    type Item = EarningsEvent;
     type Batch = Page;
     type Carried = Carried;
 
-    async fn read(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
+    fn store(&self) -> &Store {
         self.store
-            .read_all(after, self.store.inner.fold_page_events)
-            .await
     }
 
-    /// What the fold reads of the rental starts and usage events, decoded in two halves at once.
-    async fn decode(events: Vec<RecordedEvent>) -> Result<Vec<EarningsEvent>, StoreError> {
-        crate::off_task::decode_in_halves(events, earnings_event).await
+    /// What the fold reads of the rental starts and usage events.
+    fn decode(event: &EventRow<'_>) -> Option<Result<EarningsEvent, StoreError>> {
+        earnings_event(event)
     }
 
     async fn fold(

@@ -10,7 +10,7 @@ use gpunex_projections::{ProjectedEvent, RunReport};
 
 use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{Bound, MOVE_CHECKPOINT, values};
-use crate::{Rebuilt, RecordedEvent, Store, StoreError, to_i64};
+use crate::{EventRow, Rebuilt, RecordedEvent, Store, StoreError, to_i64};
 
 /// Most parameters in one multi-row insert (SQLite's default limit is 32,766).
 const PARAMETERS_PER_STATEMENT: usize = 2_000;
@@ -34,27 +34,28 @@ pub(crate) trait EventRows: Sync {
     /// The lock held while the projection folds in this process.
     fn lock(store: &Store) -> &tokio::sync::Mutex<()>;
 
-    /// Whether a recorded event is one the fold reads.
-    fn reads(event: &RecordedEvent) -> bool {
-        Self::EVENT_TYPES.contains(&event.event_type.as_str())
+    /// Whether a stored event is one the fold reads.
+    fn reads(event_type: &str) -> bool {
+        Self::EVENT_TYPES.contains(&event_type)
     }
 }
 
-/// The rows a page of the log makes, in log order.
-fn rows_of<P: EventRows>(events: &[RecordedEvent]) -> Result<Vec<P::Row>, StoreError> {
-    let mut rows = Vec::new();
-    for event in events.iter().filter(|e| P::reads(e)) {
-        if let Some(row) = P::row(&event.to_projected()?) {
-            rows.push(row);
-        }
+/// The row an event makes, if any; an event of a type the fold reads that does not decode is
+/// an error.
+fn row_of<P: EventRows>(event: &EventRow<'_>) -> Option<Result<P::Row, StoreError>> {
+    if !P::reads(event.event_type) {
+        return None;
     }
-    Ok(rows)
+    match event.to_projected() {
+        Ok(projected) => P::row(&projected).map(Ok),
+        Err(error) => Some(Err(error)),
+    }
 }
 
 /// The row an event makes, for `audit verify`: `None` for an event the fold does not read or
 /// that does not decode (the log's part of the audit reports that).
 pub(crate) fn expected_row<P: EventRows>(event: &RecordedEvent) -> Option<P::Row> {
-    if !P::reads(event) {
+    if !P::reads(&event.event_type) {
         return None;
     }
     P::row(&event.to_projected().ok()?)
@@ -65,17 +66,17 @@ pub(crate) fn expected_row<P: EventRows>(event: &RecordedEvent) -> Option<P::Row
 struct RowPages<'a, P>(&'a Store, PhantomData<P>);
 
 impl<P: EventRows> PageFold for RowPages<'_, P> {
-    type Decoded = Vec<P::Row>;
+    type Item = P::Row;
     type Batch = Vec<P::Row>;
     type Carried = ();
 
-    async fn read(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
-        self.0.read_all(after, self.0.inner.fold_page_events).await
+    fn store(&self) -> &Store {
+        self.0
     }
 
     /// The rows need nothing from before their page: they are made here, ahead.
-    async fn decode(events: Vec<RecordedEvent>) -> Result<Vec<P::Row>, StoreError> {
-        crate::off_task::off_task(move || rows_of::<P>(&events)).await
+    fn decode(event: &EventRow<'_>) -> Option<Result<P::Row, StoreError>> {
+        row_of::<P>(event)
     }
 
     async fn fold(&self, rows: Vec<P::Row>, (): &()) -> Result<Self::Batch, StoreError> {

@@ -190,6 +190,7 @@ mod postgres_snapshot;
 pub mod presence_history;
 pub mod price_history;
 mod read_ahead;
+mod read_decoded;
 mod rebuild;
 pub mod rentals;
 mod row_audit;
@@ -243,7 +244,7 @@ pub struct RecordedEvent {
 impl RecordedEvent {
     /// The event at its current schema version (older versions are upcast).
     pub fn decode(&self) -> Result<DomainEvent, DecodeError> {
-        DomainEvent::decode_json(&self.event_type, self.schema_version, &self.payload)
+        self.row().decode()
     }
 
     pub fn decode_metadata(&self) -> Result<Metadata, StoreError> {
@@ -254,6 +255,47 @@ impl RecordedEvent {
     }
 
     pub fn to_projected(&self) -> Result<ProjectedEvent, StoreError> {
+        self.row().to_projected()
+    }
+
+    /// The columns a projection reads, borrowed.
+    pub fn row(&self) -> EventRow<'_> {
+        EventRow {
+            position: self.position,
+            event_id: self.event_id,
+            stream_id: &self.stream_id,
+            stream_version: self.stream_version,
+            event_type: &self.event_type,
+            schema_version: self.schema_version,
+            recorded_at_us: self.recorded_at_us,
+            payload: &self.payload,
+        }
+    }
+}
+
+/// The columns of a stored event that projections read (not its metadata or hash), borrowed:
+/// a catch-up decodes each event straight from the database's row, without copying it first
+/// (ADR 0015).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRow<'a> {
+    pub position: u64,
+    pub event_id: Uuid,
+    pub stream_id: &'a str,
+    pub stream_version: u64,
+    pub event_type: &'a str,
+    pub schema_version: u32,
+    pub recorded_at_us: i64,
+    /// Canonical JSON text, exactly as hashed.
+    pub payload: &'a str,
+}
+
+impl EventRow<'_> {
+    /// The event at its current schema version (older versions are upcast).
+    pub fn decode(&self) -> Result<DomainEvent, DecodeError> {
+        DomainEvent::decode_json(self.event_type, self.schema_version, self.payload)
+    }
+
+    pub fn to_projected(&self) -> Result<ProjectedEvent, StoreError> {
         let corrupt = |reason: String| StoreError::CorruptRow {
             position: self.position,
             reason,
@@ -261,7 +303,7 @@ impl RecordedEvent {
         Ok(ProjectedEvent {
             position: self.position,
             event_id: self.event_id,
-            stream_id: StreamId::parse(self.stream_id.clone())
+            stream_id: StreamId::parse(self.stream_id.to_owned())
                 .map_err(|e| corrupt(e.to_string()))?,
             stream_version: self.stream_version,
             recorded_at_us: self.recorded_at_us,

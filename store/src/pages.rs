@@ -1,5 +1,5 @@
 //! The one catch-up loop of the earnings, rentals, presence and price projections: while one
-//! page is committed, the next is folded, and the pages after it are decoded and read ahead
+//! page is committed, the next is folded, and the pages after it are read and decoded ahead
 //! ([`crate::read_ahead`], which the ledger's rebuild uses too), so the reads, the decoding, the fold
 //! and the writes run side by side. And [`reach`]: how a reader of any stored projection makes it fold
 //! up to the reader's position first.
@@ -19,35 +19,32 @@ use tokio::sync::mpsc;
 use gpunex_projections::RunReport;
 
 use crate::read_ahead::{DecodedPage, read_ahead};
+use crate::read_decoded::read_decoded;
 use crate::timing::{CatchUpTimes, timed};
 
-use crate::{RecordedEvent, Store, StoreError};
+use crate::{EventRow, Store, StoreError};
 
 /// One projection's page steps, for [`fold_pages`].
 pub(crate) trait PageFold: Sync {
-    /// A page's events as the fold takes them, decoded without any state from before the page.
-    type Decoded: Send + 'static;
+    /// What the fold takes of an event.
+    type Item: Send + 'static;
     /// The rows a page's fold makes.
     type Batch: Send;
     /// What a batch hands the next page's fold.
     type Carried: Default + Send + Sync;
 
-    /// The page of events after `after` (empty: nothing left).
-    fn read(
-        &self,
-        after: u64,
-    ) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
+    /// The store the projection is kept in.
+    fn store(&self) -> &Store;
 
-    /// Decodes a page, off the catch-up's task ([`crate::off_task`]): it needs nothing from the
-    /// pages before it, so it runs ahead of their folds.
-    fn decode(
-        events: Vec<RecordedEvent>,
-    ) -> impl Future<Output = Result<Self::Decoded, StoreError>> + Send;
+    /// What the fold takes of an event (`None`: nothing), decoded from its row as the page is
+    /// read ([`crate::read_decoded`]): it needs nothing from the events before it, so it runs
+    /// ahead of their folds.
+    fn decode(event: &EventRow<'_>) -> Option<Result<Self::Item, StoreError>>;
 
     /// Folds a decoded page, with what the page before it handed over.
     fn fold(
         &self,
-        decoded: Self::Decoded,
+        decoded: Vec<Self::Item>,
         carried: &Self::Carried,
     ) -> impl Future<Output = Result<Self::Batch, StoreError>> + Send;
 
@@ -79,22 +76,21 @@ struct Pending<B> {
 
 /// Folds and commits pages after `checkpoint` until the log has no more: page `n` is committed
 /// while page `n + 1` is folded, and the pages after it are read and decoded ahead
-/// ([`crate::read_ahead`]).
+/// ([`crate::read_ahead`], [`crate::read_decoded`]).
 pub(crate) async fn fold_pages<P: PageFold>(
     checkpoint: u64,
     pages: &P,
 ) -> Result<Folded, StoreError> {
     let started = Instant::now();
-    let (ahead, folded) = read_ahead(
+    let store = pages.store();
+    let (read, folded) = read_ahead(
         checkpoint,
-        |after| pages.read(after),
-        P::decode,
+        |after| read_decoded(store, after, store.inner.fold_page_events, P::decode),
         |decoded| fold_decoded(checkpoint, pages, decoded),
     )
     .await;
     let (report, mut times) = folded?;
-    times.read += ahead.read;
-    times.fold += ahead.decode;
+    times.read += read;
     times.total = started.elapsed();
     Ok(Folded { report, times })
 }
@@ -104,7 +100,7 @@ pub(crate) async fn fold_pages<P: PageFold>(
 async fn fold_decoded<P: PageFold>(
     checkpoint: u64,
     pages: &P,
-    mut decoded: mpsc::Receiver<Result<DecodedPage<P::Decoded>, StoreError>>,
+    mut decoded: mpsc::Receiver<Result<DecodedPage<Vec<P::Item>>, StoreError>>,
 ) -> Result<(RunReport, CatchUpTimes), StoreError> {
     let mut times = CatchUpTimes::default();
     let mut report = RunReport {

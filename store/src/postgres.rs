@@ -15,8 +15,9 @@ use crate::envelope::ValidatedStream;
 use crate::journal::JournalRows;
 use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
+use crate::read_decoded::{Decode, RangeRead, Reach, ReadRange};
 use crate::rebuild::{LedgerTables, RebuildBackend};
-use crate::rows::{self, EVENT_COLUMNS, JOURNAL_SELECT, schema_version};
+use crate::rows::{self, EVENT_COLUMNS, EVENT_ROW_COLUMNS, JOURNAL_SELECT, schema_version};
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
@@ -325,6 +326,44 @@ async fn account_positions(
     Ok(walk.positions())
 }
 
+impl ReadRange for PgBackend {
+    /// The rows are fetched on this task, then decoded from sqlx's rows on a blocking thread.
+    async fn read_range<T: Send + 'static>(
+        &self,
+        after: u64,
+        reach: Reach,
+        decode: Decode<T>,
+    ) -> Result<RangeRead<T>, StoreError> {
+        let rows =
+            match reach {
+                Reach::Through(through) => sqlx::query(sql!(
+                    "SELECT {EVENT_ROW_COLUMNS} FROM events WHERE position > $1 AND position <= $2 \
+                     ORDER BY position"
+                ))
+                .bind(to_i64(after))
+                .bind(to_i64(through))
+                .fetch_all(&self.pool)
+                .await?,
+                Reach::Next(limit) => sqlx::query(sql!(
+                    "SELECT {EVENT_ROW_COLUMNS} FROM events WHERE position > $1 ORDER BY position \
+                     LIMIT $2"
+                ))
+                .bind(to_i64(after))
+                .bind(to_i64(limit as u64))
+                .fetch_all(&self.pool)
+                .await?,
+            };
+        crate::off_task::off_task(move || {
+            let mut read = RangeRead::new();
+            for row in &rows {
+                read.push(&rows::pg_event_row(row)?, decode)?;
+            }
+            Ok(read)
+        })
+        .await
+    }
+}
+
 impl RebuildBackend for PgBackend {
     type Swap = sqlx::Transaction<'static, Postgres>;
 
@@ -345,10 +384,6 @@ impl RebuildBackend for PgBackend {
         create_ledger_tables(&mut tx, tables).await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    async fn read_events(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
-        read_all(&self.pool, after, crate::READ_BATCH_EVENTS_MAX).await
     }
 
     async fn write(

@@ -17,10 +17,11 @@ use uuid::Uuid;
 
 use tokio::sync::mpsc;
 
-use crate::off_task::{decode_in_halves, off_task};
+use crate::off_task::off_task;
 use crate::read_ahead::{DecodedPage, read_ahead};
+use crate::read_decoded::{ReadRange, read_decoded};
 use crate::timing::{CatchUpTimes, timed};
-use crate::{READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError};
+use crate::{EventRow, READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError};
 
 /// Table names of one generation of the ledger read model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,12 +76,9 @@ pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, Store
     )?)?)
 }
 
-/// A page's events that post a journal entry, decoded in two halves at once.
-async fn decode_journal(events: Vec<RecordedEvent>) -> Result<Vec<ProjectedEvent>, StoreError> {
-    decode_in_halves(events, |event| {
-        posts_journal(&event.event_type).then(|| event.to_projected())
-    })
-    .await
+/// An event that posts a journal entry, decoded from its row; `None` for any other.
+fn decode_journal(event: &EventRow<'_>) -> Option<Result<ProjectedEvent, StoreError>> {
+    posts_journal(event.event_type).then(|| event.to_projected())
 }
 
 /// The rebuild's load: folds each decoded page (off this task) while the page before it is
@@ -131,20 +129,15 @@ async fn load<B: RebuildBackend>(
     Ok((position, times))
 }
 
-/// What one database does for a rebuild. Every step but `read_events` first checks that `run_id`
+/// What one database does for a rebuild (beside its reads of the log, [`ReadRange`]). Every step
+/// first checks that `run_id`
 /// still owns the rebuild tables (and records how far it got).
-pub(crate) trait RebuildBackend: Sync {
+pub(crate) trait RebuildBackend: ReadRange {
     /// The swap's transaction.
     type Swap: Send;
 
     /// Takes the `*_rebuild` tables for `run_id` (from any earlier run) and creates them empty.
     fn start(&self, run_id: Uuid) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Up to [`READ_BATCH_EVENTS_MAX`] events after `after`, outside any transaction.
-    fn read_events(
-        &self,
-        after: u64,
-    ) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
 
     /// Writes `batch` (the events up to `through`) into the rebuild tables in one transaction.
     fn write(
@@ -195,18 +188,16 @@ pub(crate) async fn rebuild_ledger<B: RebuildBackend>(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(u64, CatchUpTimes), StoreError> {
     backend.start(run_id).await?;
-    // Page n is written while page n + 1 is folded, and the pages after it are decoded and
-    // read ahead (`crate::pages::read_ahead`).
-    let (ahead, loaded) = read_ahead(
+    // Page n is written while page n + 1 is folded, and the pages after it are read and
+    // decoded ahead (`crate::read_ahead`, `crate::read_decoded`).
+    let (read, loaded) = read_ahead(
         0,
-        |after| backend.read_events(after),
-        decode_journal,
+        |after| read_decoded(backend, after, READ_BATCH_EVENTS_MAX, decode_journal),
         |decoded| load(backend, run_id, progress, decoded),
     )
     .await;
     let (mut position, mut times) = loaded?;
-    times.read += ahead.read;
-    times.fold += ahead.decode;
+    times.read += read;
     // No index is built after the load: the journal's key is its position and the postings
     // rows are few (one per account and page), so both keep their keys up row by row.
     let (mut swap, until) = backend.begin_swap(run_id, position).await?;

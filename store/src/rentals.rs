@@ -18,7 +18,7 @@ use crate::audit::{AuditFinding, AuditReport, Findings};
 use crate::off_task::off_task;
 use crate::pages::{Folded, PageFold, fold_pages};
 use crate::sql::{MOVE_CHECKPOINT, placeholders, values};
-use crate::{Rebuilt, RecordedEvent, Store, StoreError, to_i64};
+use crate::{EventRow, Rebuilt, Store, StoreError, to_i64};
 
 /// Ids bound per `IN (...)` list, and rows per multi-row upsert (7 parameters a row).
 const ROWS_PER_STATEMENT: usize = 500;
@@ -38,9 +38,9 @@ fn decode(state: &str) -> Result<RentalState, StoreError> {
     serde_json::from_str(state).map_err(corrupt)
 }
 
-/// Whether a recorded event is one the fold reads: the events of rental streams.
-fn is_rental_event(event: &RecordedEvent) -> bool {
-    event.event_type.starts_with("rental.")
+/// Whether a stored event is one the fold reads: the events of rental streams.
+fn is_rental_event(event_type: &str) -> bool {
+    event_type.starts_with("rental.")
 }
 
 /// The rentals projection's page steps ([`crate::pages`]): the rentals a page changed are handed
@@ -48,18 +48,17 @@ fn is_rental_event(event: &RecordedEvent) -> bool {
 struct RentalsPages<'a>(&'a Store);
 
 impl PageFold for RentalsPages<'_> {
-    type Decoded = Vec<ProjectedEvent>;
+    type Item = ProjectedEvent;
     type Batch = BTreeMap<Uuid, RentalState>;
     type Carried = HashMap<Uuid, RentalState>;
 
-    async fn read(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
-        self.0.read_all(after, self.0.inner.fold_page_events).await
+    fn store(&self) -> &Store {
+        self.0
     }
 
-    /// The rental events, decoded in two halves at once.
-    async fn decode(events: Vec<RecordedEvent>) -> Result<Vec<ProjectedEvent>, StoreError> {
-        crate::off_task::decode_in_halves(events, |e| is_rental_event(e).then(|| e.to_projected()))
-            .await
+    /// The rental events.
+    fn decode(event: &EventRow<'_>) -> Option<Result<ProjectedEvent, StoreError>> {
+        is_rental_event(event.event_type).then(|| event.to_projected())
     }
 
     async fn fold(
@@ -309,7 +308,7 @@ impl Store {
             // An event that does not decode is reported by the log's part of the audit.
             let projected: Vec<_> = events
                 .iter()
-                .filter(|e| is_rental_event(e))
+                .filter(|e| is_rental_event(&e.event_type))
                 .filter_map(|e| e.to_projected().ok())
                 .collect();
             if let Err(error) = replay.fold(&projected) {

@@ -11,6 +11,10 @@ use crate::{RecordedEvent, StoreError, to_u64};
 /// The columns every event query selects, in the order the decoders read them.
 pub(crate) const EVENT_COLUMNS: &str = "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload, metadata, hash";
 
+/// The columns a projection reads of an event ([`crate::EventRow`]): [`EVENT_COLUMNS`] less the
+/// metadata and the hash, in the same order.
+pub(crate) const EVENT_ROW_COLUMNS: &str = "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload";
+
 /// The start of every read of live journal entries: each with its event's id and recorded
 /// time, in the order [`sqlite::journal_entry`] reads them (`j`: the entry, `e`: its event).
 pub(crate) const JOURNAL_SELECT: &str = "SELECT j.position, j.entry_id, j.lines, e.event_id, e.recorded_at_us \
@@ -121,3 +125,20 @@ macro_rules! decoders {
 
 decoders!(sqlite, sqlx::sqlite::SqliteRow, i64);
 decoders!(pg, sqlx::postgres::PgRow, i32);
+
+/// The columns of [`EVENT_ROW_COLUMNS`], borrowed from a PostgreSQL row (SQLite's catch-ups
+/// read through rusqlite, `sqlite_scan.rs`).
+pub(crate) fn pg_event_row(row: &sqlx::postgres::PgRow) -> Result<crate::EventRow<'_>, StoreError> {
+    use sqlx::Row;
+    let position = to_u64(row.try_get(0)?, 0, "position")?;
+    Ok(crate::EventRow {
+        position,
+        event_id: row.try_get(1)?,
+        stream_id: row.try_get(2)?,
+        stream_version: to_u64(row.try_get(3)?, position, "stream_version")?,
+        event_type: row.try_get(4)?,
+        schema_version: schema_version(i64::from(row.try_get::<i32, _>(5)?), position)?,
+        recorded_at_us: row.try_get(6)?,
+        payload: row.try_get(7)?,
+    })
+}

@@ -18,6 +18,7 @@ use crate::envelope::ValidatedStream;
 use crate::journal::JournalRows;
 use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
+use crate::read_decoded::{Decode, RangeRead, Reach, ReadRange};
 use crate::rebuild::{LedgerTables, RebuildBackend};
 use crate::rows::{self, EVENT_COLUMNS, JOURNAL_SELECT, schema_version};
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
@@ -314,6 +315,17 @@ async fn account_positions(
     Ok(walk.positions())
 }
 
+impl ReadRange for SqliteBackend {
+    async fn read_range<T: Send + 'static>(
+        &self,
+        after: u64,
+        reach: Reach,
+        decode: Decode<T>,
+    ) -> Result<RangeRead<T>, StoreError> {
+        self.events.read_range(after, reach, decode).await
+    }
+}
+
 impl RebuildBackend for SqliteBackend {
     type Swap = sqlx::Transaction<'static, Sqlite>;
 
@@ -334,12 +346,6 @@ impl RebuildBackend for SqliteBackend {
         create_ledger_tables(&mut tx, tables).await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    async fn read_events(&self, after: u64) -> Result<Vec<RecordedEvent>, StoreError> {
-        self.events
-            .read_all(after, crate::READ_BATCH_EVENTS_MAX)
-            .await
     }
 
     async fn write(

@@ -20,8 +20,9 @@ use uuid::Uuid;
 
 use crate::audit::AuditSource;
 use crate::plan::Head;
-use crate::rows::{EVENT_COLUMNS, JOURNAL_SELECT, hash32, schema_version};
-use crate::{RecordedEvent, StoreError, to_i64, to_u64};
+use crate::read_decoded::{Decode, RangeRead, Reach};
+use crate::rows::{EVENT_COLUMNS, EVENT_ROW_COLUMNS, JOURNAL_SELECT, hash32, schema_version};
+use crate::{EventRow, RecordedEvent, StoreError, to_i64, to_u64};
 
 /// Read-only connections kept between page reads (each page is read on a blocking thread).
 pub(crate) struct EventReader {
@@ -57,6 +58,27 @@ impl EventReader {
         after: u64,
         limit: usize,
     ) -> Result<Vec<RecordedEvent>, StoreError> {
+        self.with_connection(move |conn| scan_events(conn, after, limit))
+            .await
+    }
+
+    /// The rows after `after` within `reach`, each decoded straight from SQLite's row
+    /// ([`crate::read_decoded`]).
+    pub async fn read_range<T: Send + 'static>(
+        self: &std::sync::Arc<Self>,
+        after: u64,
+        reach: Reach,
+        decode: Decode<T>,
+    ) -> Result<RangeRead<T>, StoreError> {
+        self.with_connection(move |conn| scan_range(conn, after, reach, decode))
+            .await
+    }
+
+    /// Runs `read` on a blocking thread with an idle connection, or a new one.
+    async fn with_connection<T: Send + 'static>(
+        self: &std::sync::Arc<Self>,
+        read: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let reader = std::sync::Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let idle = reader.idle.lock().map(|mut idle| idle.pop()).ok().flatten();
@@ -64,14 +86,14 @@ impl EventReader {
                 Some(conn) => conn,
                 None => open_read_only(&reader.path)?,
             };
-            let events = scan_events(&conn, after, limit)?;
+            let read = read(&conn)?;
             // A connection that failed is dropped; one that read is kept for the next page.
             if let Ok(mut idle) = reader.idle.lock()
                 && idle.len() < IDLE_READERS_MAX
             {
                 idle.push(conn);
             }
-            Ok(events)
+            Ok(read)
         })
         .await
         .map_err(|e| StoreError::Direct(e.to_string()))?
@@ -254,6 +276,40 @@ fn scan_events(
     Ok(events)
 }
 
+/// [`EventReader::read_range`] on one connection.
+fn scan_range<T>(
+    conn: &Connection,
+    after: u64,
+    reach: Reach,
+    decode: Decode<T>,
+) -> Result<RangeRead<T>, StoreError> {
+    let (sql, bound) = match reach {
+        Reach::Through(through) => (
+            format!(
+                "SELECT {EVENT_ROW_COLUMNS} FROM events WHERE position > ?1 AND position <= ?2 \
+                 ORDER BY position"
+            ),
+            through,
+        ),
+        Reach::Next(limit) => (
+            format!(
+                "SELECT {EVENT_ROW_COLUMNS} FROM events WHERE position > ?1 ORDER BY position \
+                 LIMIT ?2"
+            ),
+            limit as u64,
+        ),
+    };
+    let mut statement = conn.prepare_cached(&sql).map_err(scan_error)?;
+    let mut rows = statement
+        .query(params![to_i64(after), to_i64(bound)])
+        .map_err(scan_error)?;
+    let mut read = RangeRead::new();
+    while let Some(row) = rows.next().map_err(scan_error)? {
+        read.push(&event_row(row)?, decode)?;
+    }
+    Ok(read)
+}
+
 fn scan_lines(conn: &Connection, after: u64, through: u64) -> Result<Vec<LedgerLine>, StoreError> {
     if after >= through {
         return Ok(Vec::new());
@@ -294,6 +350,36 @@ fn uuid_column(row: &Row<'_>, index: usize, position: u64) -> Result<Uuid, Store
     Uuid::from_slice(&bytes).map_err(|_| StoreError::CorruptRow {
         position,
         reason: format!("column {index} is not a 16-byte UUID"),
+    })
+}
+
+/// The columns of [`EVENT_ROW_COLUMNS`], borrowed from the row.
+fn event_row<'r>(row: &'r Row<'_>) -> Result<EventRow<'r>, StoreError> {
+    let position = to_u64(row.get(0).map_err(scan_error)?, 0, "position")?;
+    let text = |index: usize| -> Result<&'r str, StoreError> {
+        row.get_ref(index)
+            .map_err(scan_error)?
+            .as_str()
+            .map_err(|e| StoreError::CorruptRow {
+                position,
+                reason: format!("column {index}: {e}"),
+            })
+    };
+    let event_id = row.get_ref(1).map_err(scan_error)?.as_blob().ok();
+    Ok(EventRow {
+        position,
+        event_id: event_id
+            .and_then(|bytes| Uuid::from_slice(bytes).ok())
+            .ok_or_else(|| StoreError::CorruptRow {
+                position,
+                reason: "column 1 is not a 16-byte UUID".to_owned(),
+            })?,
+        stream_id: text(2)?,
+        stream_version: to_u64(row.get(3).map_err(scan_error)?, position, "stream_version")?,
+        event_type: text(4)?,
+        schema_version: schema_version(row.get(5).map_err(scan_error)?, position)?,
+        recorded_at_us: row.get(6).map_err(scan_error)?,
+        payload: text(7)?,
     })
 }
 

@@ -579,6 +579,20 @@ impl Store {
     }
 }
 
+impl crate::read_decoded::ReadRange for Store {
+    async fn read_range<T: Send + 'static>(
+        &self,
+        after: u64,
+        reach: crate::read_decoded::Reach,
+        decode: crate::read_decoded::Decode<T>,
+    ) -> Result<crate::read_decoded::RangeRead<T>, StoreError> {
+        match &self.inner.db {
+            Db::Sqlite(db) => db.read_range(after, reach, decode).await,
+            Db::Postgres(db) => db.read_range(after, reach, decode).await,
+        }
+    }
+}
+
 impl ProjectionBackend for Store {
     type Error = StoreError;
 

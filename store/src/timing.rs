@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 pub struct CatchUpTimes {
     /// The whole catch-up; for a rebuild, from emptying the tables to the swap and the vacuum.
     pub total: Duration,
-    /// Reading pages of the log.
+    /// Reading pages of the log and decoding their events as they are read
+    /// (`crate::read_decoded`).
     pub read: Duration,
-    /// Decoding the events and folding them into rows.
+    /// Folding the decoded events into rows (and encoding them).
     pub fold: Duration,
     /// Writing the rows and moving the checkpoint.
     pub write: Duration,
