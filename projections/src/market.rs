@@ -133,15 +133,7 @@ impl RentalState {
         match event {
             RentalEvent::Ended(ended) => self.ended = Some(ended.clone()),
             RentalEvent::UsageMetered(metered) => {
-                self.meter = Meter {
-                    gpu_seconds: metered.to_gpu_seconds,
-                    charged: Usdc::from_micros(
-                        self.meter
-                            .charged
-                            .micros()
-                            .saturating_add(metered.gross.micros()),
-                    ),
-                };
+                self.meter(stream_version, metered.to_gpu_seconds, metered.gross);
             }
             RentalEvent::JobStarted(job) => self.job_started = Some(job.clone()),
             RentalEvent::JobEnded(job) => self.job_ended = Some(job.clone()),
@@ -149,6 +141,17 @@ impl RentalState {
                 return;
             }
         }
+        self.stream_version = stream_version;
+    }
+
+    /// Applies a usage line of the rental's stream (what [`RentalState::apply`] does with a
+    /// `UsageMetered`, for a fold that decodes only the line): the meter moves to the line's
+    /// counter and adds its gross.
+    pub fn meter(&mut self, stream_version: u64, to_gpu_seconds: u64, gross: Usdc) {
+        self.meter = Meter {
+            gpu_seconds: to_gpu_seconds,
+            charged: Usdc::from_micros(self.meter.charged.micros().saturating_add(gross.micros())),
+        };
         self.stream_version = stream_version;
     }
 

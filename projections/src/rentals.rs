@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpunex_domain::DomainEvent;
+use gpunex_domain::metered_line::MeteredLine;
 use gpunex_domain::rental::RentalEvent;
 use uuid::Uuid;
 
@@ -30,23 +31,93 @@ fn rental_of(event: &RentalEvent) -> Option<Uuid> {
     }
 }
 
+/// What the fold reads of one event: a rental event whole, or of a usage event only its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read<'a> {
+    Event(&'a RentalEvent),
+    Metered(&'a MeteredLine),
+}
+
+impl Read<'_> {
+    /// The rental the event is about (lease events are not: they live on GPU streams).
+    fn rental(&self) -> Option<Uuid> {
+        match self {
+            Read::Event(event) => rental_of(event),
+            Read::Metered(line) => Some(line.rental_id),
+        }
+    }
+}
+
+/// An event the fold takes: a whole decoded event ([`ProjectedEvent`], as `audit verify` and the
+/// tests give it) or only what the fold reads of it ([`RentalsEvent`], as the catch-up decodes
+/// it). Both fold to the same rows.
+pub trait RentalsInput {
+    fn position(&self) -> u64;
+    fn stream_version(&self) -> u64;
+    /// What the fold reads of it (`None`: not a rental event).
+    fn read(&self) -> Option<Read<'_>>;
+}
+
+impl RentalsInput for ProjectedEvent {
+    fn position(&self) -> u64 {
+        self.position
+    }
+    fn stream_version(&self) -> u64 {
+        self.stream_version
+    }
+    fn read(&self) -> Option<Read<'_>> {
+        match &self.event {
+            DomainEvent::Rental(event) => Some(Read::Event(event)),
+            _ => None,
+        }
+    }
+}
+
+/// A rental event as the catch-up decodes it: whole, but a usage event only as its line
+/// ([`MeteredLine::decode_json`]: the postings are the ledger's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RentalsEvent {
+    pub position: u64,
+    pub stream_version: u64,
+    pub event: RentalsEventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RentalsEventKind {
+    Rental(RentalEvent),
+    Metered(MeteredLine),
+}
+
+impl RentalsInput for RentalsEvent {
+    fn position(&self) -> u64 {
+        self.position
+    }
+    fn stream_version(&self) -> u64 {
+        self.stream_version
+    }
+    fn read(&self) -> Option<Read<'_>> {
+        Some(match &self.event {
+            RentalsEventKind::Rental(event) => Read::Event(event),
+            RentalsEventKind::Metered(line) => Read::Metered(line),
+        })
+    }
+}
+
 /// The rentals a batch changes that started before it (their rows must be loaded).
-pub fn needs(events: &[ProjectedEvent]) -> Vec<Uuid> {
+pub fn needs<E: RentalsInput>(events: &[E]) -> Vec<Uuid> {
     let mut started = BTreeSet::new();
     let mut before = BTreeSet::new();
-    for projected in events {
-        let DomainEvent::Rental(event) = &projected.event else {
-            continue;
-        };
-        match event {
-            RentalEvent::Started(s) => {
+    for event in events {
+        match event.read() {
+            Some(Read::Event(RentalEvent::Started(s))) => {
                 started.insert(s.rental_id);
             }
-            other => {
-                if let Some(id) = rental_of(other).filter(|id| !started.contains(id)) {
+            Some(other) => {
+                if let Some(id) = other.rental().filter(|id| !started.contains(id)) {
                     before.insert(id);
                 }
             }
+            None => {}
         }
     }
     before.into_iter().collect()
@@ -55,41 +126,41 @@ pub fn needs(events: &[ProjectedEvent]) -> Vec<Uuid> {
 /// Folds a batch (in increasing position) over the rentals it touches (`before`, as stored) and
 /// returns every rental it changed, in its new state. An event about a rental that never started
 /// is ignored, as the market ignores it.
-pub fn fold_batch(
-    events: &[ProjectedEvent],
+pub fn fold_batch<E: RentalsInput>(
+    events: &[E],
     before: &HashMap<Uuid, RentalState>,
 ) -> Result<BTreeMap<Uuid, RentalState>, FoldError> {
     let mut changed: BTreeMap<Uuid, RentalState> = BTreeMap::new();
     let mut previous = 0;
-    for projected in events {
-        if projected.position <= previous {
-            return Err(FoldError::OutOfOrder {
-                position: projected.position,
-                previous,
-            });
+    for event in events {
+        let position = event.position();
+        if position <= previous {
+            return Err(FoldError::OutOfOrder { position, previous });
         }
-        previous = projected.position;
-        let DomainEvent::Rental(event) = &projected.event else {
+        previous = position;
+        let Some(read) = event.read() else {
             continue;
         };
-        match event {
-            RentalEvent::Started(started) => {
-                let mut state = RentalState::started(started.clone());
-                state.stream_version = projected.stream_version;
-                changed.insert(started.rental_id, state);
-            }
-            other => {
-                let Some(id) = rental_of(other) else {
-                    continue;
-                };
-                let state = match changed.get_mut(&id) {
-                    Some(state) => state,
-                    None => match before.get(&id) {
-                        Some(state) => changed.entry(id).or_insert_with(|| state.clone()),
-                        None => continue,
-                    },
-                };
-                state.apply(projected.stream_version, other);
+        if let Read::Event(RentalEvent::Started(started)) = read {
+            let mut state = RentalState::started(started.clone());
+            state.stream_version = event.stream_version();
+            changed.insert(started.rental_id, state);
+            continue;
+        }
+        let Some(id) = read.rental() else {
+            continue;
+        };
+        let state = match changed.get_mut(&id) {
+            Some(state) => state,
+            None => match before.get(&id) {
+                Some(state) => changed.entry(id).or_insert_with(|| state.clone()),
+                None => continue,
+            },
+        };
+        match read {
+            Read::Event(other) => state.apply(event.stream_version(), other),
+            Read::Metered(line) => {
+                state.meter(event.stream_version(), line.to_gpu_seconds, line.gross);
             }
         }
     }
@@ -223,5 +294,82 @@ mod tests {
             fold_batch(&[log[1].clone(), log[0].clone()], &HashMap::new()).is_err(),
             "out of order"
         );
+    }
+
+    fn metered(rental: u128, to_gpu_seconds: u64, gross: i64) -> RentalEvent {
+        use gpunex_domain::ledger::{Account, JournalEntry, Posting};
+        let gross = Usdc::from_micros(gross);
+        RentalEvent::UsageMetered(gpunex_domain::rental::UsageMetered {
+            entry_id: id(u128::from(to_gpu_seconds) + 90_000),
+            rental_id: id(rental),
+            renter_id: id(2),
+            provider_id: id(3),
+            report_id: id(u128::from(to_gpu_seconds) + 80_000),
+            from_gpu_seconds: 0,
+            to_gpu_seconds,
+            price_per_gpu_hour: Usdc::from_micros(2_000_000),
+            gross,
+            fee: Usdc::ZERO,
+            fee_bp: 0,
+            net: gross,
+            postings: JournalEntry::new(vec![
+                Posting::debit(Account::RenterReceivable(id(2)), gross),
+                Posting::credit(Account::ProviderPayable(id(3)), gross),
+            ])
+            .unwrap(),
+            reported_gpu_seconds: None,
+            metered_at: None,
+        })
+    }
+
+    /// The catch-up folds a usage event from its line alone: the same rows as from the whole
+    /// event, batch by batch, and the same rentals needed from before.
+    #[test]
+    fn a_usage_line_folds_as_its_whole_event() {
+        let log = vec![
+            projected(1, 1, started(1)),
+            projected(2, 2, metered(1, 600, 333)),
+            projected(3, 3, metered(1, 1_200, 334)),
+            projected(4, 4, ended(1)),
+            projected(5, 1, metered(9, 60, 1)),
+        ];
+        let light: Vec<RentalsEvent> = log
+            .iter()
+            .map(|event| RentalsEvent {
+                position: event.position,
+                stream_version: event.stream_version,
+                event: match &event.event {
+                    DomainEvent::Rental(RentalEvent::UsageMetered(m)) => {
+                        RentalsEventKind::Metered(MeteredLine::from(m))
+                    }
+                    DomainEvent::Rental(other) => RentalsEventKind::Rental(other.clone()),
+                    _ => unreachable!("a rental log"),
+                },
+            })
+            .collect();
+        let whole = fold_batch(&log, &HashMap::new()).unwrap();
+        assert_eq!(fold_batch(&light, &HashMap::new()).unwrap(), whole);
+        let one = &whole[&id(1)];
+        assert_eq!(
+            (one.meter.gpu_seconds, one.meter.charged.micros()),
+            (1_200, 667)
+        );
+        assert_eq!(one.stream_version, 4);
+        for split in 1..log.len() {
+            let before: HashMap<Uuid, RentalState> = fold_batch(&log[..split], &HashMap::new())
+                .unwrap()
+                .into_iter()
+                .collect();
+            assert_eq!(
+                fold_batch(&light[split..], &before).unwrap(),
+                fold_batch(&log[split..], &before).unwrap(),
+                "split at {split}"
+            );
+            assert_eq!(
+                needs(&light[split..]),
+                needs(&log[split..]),
+                "split at {split}"
+            );
+        }
     }
 }

@@ -8,10 +8,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use gpunex_domain::DomainEvent;
+use gpunex_domain::events::USAGE_METERED;
+use gpunex_domain::metered_line::MeteredLine;
 use gpunex_domain::time::Timestamp;
+use gpunex_projections::RunReport;
 use gpunex_projections::market::RentalState;
-use gpunex_projections::rentals::{RENTALS, Replay, fold_batch, needs};
-use gpunex_projections::{ProjectedEvent, RunReport};
+use gpunex_projections::rentals::{
+    RENTALS, RentalsEvent, RentalsEventKind, Replay, fold_batch, needs,
+};
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
@@ -43,12 +48,41 @@ fn is_rental_event(event_type: &str) -> bool {
     event_type.starts_with("rental.")
 }
 
+/// What the rentals fold reads of a rental event: of a usage event only its line
+/// ([`MeteredLine::decode_json`], which leaves the postings to the ledger), of any other the
+/// whole event.
+fn rentals_event(event: &EventRow<'_>) -> Result<RentalsEvent, StoreError> {
+    let kind = if event.event_type == USAGE_METERED {
+        MeteredLine::decode_json(event.schema_version, event.payload)
+            .map(RentalsEventKind::Metered)
+            .map_err(|e| StoreError::CorruptRow {
+                position: event.position,
+                reason: e.to_string(),
+            })?
+    } else {
+        match event.to_projected()?.event {
+            DomainEvent::Rental(rental) => RentalsEventKind::Rental(rental),
+            _ => {
+                return Err(StoreError::CorruptRow {
+                    position: event.position,
+                    reason: format!("a {} event that decodes as another", event.event_type),
+                });
+            }
+        }
+    };
+    Ok(RentalsEvent {
+        position: event.position,
+        stream_version: event.stream_version,
+        event: kind,
+    })
+}
+
 /// The rentals projection's page steps ([`crate::pages`]): the rentals a page changed are handed
 /// to the next page's fold as they are.
 struct RentalsPages<'a>(&'a Store);
 
 impl PageFold for RentalsPages<'_> {
-    type Item = ProjectedEvent;
+    type Item = RentalsEvent;
     type Batch = BTreeMap<Uuid, RentalState>;
     type Carried = HashMap<Uuid, RentalState>;
 
@@ -56,14 +90,14 @@ impl PageFold for RentalsPages<'_> {
         self.0
     }
 
-    /// The rental events.
-    fn decode(event: &EventRow<'_>) -> Option<Result<ProjectedEvent, StoreError>> {
-        is_rental_event(event.event_type).then(|| event.to_projected())
+    /// The rental events: a usage event only as its line.
+    fn decode(event: &EventRow<'_>) -> Option<Result<RentalsEvent, StoreError>> {
+        is_rental_event(event.event_type).then(|| rentals_event(event))
     }
 
     async fn fold(
         &self,
-        projected: Vec<ProjectedEvent>,
+        projected: Vec<RentalsEvent>,
         carried: &Self::Carried,
     ) -> Result<Self::Batch, StoreError> {
         let mut ids = needs(&projected);
