@@ -1,11 +1,13 @@
-//! What the earnings catch-ups read of a `rental.usage_metered` event, decoded without its
-//! postings ([`MeteredLine::decode_json`]). Its own module: it reads the catalog (`events`) and
-//! the event (`rental`), which import one another in one direction only.
+//! What the catch-ups read of a `rental.usage_metered` event: the earnings and rentals folds its
+//! line without its postings ([`MeteredLine::decode_json`]), the ledger's rebuild its journal
+//! entry alone ([`metered_entry`]). Its own module: it reads the catalog (`events`) and the event
+//! (`rental`), which import one another in one direction only.
 
 use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::events::USAGE_METERED;
+use crate::ledger::JournalEntry;
 use crate::money::Usdc;
 use crate::rental::UsageMetered;
 use crate::time::Timestamp;
@@ -119,6 +121,65 @@ impl MeteredLine {
             metered_at: json.metered_at,
         })
     }
+}
+
+/// [`UsageMetered`]'s fields, of which the ones its journal entry does not need are only checked
+/// to be there and to be JSON: the same fields are required and no other is allowed.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct MeteredEntryJson {
+    entry_id: Uuid,
+    rental_id: serde::de::IgnoredAny,
+    renter_id: serde::de::IgnoredAny,
+    provider_id: serde::de::IgnoredAny,
+    report_id: serde::de::IgnoredAny,
+    from_gpu_seconds: serde::de::IgnoredAny,
+    to_gpu_seconds: serde::de::IgnoredAny,
+    price_per_gpu_hour: serde::de::IgnoredAny,
+    gross: Usdc,
+    fee: Usdc,
+    net: Usdc,
+    fee_bp: serde::de::IgnoredAny,
+    postings: JournalEntry,
+    #[serde(default)]
+    reported_gpu_seconds: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    metered_at: Option<serde::de::IgnoredAny>,
+}
+
+/// Reads the journal entry (its id and postings) of a stored `rental.usage_metered` payload of
+/// schema `version`: what the ledger folds of it. The postings are decoded and checked as the
+/// whole event's are (balanced, adding up to `gross` = `fee` + `net`); the other fields are only
+/// checked to be there and to be JSON. Such an event that is malformed elsewhere cannot be
+/// appended (appends decode it whole), and `audit verify` replays the ledger from whole events.
+pub fn metered_entry(
+    version: u32,
+    payload: &str,
+) -> Result<(Uuid, JournalEntry), crate::DecodeError> {
+    let malformed = |reason: String| crate::DecodeError::MalformedPayload {
+        event_type: USAGE_METERED.to_owned(),
+        version,
+        reason,
+    };
+    if version != 1 {
+        return Err(crate::DecodeError::UnsupportedSchemaVersion {
+            event_type: USAGE_METERED.to_owned(),
+            version,
+            oldest: 1,
+            current: 1,
+        });
+    }
+    let json: MeteredEntryJson =
+        serde_json::from_str(payload).map_err(|e| malformed(e.to_string()))?;
+    let sums = json.fee.checked_add(json.net).ok() == Some(json.gross)
+        && json.postings.total() == json.gross;
+    if !sums {
+        return Err(malformed(
+            "gross must equal fee + net and the posted total".to_owned(),
+        ));
+    }
+    Ok((json.entry_id, json.postings))
 }
 
 #[cfg(test)]
@@ -236,5 +297,76 @@ mod tests {
         });
         assert!(MeteredLine::decode_json(1, &unposted).is_ok());
         assert!(crate::DomainEvent::decode_json(USAGE_METERED, 1, &unposted).is_err());
+    }
+
+    #[test]
+    fn a_metered_entry_is_the_whole_events_journal_entry() {
+        for (n, fee, net, at) in [
+            (0, 17_500, 70_000, Some(1_794_013_500_000_000)),
+            (1, 0, 3, None),
+            (7, 1, 1, Some(0)),
+        ] {
+            let event = usage(n, fee, net, at);
+            let whole = crate::DomainEvent::Rental(RentalEvent::UsageMetered(event.clone()));
+            let text = whole.to_payload().to_string();
+            let (entry_id, entry) = metered_entry(1, &text).unwrap();
+            assert_eq!(Some((entry_id, &entry)), whole.journal_entry());
+        }
+    }
+
+    #[test]
+    fn a_metered_entry_refuses_what_the_whole_event_refuses_in_its_entry() {
+        let good =
+            crate::DomainEvent::Rental(RentalEvent::UsageMetered(usage(3, 17_500, 70_000, None)))
+                .to_payload();
+        let edited = |edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+            let mut payload = good.clone();
+            edit(payload.as_object_mut().unwrap());
+            payload.to_string()
+        };
+        let refused = [
+            edited(&|p| {
+                p.insert("extra".to_owned(), 1.into());
+            }),
+            edited(&|p| {
+                p.remove("postings");
+            }),
+            edited(&|p| {
+                p.remove("renter_id");
+            }),
+            edited(&|p| {
+                p.insert("net".to_owned(), 70_001.into());
+            }),
+            edited(&|p| {
+                p.insert("entry_id".to_owned(), "not an id".into());
+            }),
+            edited(&|p| {
+                p.insert("postings".to_owned(), serde_json::json!([]));
+            }),
+            // Balanced postings that do not add up to the gross.
+            edited(&|p| {
+                p.insert("gross".to_owned(), 87_501.into());
+                p.insert("fee".to_owned(), 17_501.into());
+            }),
+            "[]".to_owned(),
+            "{".to_owned(),
+        ];
+        for text in &refused {
+            assert!(metered_entry(1, text).is_err(), "{text}");
+            assert!(
+                crate::DomainEvent::decode_json(USAGE_METERED, 1, text).is_err(),
+                "{text}"
+            );
+        }
+        assert!(matches!(
+            metered_entry(2, &good.to_string()),
+            Err(crate::DecodeError::UnsupportedSchemaVersion { version: 2, .. })
+        ));
+        // What only the whole event checks: the fields outside the entry.
+        let misnamed = edited(&|p| {
+            p.insert("provider_id".to_owned(), "not an id".into());
+        });
+        assert!(metered_entry(1, &misnamed).is_ok());
+        assert!(crate::DomainEvent::decode_json(USAGE_METERED, 1, &misnamed).is_err());
     }
 }

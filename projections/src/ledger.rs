@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use gpunex_domain::ledger::JournalEntry;
 use gpunex_domain::{Account, Side, Usdc};
 use uuid::Uuid;
 
@@ -77,19 +78,69 @@ impl LedgerBatch {
     }
 }
 
+/// An event the ledger folds: a whole decoded event ([`ProjectedEvent`], as the live runner,
+/// `audit verify` and the tests give it) or only its journal entry ([`JournalEvent`], as the
+/// rebuild decodes it). Both fold to the same lines.
+pub trait JournalInput {
+    fn position(&self) -> u64;
+    fn event_id(&self) -> Uuid;
+    fn recorded_at_us(&self) -> i64;
+    /// The journal entry the event posts, with the entry's id (`None`: it posts none).
+    fn entry(&self) -> Option<(Uuid, &JournalEntry)>;
+}
+
+impl JournalInput for ProjectedEvent {
+    fn position(&self) -> u64 {
+        self.position
+    }
+    fn event_id(&self) -> Uuid {
+        self.event_id
+    }
+    fn recorded_at_us(&self) -> i64 {
+        self.recorded_at_us
+    }
+    fn entry(&self) -> Option<(Uuid, &JournalEntry)> {
+        self.event.journal_entry()
+    }
+}
+
+/// An event that posts a journal entry, as the ledger's rebuild decodes it: its place in the
+/// log and its entry, nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalEvent {
+    pub position: u64,
+    pub event_id: Uuid,
+    pub recorded_at_us: i64,
+    pub entry_id: Uuid,
+    pub entry: JournalEntry,
+}
+
+impl JournalInput for JournalEvent {
+    fn position(&self) -> u64 {
+        self.position
+    }
+    fn event_id(&self) -> Uuid {
+        self.event_id
+    }
+    fn recorded_at_us(&self) -> i64 {
+        self.recorded_at_us
+    }
+    fn entry(&self) -> Option<(Uuid, &JournalEntry)> {
+        Some((self.entry_id, &self.entry))
+    }
+}
+
 /// Folds a batch of events (in increasing position) into the lines and deltas it produces.
-pub fn fold_batch(events: &[ProjectedEvent]) -> Result<LedgerBatch, FoldError> {
+pub fn fold_batch<E: JournalInput>(events: &[E]) -> Result<LedgerBatch, FoldError> {
     let mut batch = LedgerBatch::default();
     let mut previous = 0;
-    for projected in events {
-        if projected.position <= previous {
-            return Err(FoldError::OutOfOrder {
-                position: projected.position,
-                previous,
-            });
+    for event in events {
+        let position = event.position();
+        if position <= previous {
+            return Err(FoldError::OutOfOrder { position, previous });
         }
-        previous = projected.position;
-        let Some((entry_id, journal)) = projected.event.journal_entry() else {
+        previous = position;
+        let Some((entry_id, journal)) = event.entry() else {
             continue;
         };
         for (index, posting) in journal.lines().iter().enumerate() {
@@ -98,21 +149,21 @@ pub fn fold_batch(events: &[ProjectedEvent]) -> Result<LedgerBatch, FoldError> {
                 .entry(posting.account)
                 .or_insert(AccountTotals::EMPTY);
             totals
-                .add(posting.side, posting.amount_micro_usdc, projected.position)
+                .add(posting.side, posting.amount_micro_usdc, position)
                 .map_err(|_| FoldError::BalanceOverflow {
                     account: posting.account.to_string(),
-                    position: projected.position,
+                    position,
                 })?;
             batch.lines.push(LedgerLine {
-                position: projected.position,
+                position,
                 // Bounded by JOURNAL_LINES_MAX (64), so the conversion cannot truncate.
                 line_index: u32::try_from(index).unwrap_or(u32::MAX),
-                event_id: projected.event_id,
+                event_id: event.event_id(),
                 entry_id,
                 account: posting.account,
                 side: posting.side,
                 amount: posting.amount_micro_usdc,
-                recorded_at_us: projected.recorded_at_us,
+                recorded_at_us: event.recorded_at_us(),
             });
         }
     }

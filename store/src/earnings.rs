@@ -136,12 +136,19 @@ fn upsert_hours_sql(backend: Backend, rows: usize) -> String {
     )
 }
 
-const UPSERT_PROVIDER: &str = "INSERT INTO earnings_providers (provider_id, last_at_us, \
-     through_gross, through_fee, through_net, through_gpu_seconds, through_lines) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (provider_id) DO UPDATE SET \
-     last_at_us = excluded.last_at_us, through_gross = excluded.through_gross, \
-     through_fee = excluded.through_fee, through_net = excluded.through_net, \
-     through_gpu_seconds = excluded.through_gpu_seconds, through_lines = excluded.through_lines";
+/// An upsert of `rows` providers' cursors (a page's keys are distinct, so no row is updated
+/// twice by one statement).
+fn upsert_providers_sql(backend: Backend, rows: usize) -> String {
+    format!(
+        "INSERT INTO earnings_providers (provider_id, last_at_us, through_gross, through_fee, \
+         through_net, through_gpu_seconds, through_lines) VALUES {} \
+         ON CONFLICT (provider_id) DO UPDATE SET \
+         last_at_us = excluded.last_at_us, through_gross = excluded.through_gross, \
+         through_fee = excluded.through_fee, through_net = excluded.through_net, \
+         through_gpu_seconds = excluded.through_gpu_seconds, through_lines = excluded.through_lines",
+        values(backend, rows, 7)
+    )
+}
 
 /// A page's hours added to the stored ones, the way each database takes many rows best.
 trait AddHours {
@@ -422,7 +429,9 @@ fn write_page_sqlite(
                 ])
                 .map_err(bulk_error)?;
         }
-        let mut upsert = tx.prepare_cached(UPSERT_PROVIDER).map_err(bulk_error)?;
+        let mut upsert = tx
+            .prepare_cached(&upsert_providers_sql(Backend::Sqlite, 1))
+            .map_err(bulk_error)?;
         for (provider, cursor) in &batch.cursors {
             upsert
                 .execute(params![
@@ -569,17 +578,22 @@ impl Store {
                 query.execute(&mut *tx).await?;
             }
             AddHours::add_hours(&mut *tx, &batch.hours).await?;
-            for (provider, cursor) in &batch.cursors {
-                sqlx::query(UPSERT_PROVIDER)
-                    .bind(provider.to_string())
-                    .bind(cursor.last_at_us)
-                    .bind(cursor.through.gross)
-                    .bind(cursor.through.fee)
-                    .bind(cursor.through.net)
-                    .bind(to_i64(cursor.through.gpu_seconds))
-                    .bind(to_i64(cursor.through.lines))
-                    .execute(&mut *tx)
-                    .await?;
+            // Multi-row upserts: one round trip for a page's providers, not one each.
+            let cursors: Vec<(&Uuid, &Cursor)> = batch.cursors.iter().collect();
+            for chunk in cursors.chunks(ROWS_PER_STATEMENT) {
+                let sql = upsert_providers_sql(self.backend(), chunk.len());
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for (provider, cursor) in chunk {
+                    query = query
+                        .bind(provider.to_string())
+                        .bind(cursor.last_at_us)
+                        .bind(cursor.through.gross)
+                        .bind(cursor.through.fee)
+                        .bind(cursor.through.net)
+                        .bind(to_i64(cursor.through.gpu_seconds))
+                        .bind(to_i64(cursor.through.lines));
+                }
+                query.execute(&mut *tx).await?;
             }
         });
         Ok(())

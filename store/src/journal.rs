@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 
 use gpunex_domain::{Account, Side, Usdc};
-use gpunex_projections::ledger::{LedgerBatch, LedgerLine};
+use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
 use uuid::Uuid;
 
 use crate::StoreError;
@@ -53,6 +53,23 @@ pub(crate) struct PostingsRow {
 pub(crate) struct JournalRows {
     pub entries: Vec<EntryRow>,
     pub postings: Vec<PostingsRow>,
+}
+
+/// A folded batch as it is written: its journal rows, encoded where it was folded (off the
+/// writer, which is a rebuild's slowest stage), and its accounts' deltas.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LedgerRows {
+    pub journal: JournalRows,
+    pub deltas: BTreeMap<Account, AccountTotals>,
+}
+
+impl LedgerRows {
+    pub fn of(batch: &LedgerBatch) -> Result<LedgerRows, StoreError> {
+        Ok(LedgerRows {
+            journal: JournalRows::of(batch)?,
+            deltas: batch.deltas.clone(),
+        })
+    }
 }
 
 impl JournalRows {

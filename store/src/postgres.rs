@@ -12,7 +12,7 @@ use sqlx::{Postgres, Row};
 use uuid::Uuid;
 
 use crate::envelope::ValidatedStream;
-use crate::journal::JournalRows;
+use crate::journal::LedgerRows;
 use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
 use crate::read_decoded::{Decode, RangeRead, Reach, ReadRange};
@@ -227,7 +227,7 @@ impl PgBackend {
                 expected: from,
             });
         }
-        write_ledger_batch(&mut tx, LedgerTables::LIVE, batch).await?;
+        write_ledger_batch(&mut tx, LedgerTables::LIVE, &LedgerRows::of(batch)?).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -386,15 +386,10 @@ impl RebuildBackend for PgBackend {
         Ok(())
     }
 
-    async fn write(
-        &self,
-        run_id: Uuid,
-        through: u64,
-        batch: LedgerBatch,
-    ) -> Result<(), StoreError> {
+    async fn write(&self, run_id: Uuid, through: u64, page: LedgerRows) -> Result<(), StoreError> {
         let mut tx = self.pool.begin_with(READ_COMMITTED).await?;
         claim_rebuild(&mut tx, run_id, through).await?;
-        write_ledger_batch(&mut tx, LedgerTables::REBUILD, &batch).await?;
+        write_ledger_batch(&mut tx, LedgerTables::REBUILD, &page).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -433,7 +428,7 @@ impl RebuildBackend for PgBackend {
     }
 
     async fn write_in_swap(swap: &mut Self::Swap, batch: &LedgerBatch) -> Result<(), StoreError> {
-        write_ledger_batch(swap, LedgerTables::REBUILD, batch).await
+        write_ledger_batch(swap, LedgerTables::REBUILD, &LedgerRows::of(batch)?).await
     }
 
     async fn finish_swap(
@@ -712,9 +707,9 @@ impl<'a> EventArrays<'a> {
 async fn write_ledger_batch(
     conn: &mut PgConnection,
     tables: LedgerTables,
-    batch: &LedgerBatch,
+    page: &LedgerRows,
 ) -> Result<(), StoreError> {
-    let rows = JournalRows::of(batch)?;
+    let rows = &page.journal;
     if !rows.entries.is_empty() {
         let entries = &rows.entries;
         sqlx::query(sql!(
@@ -766,8 +761,8 @@ async fn write_ledger_batch(
         .execute(&mut *conn)
         .await?;
     }
-    if !batch.deltas.is_empty() {
-        let deltas = &batch.deltas;
+    if !page.deltas.is_empty() {
+        let deltas = &page.deltas;
         sqlx::query(sql!(
             "INSERT INTO {t} (account, debits_micro_usdc, credits_micro_usdc, last_position) \
              SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) \

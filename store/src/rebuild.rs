@@ -10,13 +10,15 @@
 
 use std::future::Future;
 
-use gpunex_domain::events::posts_journal;
+use gpunex_domain::events::{USAGE_METERED, posts_journal};
+use gpunex_domain::metered_line::metered_entry;
 use gpunex_projections::ProjectedEvent;
-use gpunex_projections::ledger::LedgerBatch;
+use gpunex_projections::ledger::{JournalEvent, LedgerBatch};
 use uuid::Uuid;
 
 use tokio::sync::mpsc;
 
+use crate::journal::LedgerRows;
 use crate::off_task::off_task;
 use crate::read_ahead::{DecodedPage, read_ahead};
 use crate::read_decoded::{ReadRange, read_decoded};
@@ -76,9 +78,35 @@ pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, Store
     )?)?)
 }
 
-/// An event that posts a journal entry, decoded from its row; `None` for any other.
-fn decode_journal(event: &EventRow<'_>) -> Option<Result<ProjectedEvent, StoreError>> {
-    posts_journal(event.event_type).then(|| event.to_projected())
+/// The journal entry of an event that posts one, decoded from its row; `None` for any other. A
+/// usage event (nearly all of them) is read for its entry alone
+/// ([`gpunex_domain::metered_line::metered_entry`]), any other whole.
+fn decode_journal(event: &EventRow<'_>) -> Option<Result<JournalEvent, StoreError>> {
+    if !posts_journal(event.event_type) {
+        return None;
+    }
+    let corrupt = |reason: String| StoreError::CorruptRow {
+        position: event.position,
+        reason,
+    };
+    let entry = if event.event_type == USAGE_METERED {
+        metered_entry(event.schema_version, event.payload).map_err(|e| corrupt(e.to_string()))
+    } else {
+        event.to_projected().and_then(|projected| {
+            projected
+                .event
+                .journal_entry()
+                .map(|(id, entry)| (id, entry.clone()))
+                .ok_or_else(|| corrupt(format!("a {} event without its entry", event.event_type)))
+        })
+    };
+    Some(entry.map(|(entry_id, entry)| JournalEvent {
+        position: event.position,
+        event_id: event.event_id,
+        recorded_at_us: event.recorded_at_us,
+        entry_id,
+        entry,
+    }))
 }
 
 /// The rebuild's load: folds each decoded page (off this task) while the page before it is
@@ -87,11 +115,11 @@ async fn load<B: RebuildBackend>(
     backend: &B,
     run_id: Uuid,
     progress: &(dyn Fn(u64) + Sync),
-    mut decoded: mpsc::Receiver<Result<DecodedPage<Vec<ProjectedEvent>>, StoreError>>,
+    mut decoded: mpsc::Receiver<Result<DecodedPage<Vec<JournalEvent>>, StoreError>>,
 ) -> Result<(u64, CatchUpTimes), StoreError> {
     let mut times = CatchUpTimes::default();
     let mut position = 0;
-    let mut pending: Option<(u64, LedgerBatch)> = None;
+    let mut pending: Option<(u64, LedgerRows)> = None;
     while let Some(page) = decoded.recv().await {
         let page = page?;
         let journal = page.decoded;
@@ -108,7 +136,7 @@ async fn load<B: RebuildBackend>(
                 }
             }),
             timed(off_task(move || {
-                Ok(gpunex_projections::ledger::fold_batch(&journal)?)
+                LedgerRows::of(&gpunex_projections::ledger::fold_batch(&journal)?)
             }))
         );
         times.write += write;
@@ -139,12 +167,12 @@ pub(crate) trait RebuildBackend: ReadRange {
     /// Takes the `*_rebuild` tables for `run_id` (from any earlier run) and creates them empty.
     fn start(&self, run_id: Uuid) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Writes `batch` (the events up to `through`) into the rebuild tables in one transaction.
+    /// Writes `page` (the events up to `through`) into the rebuild tables in one transaction.
     fn write(
         &self,
         run_id: Uuid,
         through: u64,
-        batch: LedgerBatch,
+        page: LedgerRows,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Begins the swap's transaction with live runners held out, and says how far the swap folds:

@@ -15,7 +15,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
 use crate::envelope::ValidatedStream;
-use crate::journal::JournalRows;
+use crate::journal::LedgerRows;
 use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
 use crate::read_decoded::{Decode, RangeRead, Reach, ReadRange};
@@ -219,7 +219,7 @@ impl SqliteBackend {
     ) -> Result<(), StoreError> {
         let mut tx = self.write.begin_with("BEGIN IMMEDIATE").await?;
         move_checkpoint(&mut tx, from, to, self.now_us()).await?;
-        write_ledger_batch(&mut tx, LedgerTables::LIVE, batch).await?;
+        write_ledger_batch(&mut tx, LedgerTables::LIVE, &LedgerRows::of(batch)?).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -348,14 +348,9 @@ impl RebuildBackend for SqliteBackend {
         Ok(())
     }
 
-    async fn write(
-        &self,
-        run_id: Uuid,
-        through: u64,
-        batch: LedgerBatch,
-    ) -> Result<(), StoreError> {
+    async fn write(&self, run_id: Uuid, through: u64, page: LedgerRows) -> Result<(), StoreError> {
         self.rebuild_writer
-            .write_page(gpunex_projections::ledger::LEDGER, run_id, through, batch)
+            .write_page(gpunex_projections::ledger::LEDGER, run_id, through, page)
             .await
     }
 
@@ -379,7 +374,7 @@ impl RebuildBackend for SqliteBackend {
     }
 
     async fn write_in_swap(swap: &mut Self::Swap, batch: &LedgerBatch) -> Result<(), StoreError> {
-        write_ledger_batch(swap, LedgerTables::REBUILD, batch).await
+        write_ledger_batch(swap, LedgerTables::REBUILD, &LedgerRows::of(batch)?).await
     }
 
     async fn finish_swap(
@@ -609,9 +604,9 @@ async fn move_checkpoint(
 async fn write_ledger_batch(
     conn: &mut SqliteConnection,
     tables: LedgerTables,
-    batch: &LedgerBatch,
+    page: &LedgerRows,
 ) -> Result<(), StoreError> {
-    let rows = JournalRows::of(batch)?;
+    let rows = &page.journal;
     for chunk in rows.entries.chunks(INSERT_ROWS_MAX) {
         let mut query = QueryBuilder::<Sqlite>::new(format!(
             "INSERT INTO {} (position, entry_id, lines) ",
@@ -638,7 +633,7 @@ async fn write_ledger_batch(
         });
         query.build().execute(&mut *conn).await?;
     }
-    let deltas: Vec<_> = batch.deltas.iter().collect();
+    let deltas: Vec<_> = page.deltas.iter().collect();
     for chunk in deltas.chunks(INSERT_ROWS_MAX) {
         let mut query = QueryBuilder::<Sqlite>::new(format!(
             "INSERT INTO {} (account, debits_micro_usdc, credits_micro_usdc, last_position) ",

@@ -15,11 +15,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gpunex_projections::ledger::LedgerBatch;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
 use uuid::Uuid;
 
-use crate::journal::JournalRows;
+use crate::journal::LedgerRows;
 use crate::rebuild::LedgerTables;
 use crate::{StoreError, to_i64};
 
@@ -88,9 +87,9 @@ impl RebuildWriter {
         projection: &'static str,
         run_id: Uuid,
         through: u64,
-        batch: LedgerBatch,
+        page: LedgerRows,
     ) -> Result<(), StoreError> {
-        self.run(move |conn| write_page(conn, projection, run_id, through, &batch))
+        self.run(move |conn| write_page(conn, projection, run_id, through, &page))
             .await
     }
 }
@@ -105,7 +104,7 @@ fn write_page(
     projection: &'static str,
     run_id: Uuid,
     through: u64,
-    batch: &LedgerBatch,
+    page: &LedgerRows,
 ) -> Result<(), StoreError> {
     let tables = LedgerTables::REBUILD;
     let tx = conn
@@ -129,7 +128,7 @@ fn write_page(
         });
     }
     {
-        let rows = JournalRows::of(batch)?;
+        let rows = &page.journal;
         let mut insert = tx
             .prepare_cached(&format!(
                 "INSERT INTO {} (position, entry_id, lines) VALUES (?1, ?2, ?3)",
@@ -170,7 +169,7 @@ fn write_page(
                 t = tables.balances
             ))
             .map_err(bulk_error)?;
-        for (account, totals) in &batch.deltas {
+        for (account, totals) in &page.deltas {
             upsert
                 .execute(params![
                     account.to_string(),
