@@ -251,8 +251,8 @@ impl Page {
     }
 }
 
-/// What one page's batch wrote that the next page's fold reads: the rentals it started and its
-/// providers' cursors.
+/// What the pages' batches wrote that the next page's fold reads: the rentals they started and
+/// their providers' cursors, the latest of each ([`PageFold::carry`]).
 #[derive(Debug, Default)]
 struct Carried {
     rentals: HashMap<Uuid, RentalRef>,
@@ -260,16 +260,15 @@ struct Carried {
 }
 
 impl Carried {
-    fn of(page: &Page) -> Carried {
-        let batch = &page.batch;
-        Carried {
-            rentals: batch
-                .rentals
-                .iter()
-                .map(|r| (r.rental_id, r.clone()))
-                .collect(),
-            cursors: batch.cursors.iter().map(|(id, c)| (*id, *c)).collect(),
+    fn add(&mut self, page: &Page, limit: usize) {
+        if self.rentals.len() + self.cursors.len() >= limit {
+            *self = Carried::default();
         }
+        let batch = &page.batch;
+        self.rentals
+            .extend(batch.rentals.iter().map(|r| (r.rental_id, r.clone())));
+        self.cursors
+            .extend(batch.cursors.iter().map(|(id, c)| (*id, *c)));
     }
 }
 
@@ -336,8 +335,8 @@ impl PageFold for EarningsPages<'_> {
         self.store.fold_earnings(projected, carried).await
     }
 
-    fn carry(page: &Page) -> Carried {
-        Carried::of(page)
+    fn carry(carried: &mut Carried, page: &Page, limit: usize) {
+        carried.add(page, limit);
     }
 
     async fn commit(&self, page: Page, from: u64, to: u64) -> Result<(), StoreError> {
@@ -490,9 +489,13 @@ impl Store {
         projected: Vec<EarningsEvent>,
         carried: &Carried,
     ) -> Result<Page, StoreError> {
-        let (mut rentals, mut providers) = needs(&projected);
-        rentals.retain(|id| !carried.rentals.contains_key(id));
-        providers.retain(|id| !carried.cursors.contains_key(id));
+        let (rentals, providers) = needs(&projected);
+        let (carried_rentals, rentals): (Vec<Uuid>, Vec<Uuid>) = rentals
+            .into_iter()
+            .partition(|id| carried.rentals.contains_key(id));
+        let (carried_providers, providers): (Vec<Uuid>, Vec<Uuid>) = providers
+            .into_iter()
+            .partition(|id| carried.cursors.contains_key(id));
         let mut before = Before {
             rentals: self
                 .earnings_rentals(&rentals)
@@ -503,14 +506,15 @@ impl Store {
             cursors: self.earnings_cursors(&providers).await?,
         };
         before.rentals.extend(
-            carried
-                .rentals
+            carried_rentals
                 .iter()
-                .map(|(id, rental)| (*id, rental.clone())),
+                .filter_map(|id| carried.rentals.get(id).map(|r| (*id, r.clone()))),
         );
-        before
-            .cursors
-            .extend(carried.cursors.iter().map(|(id, c)| (*id, *c)));
+        before.cursors.extend(
+            carried_providers
+                .iter()
+                .filter_map(|id| carried.cursors.get(id).map(|c| (*id, *c))),
+        );
         off_task(move || Page::of(fold_batch(&projected, &before)?)).await
     }
 

@@ -83,7 +83,7 @@ impl<P: EventRows> PageFold for RowPages<'_, P> {
         Ok(rows)
     }
 
-    fn carry(_: &Self::Batch) {}
+    fn carry((): &mut (), _: &Self::Batch, _: usize) {}
 
     async fn commit(&self, batch: Self::Batch, from: u64, to: u64) -> Result<(), StoreError> {
         commit::<P>(self.0, &batch, from, to).await

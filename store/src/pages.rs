@@ -5,8 +5,8 @@
 //! up to the reader's position first.
 //!
 //! A page's fold needs the projection's rows as of the end of the page before it. The rows that
-//! page changed are handed over in memory (`carry`); every other row is read from the tables,
-//! where the commit running meanwhile does not touch it. A fold is used only after the commit
+//! page and the pages before it changed are handed over in memory (`carry`, bounded); every
+//! other row is read from the tables, where the commit running meanwhile does not touch it. A fold is used only after the commit
 //! before it succeeded, and a fold that read state another process has since moved on from is
 //! refused at its own commit (the checkpoint moves only from where it started), so no page is
 //! written from a stale fold.
@@ -48,8 +48,12 @@ pub(crate) trait PageFold: Sync {
         carried: &Self::Carried,
     ) -> impl Future<Output = Result<Self::Batch, StoreError>> + Send;
 
-    /// What `batch` hands the next page's fold.
-    fn carry(batch: &Self::Batch) -> Self::Carried;
+    /// Adds what `batch` hands the next page's fold to what the pages before it handed over
+    /// (a row of a later page replaces the same row of an earlier one). What is carried is
+    /// bounded: past `limit` rows ([`crate::StoreOptions::carried_rows_max`]) it is emptied
+    /// first, and only `batch`'s rows, which the tables may not hold yet, are kept; any other
+    /// row the next fold needs it reads from the tables, which hold it.
+    fn carry(carried: &mut Self::Carried, batch: &Self::Batch, limit: usize);
 
     /// Writes `batch` and moves the checkpoint from `from` to `to`, in one transaction.
     fn commit(
@@ -59,6 +63,11 @@ pub(crate) trait PageFold: Sync {
         to: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
+
+/// Most rows a catch-up carries from page to page by default ([`PageFold::carry`]): enough for every
+/// rental a long catch-up meets to be looked up in the tables once rather than once a page,
+/// and a bound on its memory (a row carried is a few hundred bytes).
+pub(crate) const CARRIED_ROWS_MAX: usize = 100_000;
 
 /// What a catch-up folded, and where its time went.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -108,11 +117,16 @@ async fn fold_decoded<P: PageFold>(
         ..RunReport::default()
     };
     let mut pending: Option<Pending<P::Batch>> = None;
+    let mut carried = P::Carried::default();
     while let Some(page) = decoded.recv().await {
         let page = page?;
-        let carried = pending
-            .as_ref()
-            .map_or_else(P::Carried::default, |page| P::carry(&page.batch));
+        if let Some(pending) = &pending {
+            P::carry(
+                &mut carried,
+                &pending.batch,
+                pages.store().inner.carried_rows_max,
+            );
+        }
         let from = report.checkpoint;
         // In this order: the commit starts (on SQLite on its own thread) before the fold, which
         // runs its CPU work off this task (`crate::off_task`) where it has much.

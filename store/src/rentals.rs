@@ -100,18 +100,23 @@ impl PageFold for RentalsPages<'_> {
         projected: Vec<RentalsEvent>,
         carried: &Self::Carried,
     ) -> Result<Self::Batch, StoreError> {
-        let mut ids = needs(&projected);
-        ids.retain(|id| !carried.contains_key(id));
+        let (carried_ids, ids): (Vec<Uuid>, Vec<Uuid>) = needs(&projected)
+            .into_iter()
+            .partition(|id| carried.contains_key(id));
         let mut before = self.0.stored_rentals(&ids).await?;
-        before.extend(carried.iter().map(|(id, state)| (*id, state.clone())));
+        before.extend(
+            carried_ids
+                .iter()
+                .filter_map(|id| carried.get(id).map(|state| (*id, state.clone()))),
+        );
         off_task(move || Ok(fold_batch(&projected, &before)?)).await
     }
 
-    fn carry(changed: &Self::Batch) -> Self::Carried {
-        changed
-            .iter()
-            .map(|(id, state)| (*id, state.clone()))
-            .collect()
+    fn carry(carried: &mut Self::Carried, changed: &Self::Batch, limit: usize) {
+        if carried.len() >= limit {
+            carried.clear();
+        }
+        carried.extend(changed.iter().map(|(id, state)| (*id, state.clone())));
     }
 
     async fn commit(&self, changed: Self::Batch, from: u64, to: u64) -> Result<(), StoreError> {

@@ -33,6 +33,9 @@ pub struct StoreOptions {
     /// Events per page that the earnings and rentals projections fold and commit at once (at
     /// most [`crate::READ_BATCH_EVENTS_MAX`]); tests make it small to cross many pages.
     pub fold_page_events: usize,
+    /// Most rows a catch-up carries in memory from page to page (the rentals and cursors its
+    /// pages wrote) before it starts again from the last page's; tests make it small.
+    pub carried_rows_max: usize,
 }
 
 impl Default for StoreOptions {
@@ -41,6 +44,7 @@ impl Default for StoreOptions {
             postgres_connections_max: 16,
             clock: std::sync::Arc::new(crate::SystemClock),
             fold_page_events: crate::READ_BATCH_EVENTS_MAX,
+            carried_rows_max: crate::pages::CARRIED_ROWS_MAX,
         }
     }
 }
@@ -62,6 +66,8 @@ pub(crate) struct Inner {
     clock: gpunex_domain::clock::SharedClock,
     /// See [`StoreOptions::fold_page_events`].
     pub fold_page_events: usize,
+    /// See [`StoreOptions::carried_rows_max`].
+    pub carried_rows_max: usize,
     /// Held while this process folds the earnings projection, so its readers fold it once.
     pub earnings_fold: tokio::sync::Mutex<()>,
     /// Held while this process folds the rentals projection.
@@ -144,6 +150,7 @@ impl Store {
                 fold_page_events: options
                     .fold_page_events
                     .clamp(1, crate::READ_BATCH_EVENTS_MAX),
+                carried_rows_max: options.carried_rows_max,
                 earnings_fold: tokio::sync::Mutex::new(()),
                 rentals_fold: tokio::sync::Mutex::new(()),
                 payouts_fold: tokio::sync::Mutex::new(()),

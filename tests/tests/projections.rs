@@ -474,6 +474,8 @@ async fn earnings_reads_cross_many_runs(db: &TestDb) {
         &db.url,
         &gpunex_store::StoreOptions {
             fold_page_events: 3,
+            // What is carried from page to page starts again at every page.
+            carried_rows_max: 2,
             ..gpunex_store::StoreOptions::default()
         },
     )
