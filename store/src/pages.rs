@@ -64,11 +64,6 @@ pub(crate) trait PageFold: Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// Most rows a catch-up carries from page to page by default ([`PageFold::carry`]): enough for every
-/// rental a long catch-up meets to be looked up in the tables once rather than once a page,
-/// and a bound on its memory (a row carried is a few hundred bytes).
-pub(crate) const CARRIED_ROWS_MAX: usize = 100_000;
-
 /// What a catch-up folded, and where its time went.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Folded {

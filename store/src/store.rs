@@ -24,6 +24,11 @@ pub enum Backend {
     Postgres,
 }
 
+/// Most rows a catch-up carries from page to page by default (`PageFold::carry`): enough for
+/// every rental a long catch-up meets to be looked up in the tables once rather than once a
+/// page, and a bound on its memory (a row carried is a few hundred bytes).
+pub(crate) const CARRIED_ROWS_MAX: usize = 100_000;
+
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// PostgreSQL connections this process may hold (readers, the writer, the listener).
@@ -44,7 +49,7 @@ impl Default for StoreOptions {
             postgres_connections_max: 16,
             clock: std::sync::Arc::new(crate::SystemClock),
             fold_page_events: crate::READ_BATCH_EVENTS_MAX,
-            carried_rows_max: crate::pages::CARRIED_ROWS_MAX,
+            carried_rows_max: CARRIED_ROWS_MAX,
         }
     }
 }
