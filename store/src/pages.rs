@@ -6,10 +6,10 @@
 //!
 //! A page's fold needs the projection's rows as of the end of the page before it. The rows that
 //! page and the pages before it changed are handed over in memory (`carry`, bounded); every
-//! other row is read from the tables, where the commit running meanwhile does not touch it. A fold is used only after the commit
-//! before it succeeded, and a fold that read state another process has since moved on from is
-//! refused at its own commit (the checkpoint moves only from where it started), so no page is
-//! written from a stale fold.
+//! other row is read from the tables, where the commit running meanwhile does not touch it. A
+//! fold is used only after the commit before it succeeded, and a fold that read state another
+//! process has since moved on from is refused at its own commit (the checkpoint moves only from
+//! where it started), so no page is written from a stale fold.
 
 use std::future::Future;
 use std::time::Instant;
@@ -30,7 +30,7 @@ pub(crate) trait PageFold: Sync {
     type Item: Send + 'static;
     /// The rows a page's fold makes.
     type Batch: Send;
-    /// What a batch hands the next page's fold.
+    /// What the batches hand the next page's fold ([`PageFold::carry`]).
     type Carried: Default + Send + Sync;
 
     /// The store the projection is kept in.
