@@ -221,6 +221,21 @@ mod tests {
         }
     }
 
+    type Fields = serde_json::Map<String, serde_json::Value>;
+
+    /// A stored usage payload the whole event's decoder accepts.
+    fn good_payload() -> serde_json::Value {
+        crate::DomainEvent::Rental(RentalEvent::UsageMetered(usage(3, 17_500, 70_000, None)))
+            .to_payload()
+    }
+
+    /// `good` with `edit` applied to its fields, as stored text.
+    fn edited_payload(good: &serde_json::Value, edit: &dyn Fn(&mut Fields)) -> String {
+        let mut payload = good.clone();
+        edit(payload.as_object_mut().unwrap());
+        payload.to_string()
+    }
+
     #[test]
     fn a_metered_line_reads_what_the_whole_event_reads() {
         for (n, fee, net, at) in [
@@ -247,14 +262,8 @@ mod tests {
 
     #[test]
     fn a_metered_line_refuses_what_the_whole_event_refuses_but_the_postings() {
-        let good =
-            crate::DomainEvent::Rental(RentalEvent::UsageMetered(usage(3, 17_500, 70_000, None)))
-                .to_payload();
-        let edited = |edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
-            let mut payload = good.clone();
-            edit(payload.as_object_mut().unwrap());
-            payload.to_string()
-        };
+        let good = good_payload();
+        let edited = |edit: &dyn Fn(&mut Fields)| edited_payload(&good, edit);
         let refused = [
             edited(&|p| {
                 p.insert("extra".to_owned(), 1.into());
@@ -316,14 +325,8 @@ mod tests {
 
     #[test]
     fn a_metered_entry_refuses_what_the_whole_event_refuses_in_its_entry() {
-        let good =
-            crate::DomainEvent::Rental(RentalEvent::UsageMetered(usage(3, 17_500, 70_000, None)))
-                .to_payload();
-        let edited = |edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
-            let mut payload = good.clone();
-            edit(payload.as_object_mut().unwrap());
-            payload.to_string()
-        };
+        let good = good_payload();
+        let edited = |edit: &dyn Fn(&mut Fields)| edited_payload(&good, edit);
         let refused = [
             edited(&|p| {
                 p.insert("extra".to_owned(), 1.into());
