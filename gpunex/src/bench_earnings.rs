@@ -63,8 +63,6 @@ pub(crate) fn rate(events: u64, elapsed: Duration) -> u64 {
     (u128::from(events) * 1_000_000 / elapsed.as_micros().max(1)) as u64
 }
 
-/// A bare ordered read of the log up to `head` (the ceiling of any replay): how many events,
-/// and how long it took.
 /// The CPU time this process has used so far, user and system, on all its threads.
 pub(crate) fn process_cpu() -> Duration {
     use nix::sys::resource::{UsageWho, getrusage};
@@ -79,6 +77,8 @@ pub(crate) fn process_cpu() -> Duration {
     })
 }
 
+/// A bare ordered read of the log up to `head` (the ceiling of any replay): how many events,
+/// and how long it took.
 pub(crate) async fn bare_read(
     store: &gpunex_store::Store,
     head: u64,

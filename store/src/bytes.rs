@@ -20,7 +20,7 @@ pub(crate) struct Reader<'a> {
     pub(crate) what: &'static str,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     pub(crate) fn corrupt(&self, reason: &str) -> StoreError {
         StoreError::CorruptRow {
             position: self.position,
@@ -37,7 +37,7 @@ impl Reader<'_> {
         Ok(first)
     }
 
-    pub(crate) fn take(&mut self, n: usize) -> Result<&[u8], StoreError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
         if self.bytes.len() < n {
             return Err(self.corrupt("ends early"));
         }

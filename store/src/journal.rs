@@ -1,24 +1,32 @@
-//! The ledger journal's stored form, for both databases (ADR 0012).
+//! The ledger journal's stored form, for both databases (ADR 0012, ADR 0016).
 //!
-//! A journal entry is stored once, as one row per event: `ledger_journal (position, entry_id,
-//! lines)`, where `lines` encodes the entry's postings in their order (account, side, amount).
-//! The event's id and recorded time are not repeated: readers join the row with its event.
-//! An account's statement is found through `ledger_postings (account, last_position,
-//! positions)`: per account and per written page, the increasing positions of the entries that
-//! post to it. A rebuild so writes one row per event plus one per account and page, instead of
-//! one row per posting and a sorted index over all of them.
+//! Journal entries are stored in blocks: `ledger_journal_blocks (position, first_position,
+//! entries)`, one row per run of up to [`BLOCK_ENTRIES_MAX`] consecutive entries of one written
+//! page, keyed by the block's last position. `entries` encodes each entry's position, id and
+//! postings in their order (account, side, amount). The event's id and recorded time are not
+//! repeated: readers look them up by position in the log. An account's statement is found
+//! through `ledger_postings (account, last_position, positions)`: per account and per written
+//! page, the increasing positions of the entries that post to it. A rebuild so writes one row
+//! per 28 events plus one per account and page, instead of one row per posting and a sorted
+//! index over all of them (ADR 0012's one row per entry cost SQLite a B-tree insert per event,
+//! which was a rebuild's whole time: ADR 0016).
 //!
-//! Both encodings are versioned and decoded strictly: a malformed row is a `CorruptRow`, never
+//! The encodings are versioned and decoded strictly: a malformed row is a `CorruptRow`, never
 //! a panic.
 //!
-//! `lines`: the format byte 1; the number of postings (1 to 64); per posting the account's kind
+//! `entries`: the format byte 1; the number of entries (1 to [`BLOCK_ENTRIES_MAX`]); per entry
+//! its position (the first is the row's `first_position`; each next as its non-zero distance
+//! from the one before, unsigned LEB128), its id's 16 bytes, and the length of its lines
+//! (LEB128) then the lines. The last entry's position is the row's `position`.
+//!
+//! lines: the format byte 1; the number of postings (1 to 64); per posting the account's kind
 //! (a byte, [`account_kind`]), its owner's 16 bytes when the kind has one, the side (0 debit,
 //! 1 credit) and the amount in micro-USDC as an unsigned LEB128 integer (at least 1).
 //!
 //! `positions`: the format byte 1; the first position as unsigned LEB128, then each next
 //! position as its (non-zero) distance from the one before.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use gpunex_domain::{Account, Side, Usdc};
 use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
@@ -28,16 +36,31 @@ use crate::StoreError;
 use crate::bytes::{Reader, put_varint};
 
 const LINES_FORMAT: u8 = 1;
+const BLOCK_FORMAT: u8 = 1;
+/// Entries a journal block holds at most. A block of usage entries (about 66 bytes each) stays
+/// under 2,000 bytes: two fit a 4 KiB SQLite page without spilling into an overflow page, and
+/// PostgreSQL keeps it in its row uncompressed (it compresses rows from about 2 KB). A statement
+/// that needs one entry decodes at most this many.
+pub(crate) const BLOCK_ENTRIES_MAX: usize = 28;
 /// Postings rows an account's statement reads at a time.
 pub(crate) const POSTINGS_ROWS_PER_READ: u64 = 64;
 const POSITIONS_FORMAT: u8 = 1;
 
-/// One event's journal entry, as stored.
+/// One event's journal entry, as a block holds it (its lines still encoded).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EntryRow {
     pub position: u64,
     pub entry_id: Uuid,
     pub lines: Vec<u8>,
+}
+
+/// A run of consecutive entries of one written page, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BlockRow {
+    /// The last entry's position: the row's key.
+    pub position: u64,
+    pub first_position: u64,
+    pub entries: Vec<u8>,
 }
 
 /// One account's postings in one written batch, as stored.
@@ -51,7 +74,7 @@ pub(crate) struct PostingsRow {
 /// A folded batch in its stored form.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct JournalRows {
-    pub entries: Vec<EntryRow>,
+    pub blocks: Vec<BlockRow>,
     pub postings: Vec<PostingsRow>,
 }
 
@@ -76,13 +99,14 @@ impl JournalRows {
     /// The rows of `batch` (its lines in position and line order, as the fold makes them).
     pub fn of(batch: &LedgerBatch) -> Result<JournalRows, StoreError> {
         let mut rows = JournalRows::default();
+        let mut entries = Vec::new();
         let mut by_account: BTreeMap<Account, Vec<u64>> = BTreeMap::new();
         // An entry's lines are contiguous in the fold's output.
         for entry in batch.lines.chunk_by(|a, b| a.position == b.position) {
             let Some(first) = entry.first() else {
                 continue;
             };
-            rows.entries.push(EntryRow {
+            entries.push(EntryRow {
                 position: first.position,
                 entry_id: first.entry_id,
                 lines: encode_lines(entry)?,
@@ -105,8 +129,155 @@ impl JournalRows {
                 })
             })
             .collect();
+        rows.blocks = entries
+            .chunks(BLOCK_ENTRIES_MAX)
+            .map(encode_block)
+            .collect::<Result<_, _>>()?;
         Ok(rows)
     }
+}
+
+/// One block of `entries` (1 to [`BLOCK_ENTRIES_MAX`], in increasing positions).
+fn encode_block(entries: &[EntryRow]) -> Result<BlockRow, StoreError> {
+    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+        return Err(StoreError::Direct("a journal block of no entry".to_owned()));
+    };
+    let corrupt = |reason: &str| StoreError::CorruptRow {
+        position: last.position,
+        reason: format!("journal block: {reason}"),
+    };
+    let count = u8::try_from(entries.len())
+        .ok()
+        .filter(|n| usize::from(*n) <= BLOCK_ENTRIES_MAX)
+        .ok_or_else(|| corrupt("too many entries"))?;
+    let size = entries.iter().map(|e| e.lines.len() + 20).sum::<usize>();
+    let mut out = Vec::with_capacity(2 + size);
+    out.push(BLOCK_FORMAT);
+    out.push(count);
+    let mut previous = first.position;
+    for (index, entry) in entries.iter().enumerate() {
+        if index > 0 {
+            if entry.position <= previous {
+                return Err(corrupt("entries out of order"));
+            }
+            put_varint(&mut out, entry.position - previous);
+            previous = entry.position;
+        }
+        out.extend_from_slice(entry.entry_id.as_bytes());
+        put_varint(&mut out, entry.lines.len() as u64);
+        out.extend_from_slice(&entry.lines);
+    }
+    Ok(BlockRow {
+        position: last.position,
+        first_position: first.position,
+        entries: out,
+    })
+}
+
+/// The entries of a stored block whose positions `keep` accepts, checked to run from
+/// `first_position` to `position`.
+pub(crate) fn decode_block(
+    position: u64,
+    first_position: u64,
+    bytes: &[u8],
+    keep: &impl Fn(u64) -> bool,
+    out: &mut Vec<EntryRow>,
+) -> Result<(), StoreError> {
+    let mut reader = Reader {
+        bytes,
+        position,
+        what: "journal block",
+    };
+    if reader.byte()? != BLOCK_FORMAT {
+        return Err(reader.corrupt("unknown format"));
+    }
+    let count = reader.byte()?;
+    if count == 0 || usize::from(count) > BLOCK_ENTRIES_MAX {
+        return Err(reader.corrupt("no entry or too many"));
+    }
+    let mut at = first_position;
+    for index in 0..count {
+        if index > 0 {
+            let step = reader.varint()?;
+            if step == 0 {
+                return Err(reader.corrupt("positions not increasing"));
+            }
+            at = at
+                .checked_add(step)
+                .ok_or_else(|| reader.corrupt("position overflows"))?;
+        }
+        let entry_id =
+            Uuid::from_slice(reader.take(16)?).map_err(|_| reader.corrupt("entry id"))?;
+        let length = usize::try_from(reader.varint()?).map_err(|_| reader.corrupt("length"))?;
+        let lines = reader.take(length)?;
+        if keep(at) {
+            out.push(EntryRow {
+                position: at,
+                entry_id,
+                lines: lines.to_vec(),
+            });
+        }
+    }
+    reader.done()?;
+    if at != position {
+        return Err(reader.corrupt("entries do not end at the row's position"));
+    }
+    Ok(())
+}
+
+/// The stored blocks' entries whose positions `keep` accepts, in position order (blocks are
+/// read in key order).
+pub(crate) fn block_entries(
+    blocks: impl IntoIterator<Item = (i64, i64, Vec<u8>)>,
+    keep: impl Fn(u64) -> bool,
+) -> Result<Vec<EntryRow>, StoreError> {
+    let mut entries = Vec::new();
+    for (position, first_position, bytes) in blocks {
+        let position = crate::to_u64(position, 0, "position")?;
+        let first_position = crate::to_u64(first_position, position, "first_position")?;
+        decode_block(position, first_position, &bytes, &keep, &mut entries)?;
+    }
+    Ok(entries)
+}
+
+/// The positions of `entries`, as the log's lookup of their events' ids and times binds them.
+pub(crate) fn entry_positions(entries: &[EntryRow]) -> Vec<i64> {
+    entries.iter().map(|e| crate::to_i64(e.position)).collect()
+}
+
+/// The events' ids and recorded times by position, from `position, event_id, recorded_at_us`
+/// rows.
+pub(crate) fn stamp_map(
+    rows: Vec<(i64, Option<Uuid>, Option<i64>)>,
+) -> Result<HashMap<u64, (Uuid, i64)>, StoreError> {
+    rows.into_iter()
+        .map(|(position, id, at)| {
+            Ok((
+                crate::to_u64(position, 0, "position")?,
+                (id.unwrap_or_default(), at.unwrap_or_default()),
+            ))
+        })
+        .collect()
+}
+
+/// The lines of `entries`, each with its event's id and recorded time from `stamps` (an entry
+/// without its event gets a nil event id and time 0, which no replay matches).
+pub(crate) fn entry_lines(
+    entries: Vec<EntryRow>,
+    stamps: &HashMap<u64, (Uuid, i64)>,
+) -> Result<Vec<LedgerLine>, StoreError> {
+    let mut lines = Vec::with_capacity(entries.len() * 3);
+    for entry in entries {
+        let (event_id, recorded_at_us) = stamps.get(&entry.position).copied().unwrap_or_default();
+        lines.extend(decode_lines(
+            entry.position,
+            event_id,
+            recorded_at_us,
+            entry.entry_id,
+            &entry.lines,
+        )?);
+    }
+    Ok(lines)
 }
 
 /// The first `limit` of `lines` (entries in position order) that post to `account` (all of
@@ -166,6 +337,54 @@ impl PositionWalk {
     pub fn positions(mut self) -> Vec<u64> {
         self.positions.truncate(self.limit);
         self.positions
+    }
+}
+
+/// Blocks a walk over the journal reads at a time.
+pub(crate) const BLOCKS_PER_READ: u64 = 16;
+
+/// Walks the journal's blocks, [`BLOCKS_PER_READ`] at a time, until it has the first `limit`
+/// entries after `after`: the backend reads the blocks after [`Self::next`] and hands them to
+/// [`Self::add`].
+pub(crate) struct BlockWalk {
+    after: u64,
+    limit: usize,
+    from: Option<u64>,
+    entries: Vec<EntryRow>,
+}
+
+impl BlockWalk {
+    pub fn new(after: u64, limit: usize) -> BlockWalk {
+        BlockWalk {
+            after,
+            limit,
+            from: Some(after),
+            entries: Vec::new(),
+        }
+    }
+
+    /// The position to read blocks after, or `None` when the walk is done.
+    pub fn next(&self) -> Option<u64> {
+        self.from.filter(|_| self.entries.len() < self.limit)
+    }
+
+    /// Takes a read's blocks (`position, first_position, entries`) in key order.
+    pub fn add(&mut self, blocks: Vec<(i64, i64, Vec<u8>)>) -> Result<(), StoreError> {
+        let full = blocks.len() >= BLOCKS_PER_READ as usize;
+        let after = self.after;
+        let last = blocks.last().map(|block| block.0);
+        let entries = block_entries(blocks, |at| at > after)?;
+        self.entries.extend(entries);
+        self.from = match last {
+            Some(last) if full => Some(crate::to_u64(last, 0, "position")?),
+            _ => None,
+        };
+        Ok(())
+    }
+
+    pub fn entries(mut self) -> Vec<EntryRow> {
+        self.entries.truncate(self.limit);
+        self.entries
     }
 }
 
@@ -400,31 +619,92 @@ mod tests {
         }
     }
 
+    /// The stored blocks of `rows` as a database returns them.
+    fn stored(rows: &JournalRows) -> Vec<(i64, i64, Vec<u8>)> {
+        rows.blocks
+            .iter()
+            .map(|b| {
+                (
+                    b.position as i64,
+                    b.first_position as i64,
+                    b.entries.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn stamps_of(batch: &LedgerBatch) -> HashMap<u64, (Uuid, i64)> {
+        batch
+            .lines
+            .iter()
+            .map(|l| (l.position, (l.event_id, l.recorded_at_us)))
+            .collect()
+    }
+
     #[test]
     fn entries_round_trip_with_their_event() {
         let batch = batch();
         let rows = JournalRows::of(&batch).unwrap();
-        assert_eq!(rows.entries.len(), 3);
-        let decoded: Vec<LedgerLine> = rows
-            .entries
-            .iter()
-            .flat_map(|row| {
-                let event = &batch
-                    .lines
-                    .iter()
-                    .find(|l| l.position == row.position)
-                    .unwrap();
-                decode_lines(
-                    row.position,
-                    event.event_id,
-                    event.recorded_at_us,
-                    row.entry_id,
-                    &row.lines,
-                )
-                .unwrap()
-            })
-            .collect();
+        assert_eq!(rows.blocks.len(), 1);
+        assert_eq!(
+            (rows.blocks[0].first_position, rows.blocks[0].position),
+            (3, 300)
+        );
+        let entries = block_entries(stored(&rows), |_| true).unwrap();
+        assert_eq!(entries.len(), 3);
+        let decoded = entry_lines(entries, &stamps_of(&batch)).unwrap();
         assert_eq!(decoded, batch.lines);
+
+        let middle = block_entries(stored(&rows), |at| at == 9).unwrap();
+        let lines = entry_lines(middle, &stamps_of(&batch)).unwrap();
+        assert_eq!(lines, batch.lines[3..5]);
+        // An entry whose event the log does not have: no id, time 0.
+        let lines = entry_lines(
+            block_entries(stored(&rows), |at| at == 3).unwrap(),
+            &HashMap::new(),
+        )
+        .unwrap();
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.event_id.is_nil() && l.recorded_at_us == 0)
+        );
+    }
+
+    #[test]
+    fn a_page_of_many_entries_is_split_in_blocks() {
+        let lines: Vec<LedgerLine> = (1..=200)
+            .map(|p| line(p * 2, 0, Account::Treasury, Side::Debit, p as i64))
+            .collect();
+        let batch = LedgerBatch {
+            lines,
+            deltas: BTreeMap::new(),
+        };
+        let rows = JournalRows::of(&batch).unwrap();
+        let bounds: Vec<(u64, u64)> = rows
+            .blocks
+            .iter()
+            .map(|b| (b.first_position, b.position))
+            .collect();
+        let size = BLOCK_ENTRIES_MAX as u64 * 2;
+        let expected: Vec<(u64, u64)> = (0..200_u64.div_ceil(BLOCK_ENTRIES_MAX as u64))
+            .map(|b| (b * size + 2, ((b + 1) * size).min(400)))
+            .collect();
+        assert_eq!(bounds, expected);
+        let all = block_entries(stored(&rows), |_| true).unwrap();
+        assert_eq!(entry_lines(all, &stamps_of(&batch)).unwrap(), batch.lines);
+
+        // A walk from inside a block reads on until it has enough entries.
+        let after = size + 10;
+        let mut walk = BlockWalk::new(after, 70);
+        assert_eq!(walk.next(), Some(after));
+        let blocks = stored(&rows);
+        walk.add(blocks[1..].to_vec()).unwrap();
+        assert_eq!(walk.next(), None, "fewer blocks than a full read: the end");
+        let entries = walk.entries();
+        assert_eq!(entries.len(), 70);
+        assert_eq!(entries[0].position, after + 2);
+        assert_eq!(entries[69].position, after + 140);
     }
 
     #[test]
@@ -485,7 +765,8 @@ mod tests {
     #[test]
     fn malformed_rows_are_corrupt_not_panics() {
         let rows = JournalRows::of(&batch()).unwrap();
-        let good = &rows.entries[0].lines;
+        let entries = block_entries(stored(&rows), |_| true).unwrap();
+        let good = &entries[0].lines;
         for cut in 0..good.len() {
             assert!(decode_lines(3, Uuid::nil(), 0, Uuid::nil(), &good[..cut]).is_err());
         }
@@ -505,6 +786,33 @@ mod tests {
             assert!(matches!(
                 decode_lines(3, Uuid::nil(), 0, Uuid::nil(), &bad),
                 Err(StoreError::CorruptRow { position: 3, .. })
+            ));
+        }
+        let block = &rows.blocks[0];
+        let keep = |_: u64| true;
+        let decode = |position: u64, first: u64, bytes: &[u8]| {
+            decode_block(position, first, bytes, &keep, &mut Vec::new())
+        };
+        assert!(decode(300, 3, &block.entries).is_ok());
+        for cut in 0..block.entries.len() {
+            assert!(
+                decode(300, 3, &block.entries[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut trailing = block.entries.clone();
+        trailing.push(0);
+        assert!(decode(300, 3, &trailing).is_err());
+        assert!(
+            decode(301, 3, &block.entries).is_err(),
+            "ends before the key"
+        );
+        assert!(decode(300, 4, &block.entries).is_err(), "begins elsewhere");
+        assert!(decode(300, u64::MAX, &block.entries).is_err(), "overflows");
+        for bad in [vec![2, 1], vec![1, 0], vec![1, BLOCK_ENTRIES_MAX as u8 + 1]] {
+            assert!(matches!(
+                decode(300, 3, &bad),
+                Err(StoreError::CorruptRow { position: 300, .. })
             ));
         }
         assert!(decode_positions(5, &[1, 5]).is_ok());

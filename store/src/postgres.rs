@@ -17,7 +17,7 @@ use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
 use crate::read_decoded::{Decode, RangeRead, Reach, ReadRange};
 use crate::rebuild::{LedgerTables, RebuildBackend};
-use crate::rows::{self, EVENT_COLUMNS, EVENT_ROW_COLUMNS, JOURNAL_SELECT, schema_version};
+use crate::rows::{self, EVENT_COLUMNS, EVENT_ROW_COLUMNS, JOURNAL_PG, schema_version};
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
@@ -66,11 +66,13 @@ impl PgBackend {
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('gpunex.read_models'))")
             .execute(&mut *tx)
             .await?;
-        // A database with the journal layout before ADR 0012 (`ledger_entries`) has those
-        // tables dropped and its ledger checkpoint set back to 0: the live runner refolds it.
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass('ledger_journal') IS NOT NULL")
-            .fetch_one(&mut *tx)
-            .await?;
+        // A database with a journal layout before ADR 0016 (`ledger_entries`, ADR 0012's
+        // `ledger_journal`) has those tables dropped and its ledger checkpoint set back to 0:
+        // the live runner refolds it.
+        let exists: bool =
+            sqlx::query_scalar("SELECT to_regclass('ledger_journal_blocks') IS NOT NULL")
+                .fetch_one(&mut *tx)
+                .await?;
         if !exists {
             for table in crate::rebuild::OLD_LEDGER_TABLES {
                 sqlx::query(sql!("DROP TABLE IF EXISTS {table}"))
@@ -269,31 +271,36 @@ impl PgBackend {
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .await?;
-        let rows = match account {
+        let entries = match account {
             Some(account) => {
                 let positions = account_positions(&mut tx, account, after, limit).await?;
-                sqlx::query(sql!(
-                    "{JOURNAL_SELECT} WHERE j.position = ANY($1) ORDER BY j.position"
-                ))
-                .bind(positions.into_iter().map(to_i64).collect::<Vec<_>>())
-                .fetch_all(&mut *tx)
-                .await?
+                let wanted: std::collections::HashSet<u64> = positions.iter().copied().collect();
+                let blocks = sqlx::query_as(JOURNAL_PG.at)
+                    .bind(positions.into_iter().map(to_i64).collect::<Vec<_>>())
+                    .fetch_all(&mut *tx)
+                    .await?;
+                crate::journal::block_entries(blocks, |at| wanted.contains(&at))?
             }
             None => {
-                sqlx::query(sql!(
-                    "{JOURNAL_SELECT} WHERE j.position > $1 ORDER BY j.position LIMIT $2"
-                ))
-                .bind(to_i64(after))
-                .bind(to_i64(limit as u64))
-                .fetch_all(&mut *tx)
-                .await?
+                let mut walk = crate::journal::BlockWalk::new(after, limit);
+                while let Some(from) = walk.next() {
+                    walk.add(
+                        sqlx::query_as(JOURNAL_PG.after)
+                            .bind(to_i64(from))
+                            .bind(to_i64(crate::journal::BLOCKS_PER_READ))
+                            .fetch_all(&mut *tx)
+                            .await?,
+                    )?;
+                }
+                walk.entries()
             }
         };
+        let stamps = sqlx::query_as(JOURNAL_PG.stamps)
+            .bind(crate::journal::entry_positions(&entries))
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
-        let mut lines = Vec::new();
-        for row in &rows {
-            lines.extend(rows::pg::journal_entry(row)?);
-        }
+        let lines = crate::journal::entry_lines(entries, &crate::journal::stamp_map(stamps)?)?;
         Ok(crate::journal::statement(lines, account, limit))
     }
 }
@@ -710,24 +717,29 @@ async fn write_ledger_batch(
     page: &LedgerRows,
 ) -> Result<(), StoreError> {
     let rows = &page.journal;
-    if !rows.entries.is_empty() {
-        let entries = &rows.entries;
+    if !rows.blocks.is_empty() {
+        let blocks = &rows.blocks;
         sqlx::query(sql!(
-            "INSERT INTO {} (position, entry_id, lines) \
-             SELECT * FROM UNNEST($1::bigint[], $2::uuid[], $3::bytea[])",
+            "INSERT INTO {} (position, first_position, entries) \
+             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bytea[])",
             tables.journal
         ))
         .bind(
-            entries
+            blocks
                 .iter()
-                .map(|e| to_i64(e.position))
+                .map(|b| to_i64(b.position))
                 .collect::<Vec<_>>(),
         )
-        .bind(entries.iter().map(|e| e.entry_id).collect::<Vec<_>>())
         .bind(
-            entries
+            blocks
                 .iter()
-                .map(|e| e.lines.as_slice())
+                .map(|b| to_i64(b.first_position))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            blocks
+                .iter()
+                .map(|b| b.entries.as_slice())
                 .collect::<Vec<_>>(),
         )
         .execute(&mut *conn)
@@ -804,9 +816,9 @@ async fn create_ledger_tables(
 ) -> Result<(), StoreError> {
     sqlx::query(sql!(
         "CREATE TABLE {journal} (
-            position  BIGINT PRIMARY KEY,
-            entry_id  UUID   NOT NULL,
-            lines     BYTEA  NOT NULL
+            position        BIGINT PRIMARY KEY,
+            first_position  BIGINT NOT NULL CHECK (first_position BETWEEN 1 AND position),
+            entries         BYTEA  NOT NULL
         )",
         journal = tables.journal
     ))

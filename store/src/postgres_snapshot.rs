@@ -10,7 +10,7 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use crate::audit::AuditSource;
 use crate::plan::Head;
-use crate::rows::{self, JOURNAL_SELECT};
+use crate::rows::{self, JOURNAL_PG};
 use crate::{RecordedEvent, StoreError, to_i64};
 
 pub(crate) struct PgSnapshot {
@@ -50,17 +50,17 @@ async fn pg_lines(
     if after >= through {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query(sql!(
-        "{JOURNAL_SELECT} WHERE j.position > $1 AND j.position <= $2 ORDER BY j.position"
-    ))
-    .bind(to_i64(after))
-    .bind(to_i64(through))
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut lines = Vec::new();
-    for row in &rows {
-        lines.extend(rows::pg::journal_entry(row)?);
-    }
+    let blocks = sqlx::query_as(JOURNAL_PG.through)
+        .bind(to_i64(after))
+        .bind(to_i64(through))
+        .fetch_all(&mut *conn)
+        .await?;
+    let entries = crate::journal::block_entries(blocks, |at| at > after && at <= through)?;
+    let stamps = sqlx::query_as(JOURNAL_PG.stamps)
+        .bind(crate::journal::entry_positions(&entries))
+        .fetch_all(&mut *conn)
+        .await?;
+    let lines = crate::journal::entry_lines(entries, &crate::journal::stamp_map(stamps)?)?;
     Ok(lines)
 }
 

@@ -28,7 +28,7 @@ use crate::{EventRow, READ_BATCH_EVENTS_MAX, RecordedEvent, StoreError};
 /// Table names of one generation of the ledger read model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LedgerTables {
-    /// One row per journal entry (`crate::journal`).
+    /// One row per block of journal entries (`crate::journal`).
     pub journal: &'static str,
     /// Per account and written batch, the positions of its entries.
     pub postings: &'static str,
@@ -37,12 +37,12 @@ pub struct LedgerTables {
 
 impl LedgerTables {
     pub const LIVE: LedgerTables = LedgerTables {
-        journal: "ledger_journal",
+        journal: "ledger_journal_blocks",
         postings: "ledger_postings",
         balances: "ledger_balances",
     };
     pub const REBUILD: LedgerTables = LedgerTables {
-        journal: "ledger_journal_rebuild",
+        journal: "ledger_journal_blocks_rebuild",
         postings: "ledger_postings_rebuild",
         balances: "ledger_balances_rebuild",
     };
@@ -52,11 +52,16 @@ impl LedgerTables {
     }
 }
 
-/// The tables of the journal layout before ADR 0012 (one row per posting), dropped when a
-/// database is opened by this version: the ledger is then refolded from position 0.
-pub(crate) const OLD_LEDGER_TABLES: [&str; 4] = [
+/// The tables of the journal layouts before ADR 0016 (ADR 0012's one row per entry, and before
+/// it one row per posting) and the tables beside them, dropped when a database is opened by
+/// this version: the ledger is then refolded from position 0.
+pub(crate) const OLD_LEDGER_TABLES: [&str; 8] = [
     "ledger_entries",
     "ledger_entries_rebuild",
+    "ledger_journal",
+    "ledger_journal_rebuild",
+    "ledger_postings",
+    "ledger_postings_rebuild",
     "ledger_balances",
     "ledger_balances_rebuild",
 ];

@@ -3,7 +3,7 @@
 //! instantiated per backend (the databases differ only in the width of small integers).
 
 use gpunex_domain::{Account, Side, Usdc};
-use gpunex_projections::ledger::{AccountTotals, LedgerLine};
+use gpunex_projections::ledger::AccountTotals;
 
 use crate::plan::Head;
 use crate::{RecordedEvent, StoreError, to_u64};
@@ -15,10 +15,47 @@ pub(crate) const EVENT_COLUMNS: &str = "position, event_id, stream_id, stream_ve
 /// metadata and the hash, in the same order.
 pub(crate) const EVENT_ROW_COLUMNS: &str = "position, event_id, stream_id, stream_version, event_type, schema_version, recorded_at_us, payload";
 
-/// The start of every read of live journal entries: each with its event's id and recorded
-/// time, in the order [`sqlite::journal_entry`] reads them (`j`: the entry, `e`: its event).
-pub(crate) const JOURNAL_SELECT: &str = "SELECT j.position, j.entry_id, j.lines, e.event_id, e.recorded_at_us \
-     FROM ledger_journal j LEFT JOIN events e ON e.position = j.position";
+/// Reads of the live journal's blocks (`crate::journal`), each selecting `position,
+/// first_position, entries` in key order, and of the ids and recorded times of the events its
+/// entries belong to, for either database.
+pub(crate) struct JournalSql {
+    /// The blocks after `1`, at most `2` of them.
+    pub after: &'static str,
+    /// The blocks that hold the positions after `1` through `2`: a block may begin before `1`
+    /// or end after `2` (its entries are filtered when decoded).
+    pub through: &'static str,
+    /// The blocks that hold the positions of the list `1`.
+    pub at: &'static str,
+    /// `position, event_id, recorded_at_us` of the events at the positions of the list `1`.
+    pub stamps: &'static str,
+}
+
+pub(crate) const JOURNAL_SQLITE: JournalSql = JournalSql {
+    after: "SELECT position, first_position, entries FROM ledger_journal_blocks \
+            WHERE position > ?1 ORDER BY position LIMIT ?2",
+    through: "SELECT position, first_position, entries FROM ledger_journal_blocks \
+              WHERE position > ?1 AND first_position <= ?2 AND position <= coalesce(\
+              (SELECT min(position) FROM ledger_journal_blocks WHERE position >= ?2), ?2) \
+              ORDER BY position",
+    at: "SELECT position, first_position, entries FROM ledger_journal_blocks \
+         WHERE position IN (SELECT (SELECT min(b.position) FROM ledger_journal_blocks b \
+         WHERE b.position >= p.value) FROM json_each(?1) p) ORDER BY position",
+    stamps: "SELECT position, event_id, recorded_at_us FROM events \
+             WHERE position IN (SELECT value FROM json_each(?1))",
+};
+
+pub(crate) const JOURNAL_PG: JournalSql = JournalSql {
+    after: "SELECT position, first_position, entries FROM ledger_journal_blocks \
+            WHERE position > $1 ORDER BY position LIMIT $2",
+    through: "SELECT position, first_position, entries FROM ledger_journal_blocks \
+              WHERE position > $1 AND first_position <= $2 AND position <= coalesce(\
+              (SELECT min(position) FROM ledger_journal_blocks WHERE position >= $2), $2) \
+              ORDER BY position",
+    at: "SELECT position, first_position, entries FROM ledger_journal_blocks \
+         WHERE position IN (SELECT (SELECT min(b.position) FROM ledger_journal_blocks b \
+         WHERE b.position >= p) FROM unnest($1::bigint[]) p) ORDER BY position",
+    stamps: "SELECT position, event_id, recorded_at_us FROM events WHERE position = ANY($1)",
+};
 
 pub(crate) fn hash32(bytes: Vec<u8>, position: u64) -> Result<[u8; 32], StoreError> {
     <[u8; 32]>::try_from(bytes).map_err(|bytes| StoreError::CorruptRow {
@@ -85,20 +122,6 @@ macro_rules! decoders {
                     metadata: row.try_get(8)?,
                     hash: hash32(row.try_get(9)?, position)?,
                 })
-            }
-
-            /// A journal entry's lines, from the columns of [`JOURNAL_SELECT`] (an entry
-            /// without its event gets a nil event id and time 0, which no replay matches).
-            pub(crate) fn journal_entry(row: &$row) -> Result<Vec<LedgerLine>, StoreError> {
-                let position = to_u64(row.try_get(0)?, 0, "position")?;
-                let lines: Vec<u8> = row.try_get(2)?;
-                crate::journal::decode_lines(
-                    position,
-                    row.try_get::<Option<uuid::Uuid>, _>(3)?.unwrap_or_default(),
-                    row.try_get::<Option<i64>, _>(4)?.unwrap_or_default(),
-                    row.try_get(1)?,
-                    &lines,
-                )
             }
 
             /// A postings row (`last_position, positions`): its last position and positions.

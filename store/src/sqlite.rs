@@ -20,7 +20,7 @@ use crate::key_scope::KeyMark;
 use crate::plan::{Head, StoredIdentity, group_keys, plan_group};
 use crate::read_decoded::{Decode, RangeRead, Reach, ReadRange};
 use crate::rebuild::{LedgerTables, RebuildBackend};
-use crate::rows::{self, EVENT_COLUMNS, JOURNAL_SELECT, schema_version};
+use crate::rows::{self, EVENT_COLUMNS, JOURNAL_SQLITE, schema_version};
 use crate::writer::{GroupCommit, GroupOutcome, merge_owned};
 use crate::{RecordedEvent, StoreError, to_i64, to_u64};
 
@@ -255,36 +255,43 @@ impl SqliteBackend {
         limit: usize,
     ) -> Result<Vec<LedgerLine>, StoreError> {
         let mut tx = self.read.begin().await?;
-        let rows = match account {
+        let entries = match account {
             Some(account) => {
                 let positions = account_positions(&mut tx, account, after, limit).await?;
-                let positions = serde_json::to_string(&positions)
-                    .map_err(|e| StoreError::Direct(e.to_string()))?;
-                sqlx::query(sql!(
-                    "{JOURNAL_SELECT} WHERE j.position IN (SELECT value FROM json_each(?)) \
-                     ORDER BY j.position"
-                ))
-                .bind(positions)
-                .fetch_all(&mut *tx)
-                .await?
+                let wanted: std::collections::HashSet<u64> = positions.iter().copied().collect();
+                let blocks = sqlx::query_as(JOURNAL_SQLITE.at)
+                    .bind(json_list(&positions)?)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                crate::journal::block_entries(blocks, |at| wanted.contains(&at))?
             }
             None => {
-                sqlx::query(sql!(
-                    "{JOURNAL_SELECT} WHERE j.position > ? ORDER BY j.position LIMIT ?"
-                ))
-                .bind(to_i64(after))
-                .bind(to_i64(limit as u64))
-                .fetch_all(&mut *tx)
-                .await?
+                let mut walk = crate::journal::BlockWalk::new(after, limit);
+                while let Some(from) = walk.next() {
+                    walk.add(
+                        sqlx::query_as(JOURNAL_SQLITE.after)
+                            .bind(to_i64(from))
+                            .bind(to_i64(crate::journal::BLOCKS_PER_READ))
+                            .fetch_all(&mut *tx)
+                            .await?,
+                    )?;
+                }
+                walk.entries()
             }
         };
+        let stamps: Vec<(i64, Option<Uuid>, Option<i64>)> = sqlx::query_as(JOURNAL_SQLITE.stamps)
+            .bind(json_list(&crate::journal::entry_positions(&entries))?)
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
-        let mut lines = Vec::new();
-        for row in &rows {
-            lines.extend(rows::sqlite::journal_entry(row)?);
-        }
+        let lines = crate::journal::entry_lines(entries, &crate::journal::stamp_map(stamps)?)?;
         Ok(crate::journal::statement(lines, account, limit))
     }
+}
+
+/// A list of positions as SQLite's `json_each` reads it.
+fn json_list<T: serde::Serialize>(positions: &[T]) -> Result<String, StoreError> {
+    serde_json::to_string(positions).map_err(|e| StoreError::Direct(e.to_string()))
 }
 
 /// Up to `limit` positions after `after` of the entries that post to `account`, in order.
@@ -607,16 +614,16 @@ async fn write_ledger_batch(
     page: &LedgerRows,
 ) -> Result<(), StoreError> {
     let rows = &page.journal;
-    for chunk in rows.entries.chunks(INSERT_ROWS_MAX) {
+    for chunk in rows.blocks.chunks(INSERT_ROWS_MAX) {
         let mut query = QueryBuilder::<Sqlite>::new(format!(
-            "INSERT INTO {} (position, entry_id, lines) ",
+            "INSERT INTO {} (position, first_position, entries) ",
             tables.journal
         ));
-        query.push_values(chunk, |mut values, entry| {
+        query.push_values(chunk, |mut values, block| {
             values
-                .push_bind(to_i64(entry.position))
-                .push_bind(entry.entry_id)
-                .push_bind(entry.lines.as_slice());
+                .push_bind(to_i64(block.position))
+                .push_bind(to_i64(block.first_position))
+                .push_bind(block.entries.as_slice());
         });
         query.build().execute(&mut *conn).await?;
     }
@@ -658,13 +665,13 @@ async fn write_ledger_batch(
     Ok(())
 }
 
-/// Creates the live ledger tables, once. A database with the journal layout before ADR 0012
-/// (`ledger_entries`) has those tables dropped and its ledger checkpoint set back to 0, in one
+/// Creates the live ledger tables, once. A database with a journal layout before ADR 0016
+/// (`ledger_entries`, ADR 0012's `ledger_journal`) has those tables dropped and its ledger checkpoint set back to 0, in one
 /// transaction: the live runner then refolds the ledger from the log.
 async fn create_live_ledger_tables(conn: &mut SqliteConnection) -> Result<(), StoreError> {
     let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
     let exists: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ledger_journal'",
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ledger_journal_blocks'",
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -695,9 +702,9 @@ async fn create_ledger_tables(
 ) -> Result<(), StoreError> {
     sqlx::query(sql!(
         "CREATE TABLE {journal} (
-            position  INTEGER PRIMARY KEY,
-            entry_id  BLOB    NOT NULL CHECK (length(entry_id) = 16),
-            lines     BLOB    NOT NULL
+            position        INTEGER PRIMARY KEY,
+            first_position  INTEGER NOT NULL CHECK (first_position BETWEEN 1 AND position),
+            entries         BLOB    NOT NULL
         )",
         journal = tables.journal
     ))

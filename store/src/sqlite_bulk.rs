@@ -1,8 +1,8 @@
 //! The SQLite rebuilds' page writes, through `rusqlite` on a blocking thread: the ledger's
 //! (here) and the earnings projection's (`earnings::write_page_sqlite`).
 //!
-//! A rebuild writes a journal row per event and a postings row per account and page into the
-//! `*_rebuild` tables.
+//! A rebuild writes a journal block per 28 events and a postings row per account and page into
+//! the `*_rebuild` tables.
 //! Through sqlx every value of every row is bound into an argument buffer and handed to its
 //! worker thread; here one cached prepared statement is stepped per row on the rebuild's own
 //! connection, which is what the writes cost when nothing stands between them and SQLite. Only
@@ -131,16 +131,16 @@ fn write_page(
         let rows = &page.journal;
         let mut insert = tx
             .prepare_cached(&format!(
-                "INSERT INTO {} (position, entry_id, lines) VALUES (?1, ?2, ?3)",
+                "INSERT INTO {} (position, first_position, entries) VALUES (?1, ?2, ?3)",
                 tables.journal
             ))
             .map_err(bulk_error)?;
-        for entry in &rows.entries {
+        for block in &rows.blocks {
             insert
                 .execute(params![
-                    to_i64(entry.position),
-                    entry.entry_id.as_bytes().as_slice(),
-                    entry.lines.as_slice(),
+                    to_i64(block.position),
+                    to_i64(block.first_position),
+                    block.entries.as_slice(),
                 ])
                 .map_err(bulk_error)?;
         }

@@ -10,7 +10,7 @@
 //! statement, so it sees one committed state of the log (SQLite has one writer, so committed
 //! positions have no gaps).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use gpunex_domain::{Account, Usdc};
@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::audit::AuditSource;
 use crate::plan::Head;
 use crate::read_decoded::{Decode, RangeRead, Reach};
-use crate::rows::{EVENT_COLUMNS, EVENT_ROW_COLUMNS, JOURNAL_SELECT, hash32, schema_version};
+use crate::rows::{EVENT_COLUMNS, EVENT_ROW_COLUMNS, JOURNAL_SQLITE, hash32, schema_version};
 use crate::{EventRow, RecordedEvent, StoreError, to_i64, to_u64};
 
 /// Read-only connections kept between page reads (each page is read on a blocking thread).
@@ -315,33 +315,35 @@ fn scan_lines(conn: &Connection, after: u64, through: u64) -> Result<Vec<LedgerL
         return Ok(Vec::new());
     }
     let mut statement = conn
-        .prepare_cached(&format!(
-            "{JOURNAL_SELECT} WHERE j.position > ?1 AND j.position <= ?2 ORDER BY j.position"
-        ))
+        .prepare_cached(JOURNAL_SQLITE.through)
         .map_err(scan_error)?;
-    let mut rows = statement
-        .query(params![to_i64(after), to_i64(through)])
+    let blocks = statement
+        .query_map(params![to_i64(after), to_i64(through)], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .map_err(scan_error)?
+        .collect::<Result<Vec<(i64, i64, Vec<u8>)>, _>>()
         .map_err(scan_error)?;
-    let mut lines = Vec::new();
+    let entries = crate::journal::block_entries(blocks, |at| at > after && at <= through)?;
+    let positions = serde_json::to_string(&crate::journal::entry_positions(&entries))
+        .map_err(|e| StoreError::Direct(e.to_string()))?;
+    let mut statement = conn
+        .prepare_cached(JOURNAL_SQLITE.stamps)
+        .map_err(scan_error)?;
+    let mut rows = statement.query(params![positions]).map_err(scan_error)?;
+    let mut stamps = HashMap::new();
     while let Some(row) = rows.next().map_err(scan_error)? {
         let position = to_u64(row.get(0).map_err(scan_error)?, 0, "position")?;
-        let event_id = match row.get_ref(3).map_err(scan_error)? {
-            rusqlite::types::ValueRef::Null => Uuid::nil(),
-            _ => uuid_column(row, 3, position)?,
-        };
-        let recorded_at_us: Option<i64> = row.get(4).map_err(scan_error)?;
-        let entry = row.get_ref(2).map_err(scan_error)?;
-        lines.extend(crate::journal::decode_lines(
+        let recorded_at_us: Option<i64> = row.get(2).map_err(scan_error)?;
+        stamps.insert(
             position,
-            event_id,
-            recorded_at_us.unwrap_or_default(),
-            uuid_column(row, 1, position)?,
-            entry.as_blob().map_err(|e| StoreError::CorruptRow {
-                position,
-                reason: format!("journal entry: {e}"),
-            })?,
-        )?);
+            (
+                uuid_column(row, 1, position)?,
+                recorded_at_us.unwrap_or_default(),
+            ),
+        );
     }
+    let lines = crate::journal::entry_lines(entries, &stamps)?;
     Ok(lines)
 }
 

@@ -27,6 +27,7 @@ conformance!(
     a_rebuild_leaves_its_tables_vacuumed_and_analyzed,
     statements_page_through_many_postings_rows,
     a_journal_of_one_row_per_posting_is_dropped_and_refolded,
+    a_journal_of_one_row_per_entry_is_dropped_and_refolded,
     earnings_lines_of_one_row_each_are_dropped_and_refolded,
 );
 
@@ -1130,6 +1131,32 @@ async fn earnings_lines_of_one_row_each_are_dropped_and_refolded(db: &TestDb) {
 }
 
 async fn a_journal_of_one_row_per_posting_is_dropped_and_refolded(db: &TestDb) {
+    // The layout before ADR 0012: one row per posting in `ledger_entries`.
+    journal_of_an_older_layout_is_dropped_and_refolded(
+        db,
+        "CREATE TABLE ledger_entries (position BIGINT NOT NULL, line_index INTEGER NOT NULL)",
+        "ledger_entries",
+    )
+    .await;
+}
+
+async fn a_journal_of_one_row_per_entry_is_dropped_and_refolded(db: &TestDb) {
+    // ADR 0012's layout: one `ledger_journal` row per entry.
+    journal_of_an_older_layout_is_dropped_and_refolded(
+        db,
+        "CREATE TABLE ledger_journal (position BIGINT PRIMARY KEY, entry_id BYTEA, lines BYTEA)",
+        "ledger_journal",
+    )
+    .await;
+}
+
+/// A database whose ledger has the layout `create` makes (instead of the blocks and their
+/// postings rows) is opened: the old table is dropped and the ledger refolded from the log.
+async fn journal_of_an_older_layout_is_dropped_and_refolded(
+    db: &TestDb,
+    create: &str,
+    table: &str,
+) {
     let store = db.open().await;
     seed_credits(&store, 300, 2).await;
     store.run_projections().await.unwrap();
@@ -1139,18 +1166,22 @@ async fn a_journal_of_one_row_per_posting_is_dropped_and_refolded(db: &TestDb) {
     let balances = store.balances().await.unwrap();
     assert_eq!((lines.len(), statement.len()), (600, 150));
     drop(store);
-    // The layout before: one row per posting in `ledger_entries`, no journal or postings table.
+    let create = if db.is_postgres() {
+        create.to_owned()
+    } else {
+        create.replace("BIGINT", "INTEGER").replace("BYTEA", "BLOB")
+    };
     for statement in [
-        "DROP TABLE ledger_journal",
+        "DROP TABLE ledger_journal_blocks",
         "DROP TABLE ledger_postings",
-        "CREATE TABLE ledger_entries (position BIGINT NOT NULL, line_index INTEGER NOT NULL)",
+        create.as_str(),
     ] {
         db.try_execute_raw(statement).await.unwrap();
     }
     let store = db.open().await;
     assert_eq!(store.projection_status().await.unwrap()[0].checkpoint, 0);
     assert!(
-        db.try_execute_raw("SELECT 1 FROM ledger_entries")
+        db.try_execute_raw(&format!("SELECT 1 FROM {table}"))
             .await
             .is_err()
     );
@@ -1170,12 +1201,12 @@ async fn failure_mid_batch_neither_loses_nor_doubles(db: &TestDb) {
     // A failure inside the transaction of the second batch (events 2001..4000), after some of
     // its rows were already written.
     db.execute_raw(
-        &["CREATE TRIGGER fail_mid_batch BEFORE INSERT ON ledger_journal WHEN NEW.position = 3000 \
-           BEGIN SELECT RAISE(ABORT, 'injected failure'); END"],
+        &["CREATE TRIGGER fail_mid_batch BEFORE INSERT ON ledger_journal_blocks \
+           WHEN NEW.first_position <= 3000 AND NEW.position >= 3000 BEGIN SELECT RAISE(ABORT, 'injected failure'); END"],
         &[
             "CREATE FUNCTION fail_mid_batch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-             IF NEW.position = 3000 THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$",
-            "CREATE TRIGGER fail_mid_batch BEFORE INSERT ON ledger_journal FOR EACH ROW EXECUTE FUNCTION fail_mid_batch()",
+             IF NEW.first_position <= 3000 AND NEW.position >= 3000 THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER fail_mid_batch BEFORE INSERT ON ledger_journal_blocks FOR EACH ROW EXECUTE FUNCTION fail_mid_batch()",
         ],
     )
     .await;
@@ -1203,7 +1234,7 @@ async fn failure_mid_batch_neither_loses_nor_doubles(db: &TestDb) {
 
     db.execute_raw(
         &["DROP TRIGGER fail_mid_batch"],
-        &["DROP TRIGGER fail_mid_batch ON ledger_journal"],
+        &["DROP TRIGGER fail_mid_batch ON ledger_journal_blocks"],
     )
     .await;
     store.run_projections().await.unwrap();
@@ -1231,9 +1262,11 @@ async fn rebuild_swaps_in_fresh_tables_and_repairs_drift(db: &TestDb) {
     ))
     .await
     .unwrap();
-    db.try_execute_raw("DELETE FROM ledger_journal WHERE position = 17")
-        .await
-        .unwrap();
+    db.try_execute_raw(
+        "DELETE FROM ledger_journal_blocks WHERE first_position <= 17 AND position >= 17",
+    )
+    .await
+    .unwrap();
     // The rows a statement finds the account's entries through.
     let revenue = "platform_adjustments";
     db.try_execute_raw(&format!(
@@ -1778,7 +1811,7 @@ async fn a_rebuild_leaves_its_tables_vacuumed_and_analyzed(db: &TestDb) {
         "earnings_providers",
         "earnings_rentals",
         "ledger_balances",
-        "ledger_journal",
+        "ledger_journal_blocks",
         "ledger_postings",
         "payout_batches",
         "payouts",
