@@ -666,8 +666,9 @@ async fn write_ledger_batch(
 }
 
 /// Creates the live ledger tables, once. A database with a journal layout before ADR 0016
-/// (`ledger_entries`, ADR 0012's `ledger_journal`) has those tables dropped and its ledger checkpoint set back to 0, in one
-/// transaction: the live runner then refolds the ledger from the log.
+/// (`ledger_entries`, ADR 0012's `ledger_journal`) has those tables dropped and its ledger
+/// checkpoint set back to 0, in one transaction: the live runner then refolds the ledger from
+/// the log.
 async fn create_live_ledger_tables(conn: &mut SqliteConnection) -> Result<(), StoreError> {
     let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
     let exists: i64 = sqlx::query_scalar(
