@@ -13,7 +13,7 @@
 //! The fold is pure: what it needs from before its batch (the rentals its lines refer to and the
 //! providers' running sums) is passed in ([`Before`], loaded by the store for [`needs`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use gpunex_domain::DomainEvent;
 use gpunex_domain::metered_line::MeteredLine;
@@ -53,17 +53,20 @@ pub struct LineRow {
     pub through: Sums,
 }
 
-/// What one batch adds: rentals (inserted once), lines, what the lines add to each GPU's hours,
-/// and each touched provider's new cursor.
+/// What one batch adds: rentals (inserted once), lines, the hours its lines fall in, and each
+/// touched provider's new cursor.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EarningsBatch {
     pub rentals: Vec<RentalRef>,
     pub lines: Vec<LineRow>,
+    /// Every GPU row of each (provider, hour) the batch's lines fall in, as it stands after the
+    /// batch: the stored rows of a provider's open hour ([`Before::hours`]) with the batch's
+    /// lines added, so a writer replaces a provider's hour whole.
     pub hours: BTreeMap<HourKey, HourSums>,
     pub cursors: BTreeMap<Uuid, Cursor>,
 }
 
-/// The length of a stored hour (`earnings_gpu_hours`): one UTC hour. Every time zone's day
+/// The length of a stored hour (`earnings_hours`): one UTC hour. Every time zone's day
 /// starts on a quarter hour, most on a whole UTC hour: a period's whole hours are read from the
 /// hours, what is left of an hour cut by a period's bound from the lines.
 pub const HOUR_US: i64 = 3_600_000_000;
@@ -240,6 +243,45 @@ impl EarningsInput for EarningsEvent {
 pub struct Before {
     pub rentals: HashMap<Uuid, RentalRef>,
     pub cursors: HashMap<Uuid, Cursor>,
+    /// The GPU rows of each provider's open hour: the hour of its cursor's last line
+    /// ([`open_hour`]). It is the only stored hour a later line of the provider can add to,
+    /// since within a provider dates never go backwards; a provider absent here has no row in
+    /// that hour.
+    pub hours: BTreeMap<HourKey, HourSums>,
+}
+
+/// A provider's open hour: the hour of its last line, the one later lines may still add to.
+pub fn open_hour(cursor: &Cursor) -> i64 {
+    hour_of(cursor.last_at_us)
+}
+
+/// Makes `open` hold, for each provider `batch` moved, the GPU rows of its new open hour in
+/// place of its earlier ones: what the next batch's fold needs of the hours
+/// ([`Before::hours`]), one hour per provider.
+pub fn keep_open_hours(open: &mut BTreeMap<HourKey, HourSums>, batch: &EarningsBatch) {
+    for (provider, cursor) in &batch.cursors {
+        let closed: Vec<HourKey> = open
+            .range((*provider, i64::MIN, String::new(), String::new())..)
+            .take_while(|(key, _)| key.0 == *provider)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in closed {
+            open.remove(&key);
+        }
+        let rows = hour_rows(&batch.hours, *provider, open_hour(cursor));
+        open.extend(rows.map(|(key, sums)| (key.clone(), *sums)));
+    }
+}
+
+/// The GPU rows of `provider`'s `hour` in `hours`.
+pub fn hour_rows(
+    hours: &BTreeMap<HourKey, HourSums>,
+    provider: Uuid,
+    hour: i64,
+) -> impl Iterator<Item = (&HourKey, &HourSums)> {
+    hours
+        .range((provider, hour, String::new(), String::new())..)
+        .take_while(move |(key, _)| key.0 == provider && key.1 == hour)
 }
 
 /// The rentals (started before the batch) and providers a batch's lines concern.
@@ -295,6 +337,8 @@ pub fn fold_batch<E: EarningsInput>(
     let mut batch = EarningsBatch::default();
     let mut new_rentals: Vec<RentalRef> = Vec::new();
     let mut started: HashMap<Uuid, usize> = HashMap::new();
+    // The (provider, hour)s the batch has added to, each started from its stored rows.
+    let mut opened: HashSet<(Uuid, i64)> = HashSet::new();
     let mut previous = 0;
     for event in events {
         let (position, recorded_at_us) = (event.position(), event.recorded_at_us());
@@ -364,6 +408,13 @@ pub fn fold_batch<E: EarningsInput>(
                         through: row.through,
                     },
                 );
+                let hour = hour_of(at_us);
+                if opened.insert((row.provider_id, hour)) {
+                    let stored = hour_rows(&before.hours, row.provider_id, hour);
+                    batch
+                        .hours
+                        .extend(stored.map(|(key, sums)| (key.clone(), *sums)));
+                }
                 add_line_hours(
                     &mut batch.hours,
                     HourLine {
@@ -395,7 +446,8 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// Folds the next batch and remembers what later batches need.
+    /// Folds the next batch and remembers what later batches need: the rentals, and each
+    /// provider's cursor and open hour.
     pub fn fold<E: EarningsInput>(&mut self, events: &[E]) -> Result<EarningsBatch, FoldError> {
         let batch = fold_batch(events, &self.before)?;
         for rental in &batch.rentals {
@@ -404,6 +456,7 @@ impl Replay {
         self.before
             .cursors
             .extend(batch.cursors.iter().map(|(k, v)| (*k, *v)));
+        keep_open_hours(&mut self.before.hours, &batch);
         Ok(batch)
     }
 
@@ -570,14 +623,86 @@ mod tests {
             let mut replay = Replay::default();
             let (a, b) = events.split_at(split);
             let mut merged = replay.fold(a).unwrap().hours;
-            for (k, v) in replay.fold(b).unwrap().hours {
-                let entry = merged.entry(k).or_default();
-                *entry = entry.checked_add(&v).unwrap();
-            }
+            let later = replay.fold(b).unwrap().hours;
+            // The second batch's hours are whole: an hour both batches add to is the first
+            // batch's rows with the second's lines added.
+            merged.extend(later);
             assert_eq!(merged, whole, "split at {split}");
         }
         assert_eq!(hour_of(-1), -HOUR);
         assert_eq!(hour_of(HOUR), HOUR);
+    }
+
+    /// A batch's lines start from the stored rows of their provider's open hour, and only
+    /// from those: an hour the provider's cursor has left is never read again.
+    #[test]
+    fn a_batch_adds_to_the_open_hour_it_is_given() {
+        const HOUR: i64 = HOUR_US;
+        let provider = id(4);
+        let rental = started(1, provider);
+        let mut before = Before::default();
+        before.rentals.insert(
+            rental.rental_id,
+            RentalRef {
+                rental_id: rental.rental_id,
+                renter_id: rental.renter_id,
+                provider_id: provider,
+                machine_id: rental.machine_id,
+                model_id: rental.model_id.clone(),
+                gpu_uuids: rental.gpu_uuids.clone(),
+            },
+        );
+        let through = Sums {
+            gross: 50,
+            lines: 1,
+            ..Sums::default()
+        };
+        before.cursors.insert(
+            provider,
+            Cursor {
+                last_at_us: HOUR + 7,
+                through,
+            },
+        );
+        let key = |hour: i64, gpu: &str| (provider, hour, gpu.to_owned(), "h100-80gb".to_owned());
+        let stored = |gross: i64, lines: u64| HourSums {
+            gpu: Sums {
+                gross,
+                net: gross,
+                lines,
+                ..Sums::default()
+            },
+            through_position: 3,
+            ..HourSums::default()
+        };
+        // Another model's row of the open hour is kept as it is.
+        let other = (provider, HOUR, "GPU-z".to_owned(), "a100-40gb".to_owned());
+        before.hours.insert(key(HOUR, "GPU-a"), stored(25, 1));
+        before.hours.insert(key(HOUR, "GPU-b"), stored(25, 1));
+        before.hours.insert(other.clone(), stored(9, 2));
+        let events = [
+            // Recorded in the hour before the open one: dated at the cursor's date.
+            projected(10, 5, metered(&rental, 10, 10, 2)),
+            projected(11, 2 * HOUR, metered(&rental, 20, 4, 2)),
+        ];
+        let hours = fold_batch(&events, &before).unwrap().hours;
+        assert_eq!(hours[&key(HOUR, "GPU-a")].gpu.gross, 25 + 5);
+        assert_eq!(hours[&key(HOUR, "GPU-a")].gpu.lines, 2);
+        assert_eq!(hours[&key(HOUR, "GPU-a")].through_position, 10);
+        assert_eq!(hours[&key(HOUR, "GPU-b")].gpu.gross, 25 + 5);
+        assert_eq!(hours[&other], stored(9, 2));
+        assert_eq!(hours[&key(2 * HOUR, "GPU-b")].gpu.gross, 2);
+        assert_eq!(
+            hours.len(),
+            5,
+            "the open hour's three rows and the next hour's two"
+        );
+        assert!(hours.keys().all(|k| k.1 >= HOUR));
+        assert_eq!(
+            hour_rows(&hours, provider, HOUR).count(),
+            3,
+            "an hour's rows, in order"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The stored earnings projection (`earnings_line_runs`, `earnings_rentals`,
-//! `earnings_providers`, `earnings_gpu_hours`): its runner, its rebuild and its reads. The fold
-//! is `gpunex_projections::earnings_lines`; the lines' stored form is [`crate::earnings_runs`]
-//! (ADR 0013); this module moves the rows. The SQL uses `$N` placeholders on both databases.
+//! `earnings_providers`, `earnings_hours`): its runner, its rebuild and its reads. The fold is
+//! `gpunex_projections::earnings_lines`; the lines' stored form is [`crate::earnings_runs`]
+//! (ADR 0013), the hours' [`crate::earnings_hours`] (ADR 0017); this module moves the rows. The SQL uses `$N` placeholders on both databases.
 //!
 //! Every read takes the log position it is `as of` and returns exactly what the fold of the log
 //! up to that position says, provided the projection's checkpoint has reached it
@@ -21,11 +21,13 @@ use gpunex_projections::RunReport;
 use gpunex_projections::earnings::{Figures, Line, RentalRef, RentalShares, Split, Sums};
 use gpunex_projections::earnings_lines::{
     Before, Cursor, EARNINGS, EarningsBatch, EarningsEvent, EarningsEventKind, HOUR_US, HourKey,
-    HourLine, HourSums, LineRow, add_line_hours, fold_batch, hour_of, needs,
+    HourLine, HourSums, LineRow, add_line_hours, fold_batch, hour_of, hour_rows, keep_open_hours,
+    needs, open_hour,
 };
 use uuid::Uuid;
 
 use crate::audit::{AuditFinding, AuditReport, Findings};
+use crate::earnings_hours::{HOUR_COLUMNS, HourRow, HourTuple, decode_hour, hour_keys, hours_of};
 use crate::earnings_runs::{RUN_COLUMNS, RunRow, RunTuple, decode_run, runs_of};
 use crate::off_task::off_task;
 use crate::pages::{Folded, PageFold, fold_pages};
@@ -61,25 +63,17 @@ fn sums(row: SumsRow) -> Result<Sums, StoreError> {
     })
 }
 
-const HOUR_KEY_COLUMNS: &str = "provider_id, hour_us, gpu_uuid, model_id";
-const HOUR_SUM_COLUMNS: &str = "gross_micro_usdc, fee_micro_usdc, net_micro_usdc, gpu_seconds, \
-     gpu_lines, model_net_micro_usdc, model_lines, through_position";
-/// A batch's hours added to the stored ones (one row per key and batch, so no statement updates
-/// a row twice, which PostgreSQL refuses).
-const HOUR_ADD: &str = "gross_micro_usdc = earnings_gpu_hours.gross_micro_usdc + excluded.gross_micro_usdc, \
-     fee_micro_usdc = earnings_gpu_hours.fee_micro_usdc + excluded.fee_micro_usdc, \
-     net_micro_usdc = earnings_gpu_hours.net_micro_usdc + excluded.net_micro_usdc, \
-     gpu_seconds = earnings_gpu_hours.gpu_seconds + excluded.gpu_seconds, \
-     gpu_lines = earnings_gpu_hours.gpu_lines + excluded.gpu_lines, \
-     model_net_micro_usdc = earnings_gpu_hours.model_net_micro_usdc + excluded.model_net_micro_usdc, \
-     model_lines = earnings_gpu_hours.model_lines + excluded.model_lines, \
-     through_position = excluded.through_position";
+/// A page's hours written whole over the stored ones (a page's fold starts each hour it adds
+/// to from the stored rows; a page's keys are distinct, so no statement writes a row twice,
+/// which PostgreSQL refuses).
+const HOUR_REPLACE: &str = "ON CONFLICT (provider_id, hour_us) DO UPDATE SET through_position = excluded.through_position, \
+     gpus = excluded.gpus";
 /// The tables of the earnings projection, emptied together by a rebuild.
 const EARNINGS_TABLES: [&str; 4] = [
     "earnings_line_runs",
     "earnings_rentals",
     "earnings_providers",
-    "earnings_gpu_hours",
+    "earnings_hours",
 ];
 
 const THROUGH_COLUMNS: &str =
@@ -128,11 +122,10 @@ fn insert_runs_sql(backend: Backend, rows: usize) -> String {
     )
 }
 
-fn upsert_hours_sql(backend: Backend, rows: usize) -> String {
+fn replace_hours_sql(backend: Backend, rows: usize) -> String {
     format!(
-        "INSERT INTO earnings_gpu_hours ({HOUR_KEY_COLUMNS}, {HOUR_SUM_COLUMNS}) VALUES {} \
-         ON CONFLICT (provider_id, hour_us, gpu_uuid, model_id) DO UPDATE SET {HOUR_ADD}",
-        values(backend, rows, 12)
+        "INSERT INTO earnings_hours ({HOUR_COLUMNS}) VALUES {} {HOUR_REPLACE}",
+        values(backend, rows, 4)
     )
 }
 
@@ -150,35 +143,26 @@ fn upsert_providers_sql(backend: Backend, rows: usize) -> String {
     )
 }
 
-/// A page's hours added to the stored ones, the way each database takes many rows best.
-trait AddHours {
-    fn add_hours(
+/// A page's hours written over the stored ones, the way each database takes many rows best.
+trait WriteHours {
+    fn write_hours(
         &mut self,
-        hours: &BTreeMap<HourKey, HourSums>,
+        hours: &[HourRow],
     ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
 }
 
-impl AddHours for sqlx::SqliteConnection {
+impl WriteHours for sqlx::SqliteConnection {
     /// Multi-row upserts of [`ROWS_PER_STATEMENT`] rows.
-    async fn add_hours(&mut self, hours: &BTreeMap<HourKey, HourSums>) -> Result<(), StoreError> {
-        let hours: Vec<(&HourKey, &HourSums)> = hours.iter().collect();
+    async fn write_hours(&mut self, hours: &[HourRow]) -> Result<(), StoreError> {
         for chunk in hours.chunks(ROWS_PER_STATEMENT) {
-            let sql = upsert_hours_sql(Backend::Sqlite, chunk.len());
+            let sql = replace_hours_sql(Backend::Sqlite, chunk.len());
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for ((provider, hour, gpu, model), sums) in chunk {
+            for hour in chunk {
                 query = query
-                    .bind(provider.to_string())
-                    .bind(*hour)
-                    .bind(gpu.as_str())
-                    .bind(model.as_str())
-                    .bind(sums.gpu.gross)
-                    .bind(sums.gpu.fee)
-                    .bind(sums.gpu.net)
-                    .bind(to_i64(sums.gpu.gpu_seconds))
-                    .bind(to_i64(sums.gpu.lines))
-                    .bind(sums.model_net)
-                    .bind(to_i64(sums.model_lines))
-                    .bind(to_i64(sums.through_position));
+                    .bind(hour.provider_id.to_string())
+                    .bind(hour.hour_us)
+                    .bind(to_i64(hour.through_position))
+                    .bind(hour.gpus.as_slice());
             }
             query.execute(&mut *self).await?;
         }
@@ -186,36 +170,37 @@ impl AddHours for sqlx::SqliteConnection {
     }
 }
 
-impl AddHours for sqlx::PgConnection {
-    /// One `INSERT ... SELECT * FROM UNNEST(...)` of one array per column: 12 parameters for the
-    /// page rather than 12 a row (a page's keys are distinct, so no row is updated twice).
-    async fn add_hours(&mut self, hours: &BTreeMap<HourKey, HourSums>) -> Result<(), StoreError> {
+impl WriteHours for sqlx::PgConnection {
+    /// One `INSERT ... SELECT * FROM UNNEST(...)` of one array per column: 4 parameters for the
+    /// page rather than 4 a row.
+    async fn write_hours(&mut self, hours: &[HourRow]) -> Result<(), StoreError> {
         if hours.is_empty() {
             return Ok(());
         }
-        let ints = |f: fn(&HourKey, &HourSums) -> i64| {
-            hours.iter().map(|(k, s)| f(k, s)).collect::<Vec<i64>>()
-        };
-        let texts = |f: fn(&HourKey) -> String| hours.keys().map(f).collect::<Vec<String>>();
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO earnings_gpu_hours ({HOUR_KEY_COLUMNS}, {HOUR_SUM_COLUMNS}) \
-             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], \
-             $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
-             $11::bigint[], $12::bigint[]) \
-             ON CONFLICT (provider_id, hour_us, gpu_uuid, model_id) DO UPDATE SET {HOUR_ADD}"
+            "INSERT INTO earnings_hours ({HOUR_COLUMNS}) \
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bytea[]) \
+             {HOUR_REPLACE}"
         )))
-        .bind(texts(|k| k.0.to_string()))
-        .bind(ints(|k, _| k.1))
-        .bind(texts(|k| k.2.clone()))
-        .bind(texts(|k| k.3.clone()))
-        .bind(ints(|_, s| s.gpu.gross))
-        .bind(ints(|_, s| s.gpu.fee))
-        .bind(ints(|_, s| s.gpu.net))
-        .bind(ints(|_, s| to_i64(s.gpu.gpu_seconds)))
-        .bind(ints(|_, s| to_i64(s.gpu.lines)))
-        .bind(ints(|_, s| s.model_net))
-        .bind(ints(|_, s| to_i64(s.model_lines)))
-        .bind(ints(|_, s| to_i64(s.through_position)))
+        .bind(
+            hours
+                .iter()
+                .map(|h| h.provider_id.to_string())
+                .collect::<Vec<String>>(),
+        )
+        .bind(hours.iter().map(|h| h.hour_us).collect::<Vec<i64>>())
+        .bind(
+            hours
+                .iter()
+                .map(|h| to_i64(h.through_position))
+                .collect::<Vec<i64>>(),
+        )
+        .bind(
+            hours
+                .iter()
+                .map(|h| h.gpus.as_slice())
+                .collect::<Vec<&[u8]>>(),
+        )
         .execute(&mut *self)
         .await?;
         Ok(())
@@ -234,34 +219,39 @@ enum Writes {
     Bulk,
 }
 
-/// A folded page as written: the fold's rentals, hours and cursors, and its lines encoded as
-/// runs ([`crate::earnings_runs`], encoded in the fold's stage of the pipeline, not the
-/// writer's).
+/// A folded page as written: the fold's rentals and cursors, its lines encoded as runs
+/// ([`crate::earnings_runs`]) and its hours as rows ([`crate::earnings_hours`]), encoded in the
+/// fold's stage of the pipeline, not the writer's. The batch keeps its hours for the next
+/// page's fold ([`Carried`]).
 #[derive(Debug)]
 struct Page {
     batch: EarningsBatch,
     runs: Vec<RunRow>,
+    hours: Vec<HourRow>,
 }
 
 impl Page {
     fn of(mut batch: EarningsBatch) -> Result<Page, StoreError> {
         let runs = runs_of(&batch.lines)?;
+        let hours = hours_of(&batch.hours)?;
         batch.lines = Vec::new();
-        Ok(Page { batch, runs })
+        Ok(Page { batch, runs, hours })
     }
 }
 
-/// What the pages' batches wrote that the next page's fold reads: the rentals they started and
-/// their providers' cursors, the latest of each ([`PageFold::carry`]).
+/// What the pages' batches wrote that the next page's fold reads: the rentals they started, and
+/// their providers' cursors and open hours, the latest of each ([`PageFold::carry`]).
 #[derive(Debug, Default)]
 struct Carried {
     rentals: HashMap<Uuid, RentalRef>,
     cursors: HashMap<Uuid, Cursor>,
+    /// The GPU rows of each carried provider's open hour.
+    hours: BTreeMap<HourKey, HourSums>,
 }
 
 impl Carried {
     fn add(&mut self, page: &Page, limit: usize) {
-        if self.rentals.len() + self.cursors.len() >= limit {
+        if self.rentals.len() + self.cursors.len() + self.hours.len() >= limit {
             *self = Carried::default();
         }
         let batch = &page.batch;
@@ -269,6 +259,7 @@ impl Carried {
             .extend(batch.rentals.iter().map(|r| (r.rental_id, r.clone())));
         self.cursors
             .extend(batch.cursors.iter().map(|(id, c)| (*id, *c)));
+        keep_open_hours(&mut self.hours, batch);
     }
 }
 
@@ -407,24 +398,16 @@ fn write_page_sqlite(
                 ])
                 .map_err(bulk_error)?;
         }
-        let mut upsert = tx
-            .prepare_cached(&upsert_hours_sql(Backend::Sqlite, 1))
+        let mut replace = tx
+            .prepare_cached(&replace_hours_sql(Backend::Sqlite, 1))
             .map_err(bulk_error)?;
-        for ((provider, hour, gpu, model), sums) in &batch.hours {
-            upsert
+        for hour in &page.hours {
+            replace
                 .execute(params![
-                    provider.to_string(),
-                    hour,
-                    gpu,
-                    model,
-                    sums.gpu.gross,
-                    sums.gpu.fee,
-                    sums.gpu.net,
-                    to_i64(sums.gpu.gpu_seconds),
-                    to_i64(sums.gpu.lines),
-                    sums.model_net,
-                    to_i64(sums.model_lines),
-                    to_i64(sums.through_position),
+                    hour.provider_id.to_string(),
+                    hour.hour_us,
+                    to_i64(hour.through_position),
+                    hour.gpus,
                 ])
                 .map_err(bulk_error)?;
         }
@@ -496,6 +479,7 @@ impl Store {
         let (carried_providers, providers): (Vec<Uuid>, Vec<Uuid>) = providers
             .into_iter()
             .partition(|id| carried.cursors.contains_key(id));
+        let (cursors, hours) = self.earnings_open_cursors(&providers).await?;
         let mut before = Before {
             rentals: self
                 .earnings_rentals(&rentals)
@@ -503,18 +487,23 @@ impl Store {
                 .into_iter()
                 .map(|r| (r.rental_id, r))
                 .collect(),
-            cursors: self.earnings_cursors(&providers).await?,
+            cursors,
+            hours,
         };
         before.rentals.extend(
             carried_rentals
                 .iter()
                 .filter_map(|id| carried.rentals.get(id).map(|r| (*id, r.clone()))),
         );
-        before.cursors.extend(
-            carried_providers
-                .iter()
-                .filter_map(|id| carried.cursors.get(id).map(|c| (*id, *c))),
-        );
+        for id in &carried_providers {
+            if let Some(cursor) = carried.cursors.get(id) {
+                before.cursors.insert(*id, *cursor);
+                let open = hour_rows(&carried.hours, *id, open_hour(cursor));
+                before
+                    .hours
+                    .extend(open.map(|(key, sums)| (key.clone(), *sums)));
+            }
+        }
         off_task(move || Page::of(fold_batch(&projected, &before)?)).await
     }
 
@@ -581,7 +570,7 @@ impl Store {
                 }
                 query.execute(&mut *tx).await?;
             }
-            AddHours::add_hours(&mut *tx, &batch.hours).await?;
+            WriteHours::write_hours(&mut *tx, &page.hours).await?;
             // Multi-row upserts: one round trip for a page's providers, not one each.
             let cursors: Vec<(&Uuid, &Cursor)> = batch.cursors.iter().collect();
             for chunk in cursors.chunks(ROWS_PER_STATEMENT) {
@@ -688,6 +677,68 @@ impl Store {
         Ok(found)
     }
 
+    /// These providers' cursors, with the stored GPU rows of each one's open hour (the hour of
+    /// its last line, the only one its later lines can add to), in one statement (one
+    /// snapshot): what a page's fold needs of the providers the pages before it did not touch.
+    async fn earnings_open_cursors(
+        &self,
+        providers: &[Uuid],
+    ) -> Result<(HashMap<Uuid, Cursor>, BTreeMap<HourKey, HourSums>), StoreError> {
+        let mut cursors = HashMap::with_capacity(providers.len());
+        let mut hours = BTreeMap::new();
+        for chunk in providers.chunks(ROWS_PER_STATEMENT) {
+            // The open hour: `last_at_us` rounded down to its hour, for either sign (`%` keeps
+            // the dividend's sign on both databases).
+            let sql = format!(
+                "SELECT p.provider_id, p.last_at_us, p.through_gross, p.through_fee, \
+                 p.through_net, p.through_gpu_seconds, p.through_lines, \
+                 h.hour_us, h.through_position, h.gpus \
+                 FROM earnings_providers p LEFT JOIN earnings_hours h \
+                 ON h.provider_id = p.provider_id \
+                 AND h.hour_us = p.last_at_us - ((p.last_at_us % {HOUR_US}) + {HOUR_US}) % {HOUR_US} \
+                 WHERE p.provider_id IN ({})",
+                placeholders(self.backend(), chunk.len())
+            );
+            type OpenRow = (
+                String,
+                i64,
+                i64,
+                i64,
+                i64,
+                i64,
+                i64,
+                Option<i64>,
+                Option<i64>,
+                Option<Vec<u8>>,
+            );
+            let rows: Vec<OpenRow> = on_reader!(self, |conn| {
+                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql));
+                for id in chunk {
+                    query = query.bind(id.to_string());
+                }
+                query.fetch_all(conn).await?
+            });
+            for row in rows {
+                let provider_id = uuid(&row.0)?;
+                let cursor = Cursor {
+                    last_at_us: row.1,
+                    through: sums((row.2, row.3, row.4, row.5, row.6))?,
+                };
+                if let (Some(hour_us), Some(through), Some(gpus)) = (row.7, row.8, row.9) {
+                    let hour = HourRow::of((row.0, hour_us, through, gpus))?;
+                    if hour.hour_us != open_hour(&cursor) {
+                        return Err(corrupt(format!(
+                            "the open hour of provider {provider_id} read as {hour_us}"
+                        )));
+                    }
+                    hours.extend(hour_keys(&hour)?);
+                }
+                cursors.insert(provider_id, cursor);
+            }
+        }
+        Ok((cursors, hours))
+    }
+
     /// Every provider's cursor, for `audit verify`.
     pub async fn earnings_all_cursors(&self) -> Result<HashMap<Uuid, Cursor>, StoreError> {
         let ids: Vec<String> = on_reader!(self, |conn| sqlx::query_scalar(
@@ -706,8 +757,9 @@ impl Store {
     /// consecutive `bounds` (instants in order: `n + 1` of them for `n` periods, at most
     /// [`SHARE_DAYS_MAX`]), among the lines folded by `as_of`; a line on a bound counts in the
     /// later period. Exactly the line-by-line split ([`Figures::of_lines`]), read as:
-    /// - each whole UTC hour of the range from the stored hours (`earnings_gpu_hours`), grouped
-    ///   per period, GPU and model in SQL: a month of 8 GPUs is at most 5,952 rows;
+    /// - each whole UTC hour of the range from the stored hours (`earnings_hours`, one row per
+    ///   hour holding its GPU rows), summed per period, GPU and model: a month is at most 744
+    ///   rows;
     /// - from the lines, the hours that cannot be read whole: those a bound cuts (zones whose day
     ///   starts on a half or quarter hour), and those holding lines folded after `as_of` (a
     ///   row's `through_position` is past it; only the newest hours, while usage is metered).
@@ -803,9 +855,9 @@ impl Store {
         Ok(figures)
     }
 
-    /// The stored hours of a provider in `[lo, hi)` but the `cut` ones, as of `as_of`: the rows
-    /// of the hours whose lines were all folded by `as_of`, summed per period (of `edges`), GPU
-    /// and model, and the other hours, in one statement (one snapshot).
+    /// The stored hours of a provider in `[lo, hi)` but the `cut` ones, as of `as_of`: the GPU
+    /// rows of the hours whose lines were all folded by `as_of`, summed per period (of `edges`),
+    /// GPU and model, and the other hours, from one statement (one snapshot).
     async fn earnings_hour_figures(
         &self,
         provider_id: Uuid,
@@ -815,95 +867,60 @@ impl Store {
         as_of: u64,
     ) -> Result<(Vec<(usize, String, String, HourSums)>, BTreeSet<i64>), StoreError> {
         let periods = edges.len() - 1;
-        let provider = provider_id.to_string();
-        // Placeholders are made in the order they appear in the text (SQLite's are positional).
-        let mut binds = Binds::new(self.backend());
-        // The hours holding lines folded after `as_of`: read from the lines, none of their rows
-        // summed (another GPU's row of the same hour may be older, and the lines give the
-        // whole hour).
-        let newer = format!(
-            "SELECT DISTINCT hour_us FROM earnings_gpu_hours WHERE provider_id = {} \
-             AND hour_us >= {} AND hour_us < {} AND through_position > {}",
-            binds.text(provider.clone()),
-            binds.int(lo),
-            binds.int(hi),
-            binds.int(to_i64(as_of)),
-        );
-        // A whole hour lies in one period: the first whose end is after it.
-        let case: String = edges[1..periods]
-            .iter()
-            .enumerate()
-            .map(|(period, end)| format!("WHEN hour_us < {} THEN {period} ", binds.int(*end)))
-            .collect();
-        let period = if periods == 1 {
-            "0".to_owned()
-        } else {
-            format!("CASE {case}ELSE {} END", periods - 1)
-        };
-        let mut summed = format!(
-            "provider_id = {} AND hour_us >= {} AND hour_us < {}",
-            binds.text(provider),
-            binds.int(lo),
-            binds.int(hi),
-        );
-        if !cut.is_empty() {
-            let list: Vec<String> = cut.iter().map(|h| binds.int(*h)).collect();
-            summed.push_str(&format!(" AND hour_us NOT IN ({})", list.join(", ")));
-        }
-        let sum = |column: &str| format!("CAST(SUM({column}) AS BIGINT)");
-        let zero = "CAST(0 AS BIGINT)";
         let sql = format!(
-            "WITH newer AS ({newer}) \
-             SELECT CAST(0 AS BIGINT), CAST({period} AS BIGINT), gpu_uuid, model_id, {}, {}, {}, \
-             {}, {}, {}, {} FROM earnings_gpu_hours \
-             WHERE {summed} AND hour_us NOT IN (SELECT hour_us FROM newer) GROUP BY 2, 3, 4 \
-             UNION ALL \
-             SELECT CAST(1 AS BIGINT), hour_us, '', '', {zero}, {zero}, {zero}, {zero}, {zero}, \
-             {zero}, {zero} FROM newer",
-            sum("gross_micro_usdc"),
-            sum("fee_micro_usdc"),
-            sum("net_micro_usdc"),
-            sum("gpu_seconds"),
-            sum("gpu_lines"),
-            sum("model_net_micro_usdc"),
-            sum("model_lines"),
+            "SELECT {HOUR_COLUMNS} FROM earnings_hours \
+             WHERE provider_id = $1 AND hour_us >= $2 AND hour_us < $3 ORDER BY hour_us"
         );
-        type HourFigureRow = (i64, i64, String, String, i64, i64, i64, i64, i64, i64, i64);
-        let rows: Vec<HourFigureRow> = on_reader!(self, |conn| {
-            // Only placeholders and column names are formatted in: every value is bound.
-            bind_all!(sqlx::query_as(sqlx::AssertSqlSafe(sql.clone())), binds)
+        let provider = provider_id.to_string();
+        let rows: Vec<HourTuple> = on_reader!(self, |conn| {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                .bind(&provider)
+                .bind(lo)
+                .bind(hi)
                 .fetch_all(conn)
                 .await?
         });
-        let mut summed_rows = Vec::new();
+        let rows = rows
+            .into_iter()
+            .map(HourRow::of)
+            .collect::<Result<Vec<HourRow>, StoreError>>()?;
+        // The hours holding lines folded after `as_of` are read from the lines, none of their
+        // GPU rows summed (the lines give the whole hour).
         let mut newer_hours = BTreeSet::new();
-        for (kind, at, gpu, model, gross, fee, net, seconds, gpu_lines, model_net, lines) in rows {
-            if kind == 1 {
-                newer_hours.insert(at);
+        let mut summed: HashMap<(usize, &str, &str), HourSums> = HashMap::new();
+        // A whole hour lies in one period: the first whose end is after it.
+        let mut period = 0;
+        for row in &rows {
+            if cut.contains(&row.hour_us) {
                 continue;
             }
-            let period = usize::try_from(at)
-                .ok()
-                .filter(|p| *p < periods)
-                .ok_or_else(|| corrupt(format!("an hour summed in period {at}")))?;
-            summed_rows.push((
-                period,
-                gpu,
-                model,
-                HourSums {
-                    gpu: Sums {
-                        gross,
-                        fee,
-                        net,
-                        gpu_seconds: to_u64(seconds, 0, "gpu_seconds")?,
-                        lines: to_u64(gpu_lines, 0, "gpu_lines")?,
-                    },
-                    model_net,
-                    model_lines: to_u64(lines, 0, "model_lines")?,
-                    through_position: 0,
-                },
-            ));
+            if row.through_position > as_of {
+                newer_hours.insert(row.hour_us);
+                continue;
+            }
+            while period + 1 < periods && row.hour_us >= edges[period + 1] {
+                period += 1;
+            }
+            for gpu in decode_hour(row)? {
+                let entry = summed
+                    .entry((period, gpu.gpu_uuid, gpu.model_id))
+                    .or_default();
+                *entry = entry
+                    .checked_add(&gpu.sums)
+                    .ok_or_else(|| corrupt("an hour's sums out of range"))?;
+            }
         }
+        let mut summed_rows: Vec<(usize, String, String, HourSums)> = summed
+            .into_iter()
+            .map(|((period, gpu, model), sums)| {
+                let sums = HourSums {
+                    through_position: 0,
+                    ..sums
+                };
+                (period, gpu.to_owned(), model.to_owned(), sums)
+            })
+            .collect();
+        summed_rows.sort_unstable_by(|a, b| (a.0, &a.1, &a.2).cmp(&(b.0, &b.1, &b.2)));
         Ok((summed_rows, newer_hours))
     }
 
@@ -1377,7 +1394,7 @@ impl Store {
         const PAGE: usize = 10_000;
         let providers: Vec<String> = on_reader!(self, |conn| sqlx::query_scalar(
             "SELECT provider_id FROM earnings_providers UNION \
-             SELECT DISTINCT provider_id FROM earnings_gpu_hours ORDER BY 1"
+             SELECT DISTINCT provider_id FROM earnings_hours ORDER BY 1"
         )
         .fetch_all(conn)
         .await?);
@@ -1415,46 +1432,17 @@ impl Store {
                 }
             }
             let sql = format!(
-                "SELECT {HOUR_KEY_COLUMNS}, {HOUR_SUM_COLUMNS} FROM earnings_gpu_hours \
-                 WHERE provider_id = $1 ORDER BY hour_us, gpu_uuid, model_id"
+                "SELECT {HOUR_COLUMNS} FROM earnings_hours WHERE provider_id = $1 ORDER BY hour_us"
             );
-            type HourRow = (
-                String,
-                i64,
-                String,
-                String,
-                i64,
-                i64,
-                i64,
-                i64,
-                i64,
-                i64,
-                i64,
-                i64,
-            );
-            let rows: Vec<HourRow> = on_reader!(self, |conn| {
+            let rows: Vec<HourTuple> = on_reader!(self, |conn| {
                 sqlx::query_as(sqlx::AssertSqlSafe(sql))
                     .bind(&provider)
                     .fetch_all(conn)
                     .await?
             });
             let mut stored: BTreeMap<HourKey, HourSums> = BTreeMap::new();
-            for r in rows {
-                stored.insert(
-                    (provider_id, r.1, r.2, r.3),
-                    HourSums {
-                        gpu: Sums {
-                            gross: r.4,
-                            fee: r.5,
-                            net: r.6,
-                            gpu_seconds: to_u64(r.7, 0, "gpu_seconds")?,
-                            lines: to_u64(r.8, 0, "gpu_lines")?,
-                        },
-                        model_net: r.9,
-                        model_lines: to_u64(r.10, 0, "model_lines")?,
-                        through_position: to_u64(r.11, 0, "through_position")?,
-                    },
-                );
+            for row in rows {
+                stored.extend(hour_keys(&HourRow::of(row)?)?);
             }
             let mut keys: Vec<&HourKey> = stored.keys().chain(made.keys()).collect();
             keys.sort();

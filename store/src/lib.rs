@@ -173,6 +173,7 @@ mod bytes;
 mod clock;
 pub mod copy;
 pub mod earnings;
+mod earnings_hours;
 mod earnings_runs;
 pub mod envelope;
 mod event_rows;

@@ -29,6 +29,7 @@ conformance!(
     a_journal_of_one_row_per_posting_is_dropped_and_refolded,
     a_journal_of_one_row_per_entry_is_dropped_and_refolded,
     earnings_lines_of_one_row_each_are_dropped_and_refolded,
+    earnings_hours_of_one_row_per_gpu_are_dropped_and_refolded,
 );
 
 async fn audit(store: &Store) -> AuditReport {
@@ -1042,10 +1043,51 @@ async fn statements_page_through_many_postings_rows(db: &TestDb) {
     assert!(audit(&store).await.is_clean());
 }
 
-/// A database from before ADR 0013 (one `earnings_lines` row per line) is upgraded by its
-/// migration: the old table goes, the projection's rentals, cursors and hours are emptied with
-/// its checkpoint, and the refold gives the same sums, lines and figures, not doubled.
+/// A database from before ADR 0013 (one `earnings_lines` row per line, one
+/// `earnings_gpu_hours` row per GPU and hour) is upgraded by its migrations: the old tables go,
+/// the projection's rentals, cursors and hours are emptied with its checkpoint, and the refold
+/// gives the same sums, lines and figures, not doubled.
 async fn earnings_lines_of_one_row_each_are_dropped_and_refolded(db: &TestDb) {
+    // Migration 0018 (SQLite) or 0017 (PostgreSQL) and 0019 not applied yet.
+    let runs = if db.is_postgres() { 17 } else { 18 };
+    earnings_of_an_older_layout_are_dropped_and_refolded(
+        db,
+        &[
+            "DROP TABLE earnings_line_runs".to_owned(),
+            "DROP TABLE earnings_hours".to_owned(),
+            "CREATE TABLE earnings_lines (position BIGINT NOT NULL PRIMARY KEY)".to_owned(),
+            "CREATE TABLE earnings_gpu_hours (provider_id TEXT NOT NULL)".to_owned(),
+            format!("DELETE FROM _sqlx_migrations WHERE version IN ({runs}, 19)"),
+        ],
+        &["earnings_lines", "earnings_gpu_hours"],
+    )
+    .await;
+}
+
+/// A database from before ADR 0017 (one `earnings_gpu_hours` row per GPU and hour) is upgraded
+/// by migration 0019 the same way.
+async fn earnings_hours_of_one_row_per_gpu_are_dropped_and_refolded(db: &TestDb) {
+    earnings_of_an_older_layout_are_dropped_and_refolded(
+        db,
+        &[
+            "DROP TABLE earnings_hours".to_owned(),
+            "CREATE TABLE earnings_gpu_hours (provider_id TEXT NOT NULL, hour_us BIGINT NOT NULL)"
+                .to_owned(),
+            "DELETE FROM _sqlx_migrations WHERE version = 19".to_owned(),
+        ],
+        &["earnings_gpu_hours"],
+    )
+    .await;
+}
+
+/// Folds 50 lines, turns the database into an older layout with `before` (the migrations that
+/// replaced it not applied yet), and checks that opening it again drops the `old` tables,
+/// empties the projection and refolds it to the same reads.
+async fn earnings_of_an_older_layout_are_dropped_and_refolded(
+    db: &TestDb,
+    before: &[String],
+    old: &[&str],
+) {
     use gpunex_domain::time::Timestamp;
     use gpunex_store::earnings::LineRange;
     let store = db.open().await;
@@ -1088,23 +1130,15 @@ async fn earnings_lines_of_one_row_each_are_dropped_and_refolded(db: &TestDb) {
         .unwrap();
     assert_eq!((sums.lines, lines.len()), (50, 50));
     drop(store);
-    // The layout before: no runs table, an `earnings_lines` table, migration 0018 (SQLite) or
-    // 0017 (PostgreSQL) not applied yet.
-    let version = if db.is_postgres() { 17 } else { 18 };
-    for statement in [
-        "DROP TABLE earnings_line_runs".to_owned(),
-        "CREATE TABLE earnings_lines (position BIGINT NOT NULL PRIMARY KEY)".to_owned(),
-        format!("DELETE FROM _sqlx_migrations WHERE version = {version}"),
-    ] {
-        db.try_execute_raw(&statement).await.unwrap();
+    for statement in before {
+        db.try_execute_raw(statement).await.unwrap();
     }
     let store = db.open().await;
     assert_eq!(store.earnings_checkpoint().await.unwrap(), 0);
-    assert!(
-        db.try_execute_raw("SELECT 1 FROM earnings_lines")
-            .await
-            .is_err()
-    );
+    for table in old {
+        let select = format!("SELECT 1 FROM {table}");
+        assert!(db.try_execute_raw(&select).await.is_err(), "{table}");
+    }
     store.run_projections().await.unwrap();
     assert_eq!(
         store
@@ -1681,9 +1715,14 @@ async fn earnings_figures_equal_the_line_by_line_split(db: &TestDb) {
     let report = audit(&store).await;
     assert!(report.is_clean(), "{:?}", report.findings);
     assert!(report.earnings_hours_checked >= 12 * 5, "{report:?}");
+    // The third hour's row is made a copy of the fourth's: every GPU row of it differs from
+    // its lines, and the dashboard reads the fourth hour's figures for it.
     let tamper = format!(
-        "UPDATE earnings_gpu_hours SET gross_micro_usdc = gross_micro_usdc + 1 \
-         WHERE gpu_uuid = 'G9' AND hour_us = {}",
+        "UPDATE earnings_hours SET (through_position, gpus) = \
+         (SELECT through_position, gpus FROM earnings_hours \
+          WHERE provider_id = '{provider_id}' AND hour_us = {}) \
+         WHERE provider_id = '{provider_id}' AND hour_us = {}",
+        h0 + 3 * HOUR,
         h0 + 2 * HOUR
     );
     db.execute_raw(&[&tamper], &[&tamper]).await;
@@ -1698,8 +1737,11 @@ async fn earnings_figures_equal_the_line_by_line_split(db: &TestDb) {
             _ => None,
         })
         .collect();
-    assert_eq!(hours.len(), 1, "{:?}", report.findings);
-    assert_eq!(hours[0].0, "G9");
+    assert_eq!(hours.len(), 12, "{:?}", report.findings);
+    assert_eq!(report.findings.len(), 12, "{:?}", report.findings);
+    assert!(hours.iter().any(|(gpu, _)| gpu == "G9"));
+    let third = at(h0 + 2 * HOUR).rfc3339();
+    assert!(hours.iter().all(|(_, hour)| *hour == third), "{hours:?}");
     let window = [at(h0 + 2 * HOUR), at(h0 + 3 * HOUR)];
     let read = |store: Store| async move {
         store
@@ -1710,11 +1752,9 @@ async fn earnings_figures_equal_the_line_by_line_split(db: &TestDb) {
             .unwrap()
     };
     let lines = lines_in(window[0], window[1], head).await;
-    let changed = read(store.clone()).await;
-    assert_eq!(
-        changed.per_gpu[&("G9".to_owned(), "h100-80gb".to_owned())].gross,
-        Figures::of_lines(&lines).per_gpu[&("G9".to_owned(), "h100-80gb".to_owned())].gross + 1
-    );
+    let fourth = lines_in(at(h0 + 3 * HOUR), at(h0 + 4 * HOUR), head).await;
+    assert_ne!(Figures::of_lines(&lines), Figures::of_lines(&fourth));
+    assert_eq!(read(store.clone()).await, Figures::of_lines(&fourth));
     store.rebuild_projections(&|_| {}).await.unwrap();
     assert!(audit(&store).await.is_clean());
     assert_eq!(read(store.clone()).await, Figures::of_lines(&lines));
