@@ -3,6 +3,8 @@
 //! entry alone ([`metered_entry`]). Its own module: it reads the catalog (`events`) and the event
 //! (`rental`), which import one another in one direction only.
 
+mod canonical;
+
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -78,12 +80,43 @@ struct MeteredLineJson {
     metered_at: Option<Timestamp>,
 }
 
+impl From<&canonical::Usage<'_>> for MeteredLineJson {
+    fn from(usage: &canonical::Usage<'_>) -> MeteredLineJson {
+        MeteredLineJson {
+            entry_id: usage.entry_id,
+            rental_id: usage.rental_id,
+            renter_id: serde::de::IgnoredAny,
+            provider_id: usage.provider_id,
+            report_id: usage.report_id,
+            from_gpu_seconds: usage.from_gpu_seconds,
+            to_gpu_seconds: usage.to_gpu_seconds,
+            price_per_gpu_hour: usage.price_per_gpu_hour,
+            gross: usage.gross,
+            fee: usage.fee,
+            net: usage.net,
+            fee_bp: usage.fee_bp,
+            postings: serde::de::IgnoredAny,
+            reported_gpu_seconds: usage.reported_gpu_seconds.flatten(),
+            metered_at: usage.metered_at.flatten().map(Timestamp::from_unix_micros),
+        }
+    }
+}
+
 impl MeteredLine {
     /// Reads a stored `rental.usage_metered` payload of schema `version`. It refuses what
     /// [`crate::DomainEvent::decode_json`] refuses, except postings that are malformed or do not
     /// add up to `gross`: those are not read here. Such an event cannot be appended (appends
     /// decode it whole), and `audit verify` reports any stored one as undecodable.
     pub fn decode_json(version: u32, payload: &str) -> Result<MeteredLine, crate::DecodeError> {
+        MeteredLine::decode_json_with(version, payload, true)
+    }
+
+    /// [`MeteredLine::decode_json`], with or without the canonical fast path.
+    fn decode_json_with(
+        version: u32,
+        payload: &str,
+        fast: bool,
+    ) -> Result<MeteredLine, crate::DecodeError> {
         let malformed = |reason: String| crate::DecodeError::MalformedPayload {
             event_type: USAGE_METERED.to_owned(),
             version,
@@ -99,8 +132,12 @@ impl MeteredLine {
                 current: 1,
             });
         }
-        let json: MeteredLineJson =
-            serde_json::from_str(payload).map_err(|e| malformed(e.to_string()))?;
+        // A payload in canonical shape is read by the fast path, any other by serde (the same
+        // answer, `canonical`).
+        let json = match canonical::read(payload, false).filter(|_| fast) {
+            Some(usage) => MeteredLineJson::from(&usage),
+            None => serde_json::from_str(payload).map_err(|e| malformed(e.to_string()))?,
+        };
         if json.fee.checked_add(json.net).ok() != Some(json.gross) {
             return Err(malformed(
                 "gross must equal fee + net and the posted total".to_owned(),
@@ -157,6 +194,15 @@ pub fn metered_entry(
     version: u32,
     payload: &str,
 ) -> Result<(Uuid, JournalEntry), crate::DecodeError> {
+    metered_entry_with(version, payload, true)
+}
+
+/// [`metered_entry`], with or without the canonical fast path.
+fn metered_entry_with(
+    version: u32,
+    payload: &str,
+    fast: bool,
+) -> Result<(Uuid, JournalEntry), crate::DecodeError> {
     let malformed = |reason: String| crate::DecodeError::MalformedPayload {
         event_type: USAGE_METERED.to_owned(),
         version,
@@ -170,16 +216,31 @@ pub fn metered_entry(
             current: 1,
         });
     }
-    let json: MeteredEntryJson =
-        serde_json::from_str(payload).map_err(|e| malformed(e.to_string()))?;
-    let sums = json.fee.checked_add(json.net).ok() == Some(json.gross)
-        && json.postings.total() == json.gross;
+    // A payload in canonical shape is read by the fast path, any other by serde (the same
+    // answer, `canonical`).
+    let (entry_id, gross, fee, net, postings) =
+        match canonical::read(payload, true).filter(|_| fast) {
+            Some(canonical::Usage {
+                entry_id,
+                gross,
+                fee,
+                net,
+                postings: Some(postings),
+                ..
+            }) => (entry_id, gross, fee, net, postings),
+            _ => {
+                let json: MeteredEntryJson =
+                    serde_json::from_str(payload).map_err(|e| malformed(e.to_string()))?;
+                (json.entry_id, json.gross, json.fee, json.net, json.postings)
+            }
+        };
+    let sums = fee.checked_add(net).ok() == Some(gross) && postings.total() == gross;
     if !sums {
         return Err(malformed(
             "gross must equal fee + net and the posted total".to_owned(),
         ));
     }
-    Ok((json.entry_id, json.postings))
+    Ok((entry_id, postings))
 }
 
 #[cfg(test)]
@@ -371,5 +432,163 @@ mod tests {
         });
         assert!(metered_entry(1, &misnamed).is_ok());
         assert!(crate::DomainEvent::decode_json(USAGE_METERED, 1, &misnamed).is_err());
+    }
+
+    /// Canonical payloads of every optional-field combination: the fast path reads each (so the
+    /// catch-ups take it), with the answers serde gives.
+    #[test]
+    fn canonical_payloads_take_the_fast_path() {
+        for (n, fee, net, at) in [
+            (0, 17_500, 70_000, Some(1_794_013_500_000_000)),
+            (1, 0, 3, None),
+            (2, 1, 1, Some(0)),
+            (3, 5, 999_999_999_999_995, Some(-1)),
+        ] {
+            let event = usage(n, fee, net, at);
+            let text = crate::DomainEvent::Rental(RentalEvent::UsageMetered(event.clone()))
+                .to_payload()
+                .to_string();
+            assert!(canonical::read(&text, true).is_some(), "{text}");
+            assert!(canonical::read(&text, false).is_some(), "{text}");
+            assert_eq!(
+                metered_entry_with(1, &text, true),
+                metered_entry_with(1, &text, false)
+            );
+            assert_eq!(
+                MeteredLine::decode_json_with(1, &text, true),
+                MeteredLine::decode_json_with(1, &text, false)
+            );
+            assert_eq!(
+                MeteredLine::decode_json_with(1, &text, true),
+                Ok(MeteredLine::from(&event))
+            );
+        }
+    }
+
+    /// Both readings answer as serde does, errors included, whatever the bytes: every
+    /// single-byte deletion, replacement and insertion of canonical payloads, and values
+    /// serde reads in its own way (escapes, `-0`, exponents, leading zeros, `null`, upper-case
+    /// ids, whitespace, keys out of order, extremes of each integer type).
+    #[test]
+    fn the_fast_path_answers_as_serde_does_on_any_bytes() {
+        let same = |text: &str| {
+            assert_eq!(
+                metered_entry_with(1, text, true),
+                metered_entry_with(1, text, false),
+                "{text}"
+            );
+            assert_eq!(
+                MeteredLine::decode_json_with(1, text, true),
+                MeteredLine::decode_json_with(1, text, false),
+                "{text}"
+            );
+        };
+        let replacements: &[u8] = b"\"\\0123456789-+.eE ,:{}[]anul\x01\x7f";
+        let mut checked = 0;
+        for (n, fee, net, at) in [
+            (0, 17_500, 70_000, Some(1_794_013_500_000_000)),
+            (1, 0, 3, None),
+        ] {
+            let text =
+                crate::DomainEvent::Rental(RentalEvent::UsageMetered(usage(n, fee, net, at)))
+                    .to_payload()
+                    .to_string();
+            let bytes = text.as_bytes();
+            for at in 0..=bytes.len() {
+                let mut variants =
+                    vec![[&bytes[..at], &bytes[(at + 1).min(bytes.len())..]].concat()];
+                for &b in replacements {
+                    variants.push([&bytes[..at], &[b][..], &bytes[at..]].concat());
+                    if at < bytes.len() {
+                        variants.push([&bytes[..at], &[b][..], &bytes[at + 1..]].concat());
+                    }
+                }
+                variants.push(bytes[..at].to_vec());
+                for variant in variants {
+                    same(std::str::from_utf8(&variant).unwrap());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 30_000, "{checked}");
+        let good = good_payload();
+        let edited = |edit: &dyn Fn(&mut Fields)| edited_payload(&good, edit);
+        let text = good.to_string();
+        let swap = |from: &str, to: &str| text.replacen(from, to, 1);
+        let entry = metered_entry(1, &text).unwrap().0.to_string();
+        for variant in [
+            swap("\"fee\":17500", "\"fee\":-0"),
+            swap("\"fee\":17500", "\"fee\":017500"),
+            swap("\"fee\":17500", "\"fee\":1.75e4"),
+            swap("\"fee\":17500", "\"fee\":17500.0"),
+            swap("\"fee_bp\":2000", "\"fee_bp\":4294967296"),
+            swap("\"fee_bp\":2000", "\"fee_bp\":4294967295"),
+            swap(
+                "\"from_gpu_seconds\":2700",
+                "\"from_gpu_seconds\":18446744073709551615",
+            ),
+            swap(
+                "\"from_gpu_seconds\":2700",
+                "\"from_gpu_seconds\":18446744073709551616",
+            ),
+            swap("\"from_gpu_seconds\":2700", "\"from_gpu_seconds\":-1"),
+            swap(
+                "\"price_per_gpu_hour\":350003",
+                "\"price_per_gpu_hour\":-9223372036854775808",
+            ),
+            swap(
+                "\"price_per_gpu_hour\":350003",
+                "\"price_per_gpu_hour\":9223372036854775808",
+            ),
+            swap("\"renter_id\":\"", "\"renter_id\":\"\\u0030"),
+            swap("\"renter_id\":\"", "\"renter_id\":\"é"),
+            swap(&entry, "ABCDEF01-2345-6789-ABCD-EF0123456789"),
+            swap(&entry, "abcdef0123456789abcdef0123456789"),
+            swap(&entry, "{abcdef01-2345-6789-abcd-ef0123456789}"),
+            swap("\"entry_id\"", "\"entry\\u005fid\""),
+            swap("{", "{ "),
+            format!("{text} "),
+            format!("{text}\n"),
+            swap("\"side\":\"debit\"", "\"side\":\"Debit\""),
+            swap(
+                "\"account\":\"platform_revenue\"",
+                "\"account\":\"treasury\"",
+            ),
+            swap(
+                "\"account\":\"platform_revenue\"",
+                "\"account\":\"platform_revenue:x\"",
+            ),
+            swap("\"amount_micro_usdc\":17500", "\"amount_micro_usdc\":0"),
+            swap(
+                ",\"to_gpu_seconds\"",
+                ",\"metered_at\":null,\"to_gpu_seconds\"",
+            ),
+            swap("\"net\"", "\"metered_at\":null,\"net\""),
+            swap("\"net\"", "\"metered_at\":-5,\"net\""),
+            swap("\"net\"", "\"metered_at\":\"x\",\"net\""),
+            swap(
+                "\"to_gpu_seconds\"",
+                "\"reported_gpu_seconds\":null,\"to_gpu_seconds\"",
+            ),
+            swap(
+                "\"to_gpu_seconds\"",
+                "\"reported_gpu_seconds\":[],\"to_gpu_seconds\"",
+            ),
+            edited(&|p| {
+                p.insert("extra".to_owned(), 1.into());
+            }),
+            edited(&|p| {
+                p.insert("postings".to_owned(), serde_json::json!([]));
+            }),
+            edited(&|p| {
+                p.insert("postings".to_owned(), serde_json::json!({"a": 1}));
+            }),
+        ] {
+            assert_ne!(variant, text, "each variant changes the payload");
+            same(&variant);
+        }
+        // Some of them decode, so the comparison is not only of errors.
+        assert!(metered_entry(1, &swap(&entry, "ABCDEF01-2345-6789-ABCD-EF0123456789")).is_ok());
+        assert!(MeteredLine::decode_json(1, &format!("{text} ")).is_ok());
     }
 }
