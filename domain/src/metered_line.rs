@@ -80,28 +80,6 @@ struct MeteredLineJson {
     metered_at: Option<Timestamp>,
 }
 
-impl From<&canonical::Usage<'_>> for MeteredLineJson {
-    fn from(usage: &canonical::Usage<'_>) -> MeteredLineJson {
-        MeteredLineJson {
-            entry_id: usage.entry_id,
-            rental_id: usage.rental_id,
-            renter_id: serde::de::IgnoredAny,
-            provider_id: usage.provider_id,
-            report_id: usage.report_id,
-            from_gpu_seconds: usage.from_gpu_seconds,
-            to_gpu_seconds: usage.to_gpu_seconds,
-            price_per_gpu_hour: usage.price_per_gpu_hour,
-            gross: usage.gross,
-            fee: usage.fee,
-            net: usage.net,
-            fee_bp: usage.fee_bp,
-            postings: serde::de::IgnoredAny,
-            reported_gpu_seconds: usage.reported_gpu_seconds.flatten(),
-            metered_at: usage.metered_at.flatten().map(Timestamp::from_unix_micros),
-        }
-    }
-}
-
 impl MeteredLine {
     /// Reads a stored `rental.usage_metered` payload of schema `version`. It refuses what
     /// [`crate::DomainEvent::decode_json`] refuses, except postings that are malformed or do not
@@ -134,29 +112,33 @@ impl MeteredLine {
         }
         // A payload in canonical shape is read by the fast path, any other by serde (the same
         // answer, `canonical`).
-        let json = match canonical::read(payload, false).filter(|_| fast) {
-            Some(usage) => MeteredLineJson::from(&usage),
-            None => serde_json::from_str(payload).map_err(|e| malformed(e.to_string()))?,
+        let line = match canonical::read(payload, false).filter(|_| fast) {
+            Some(usage) => usage.line,
+            None => {
+                let json: MeteredLineJson =
+                    serde_json::from_str(payload).map_err(|e| malformed(e.to_string()))?;
+                MeteredLine {
+                    entry_id: json.entry_id,
+                    rental_id: json.rental_id,
+                    provider_id: json.provider_id,
+                    report_id: json.report_id,
+                    from_gpu_seconds: json.from_gpu_seconds,
+                    to_gpu_seconds: json.to_gpu_seconds,
+                    price_per_gpu_hour: json.price_per_gpu_hour,
+                    gross: json.gross,
+                    fee: json.fee,
+                    net: json.net,
+                    fee_bp: json.fee_bp,
+                    metered_at: json.metered_at,
+                }
+            }
         };
-        if json.fee.checked_add(json.net).ok() != Some(json.gross) {
+        if line.fee.checked_add(line.net).ok() != Some(line.gross) {
             return Err(malformed(
                 "gross must equal fee + net and the posted total".to_owned(),
             ));
         }
-        Ok(MeteredLine {
-            entry_id: json.entry_id,
-            rental_id: json.rental_id,
-            provider_id: json.provider_id,
-            report_id: json.report_id,
-            from_gpu_seconds: json.from_gpu_seconds,
-            to_gpu_seconds: json.to_gpu_seconds,
-            price_per_gpu_hour: json.price_per_gpu_hour,
-            gross: json.gross,
-            fee: json.fee,
-            net: json.net,
-            fee_bp: json.fee_bp,
-            metered_at: json.metered_at,
-        })
+        Ok(line)
     }
 }
 
@@ -221,13 +203,9 @@ fn metered_entry_with(
     let (entry_id, gross, fee, net, postings) =
         match canonical::read(payload, true).filter(|_| fast) {
             Some(canonical::Usage {
-                entry_id,
-                gross,
-                fee,
-                net,
+                line,
                 postings: Some(postings),
-                ..
-            }) => (entry_id, gross, fee, net, postings),
+            }) => (line.entry_id, line.gross, line.fee, line.net, postings),
             _ => {
                 let json: MeteredEntryJson =
                     serde_json::from_str(payload).map_err(|e| malformed(e.to_string()))?;

@@ -19,30 +19,15 @@ use std::str::FromStr;
 use uuid::Uuid;
 
 use crate::ledger::{Account, JournalEntry, Posting, Side};
+use crate::metered_line::MeteredLine;
 use crate::money::Usdc;
+use crate::time::Timestamp;
 
-/// What the fast path reads of a canonical usage payload: every field either decoder keeps, and
-/// the postings' extent (parsed only for a reader that wants them).
-pub(super) struct Usage<'a> {
-    pub entry_id: Uuid,
-    pub rental_id: Uuid,
-    pub provider_id: Uuid,
-    pub report_id: Uuid,
-    pub from_gpu_seconds: u64,
-    pub to_gpu_seconds: u64,
-    pub price_per_gpu_hour: Usdc,
-    pub gross: Usdc,
-    pub fee: Usdc,
-    pub net: Usdc,
-    pub fee_bp: u32,
-    /// `Some(None)`: the key is there with `null`; `None`: it is absent.
-    pub reported_gpu_seconds: Option<Option<u64>>,
-    pub metered_at: Option<Option<i64>>,
-    /// The postings as parsed, when asked for.
+/// What the fast path reads of a canonical usage payload: the line, and the postings when
+/// asked for (the other fields are only checked).
+pub(super) struct Usage {
+    pub line: MeteredLine,
     pub postings: Option<JournalEntry>,
-    /// The renter's id, checked to be a string and kept as written.
-    #[allow(dead_code)]
-    pub renter_id: &'a str,
 }
 
 /// A cursor over a canonical payload's bytes.
@@ -192,7 +177,7 @@ impl<'a> Canon<'a> {
 /// Reads a canonical `rental.usage_metered` payload (schema 1), parsing its postings when
 /// `postings` is true; `None` when it is not in canonical shape or a value does not parse, for
 /// the caller to decode with serde.
-pub(super) fn read(payload: &str, postings: bool) -> Option<Usage<'_>> {
+pub(super) fn read(payload: &str, postings: bool) -> Option<Usage> {
     let mut c = Canon {
         text: payload,
         at: 0,
@@ -216,7 +201,7 @@ pub(super) fn read(payload: &str, postings: bool) -> Option<Usage<'_>> {
     let mut metered_at = None;
     if c.has_key("metered_at") {
         c.key("metered_at")?;
-        metered_at = Some(c.nullable(Canon::int)?);
+        metered_at = c.nullable(Canon::int)?;
         c.lit(b",")?;
     }
     c.key("net")?;
@@ -235,15 +220,14 @@ pub(super) fn read(payload: &str, postings: bool) -> Option<Usage<'_>> {
     let rental_id = c.uuid()?;
     c.lit(b",")?;
     c.key("renter_id")?;
-    let renter_id = c.plain_str()?;
+    c.plain_str()?;
     c.lit(b",")?;
     c.key("report_id")?;
     let report_id = c.uuid()?;
     c.lit(b",")?;
-    let mut reported_gpu_seconds = None;
     if c.has_key("reported_gpu_seconds") {
         c.key("reported_gpu_seconds")?;
-        reported_gpu_seconds = Some(c.nullable(Canon::uint)?);
+        c.nullable(Canon::uint)?;
         c.lit(b",")?;
     }
     c.key("to_gpu_seconds")?;
@@ -253,20 +237,20 @@ pub(super) fn read(payload: &str, postings: bool) -> Option<Usage<'_>> {
         return None;
     }
     Some(Usage {
-        entry_id,
-        rental_id,
-        provider_id,
-        report_id,
-        from_gpu_seconds,
-        to_gpu_seconds,
-        price_per_gpu_hour,
-        gross,
-        fee,
-        net,
-        fee_bp,
-        reported_gpu_seconds,
-        metered_at,
+        line: MeteredLine {
+            entry_id,
+            rental_id,
+            provider_id,
+            report_id,
+            from_gpu_seconds,
+            to_gpu_seconds,
+            price_per_gpu_hour,
+            gross,
+            fee,
+            net,
+            fee_bp,
+            metered_at: metered_at.map(Timestamp::from_unix_micros),
+        },
         postings: entry,
-        renter_id,
     })
 }
