@@ -130,31 +130,64 @@ impl JournalInput for JournalEvent {
     }
 }
 
+/// Where a fold puts what it makes: the running totals of each account it posts to, and its
+/// lines. [`LedgerBatch`] keeps both as they are; the store's rebuild encodes them straight
+/// into its stored rows, without a batch between.
+pub trait LedgerSink {
+    type Error: From<FoldError>;
+
+    /// The totals a posting to `account` adds to (empty before its first posting).
+    fn totals(&mut self, account: Account) -> &mut AccountTotals;
+
+    /// The next line, in position and line order: its posting is already in its account's
+    /// totals.
+    fn line(&mut self, line: LedgerLine) -> Result<(), Self::Error>;
+}
+
+impl LedgerSink for LedgerBatch {
+    type Error = FoldError;
+
+    fn totals(&mut self, account: Account) -> &mut AccountTotals {
+        self.deltas.entry(account).or_insert(AccountTotals::EMPTY)
+    }
+
+    fn line(&mut self, line: LedgerLine) -> Result<(), FoldError> {
+        self.lines.push(line);
+        Ok(())
+    }
+}
+
 /// Folds a batch of events (in increasing position) into the lines and deltas it produces.
 pub fn fold_batch<E: JournalInput>(events: &[E]) -> Result<LedgerBatch, FoldError> {
     let mut batch = LedgerBatch::default();
+    fold_into(events, &mut batch)?;
+    Ok(batch)
+}
+
+/// Folds a batch of events (in increasing position) into `sink`: the one fold of the ledger,
+/// whatever keeps its result.
+pub fn fold_into<E: JournalInput, S: LedgerSink>(
+    events: &[E],
+    sink: &mut S,
+) -> Result<(), S::Error> {
     let mut previous = 0;
     for event in events {
         let position = event.position();
         if position <= previous {
-            return Err(FoldError::OutOfOrder { position, previous });
+            return Err(FoldError::OutOfOrder { position, previous }.into());
         }
         previous = position;
         let Some((entry_id, journal)) = event.entry() else {
             continue;
         };
         for (index, posting) in journal.lines().iter().enumerate() {
-            let totals = batch
-                .deltas
-                .entry(posting.account)
-                .or_insert(AccountTotals::EMPTY);
-            totals
+            sink.totals(posting.account)
                 .add(posting.side, posting.amount_micro_usdc, position)
                 .map_err(|_| FoldError::BalanceOverflow {
                     account: posting.account.to_string(),
                     position,
                 })?;
-            batch.lines.push(LedgerLine {
+            sink.line(LedgerLine {
                 position,
                 // Bounded by JOURNAL_LINES_MAX (64), so the conversion cannot truncate.
                 line_index: u32::try_from(index).unwrap_or(u32::MAX),
@@ -164,10 +197,10 @@ pub fn fold_batch<E: JournalInput>(events: &[E]) -> Result<LedgerBatch, FoldErro
                 side: posting.side,
                 amount: posting.amount_micro_usdc,
                 recorded_at_us: event.recorded_at_us(),
-            });
+            })?;
         }
     }
-    Ok(batch)
+    Ok(())
 }
 
 /// Adds a batch's deltas to running totals (the in-memory form of what the backend does in SQL).

@@ -29,7 +29,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use gpunex_domain::{Account, Side, Usdc};
-use gpunex_projections::ledger::{AccountTotals, LedgerBatch, LedgerLine};
+use gpunex_projections::ledger::{
+    AccountTotals, JournalInput, LedgerBatch, LedgerLine, LedgerSink,
+};
 use uuid::Uuid;
 
 use crate::StoreError;
@@ -42,6 +44,8 @@ const BLOCK_FORMAT: u8 = 1;
 /// PostgreSQL keeps it in its row uncompressed (it compresses rows from about 2 KB). A statement
 /// that needs one entry decodes at most this many.
 pub(crate) const BLOCK_ENTRIES_MAX: usize = 28;
+/// The room a block is given when it is opened: a full block of usage entries fits in it.
+const BLOCK_BYTES_EXPECTED: usize = 2_048;
 /// Postings rows an account's statement reads at a time.
 pub(crate) const POSTINGS_ROWS_PER_READ: u64 = 64;
 const POSITIONS_FORMAT: u8 = 1;
@@ -87,91 +91,220 @@ pub(crate) struct LedgerRows {
 }
 
 impl LedgerRows {
+    /// Folds `events` (in increasing position) straight into their rows: the ledger's fold
+    /// ([`gpunex_projections::ledger::fold_into`]) with the rows as its sink, so no line is
+    /// kept once encoded.
+    pub fn fold<E: JournalInput>(events: &[E]) -> Result<LedgerRows, StoreError> {
+        let mut rows = RowsBuilder::default();
+        gpunex_projections::ledger::fold_into(events, &mut rows)?;
+        rows.finish(None)
+    }
+
+    /// The rows of a folded batch (its lines in position and line order, as the fold makes
+    /// them).
     pub fn of(batch: &LedgerBatch) -> Result<LedgerRows, StoreError> {
+        let mut rows = RowsBuilder::default();
+        for line in &batch.lines {
+            rows.line(line.clone())?;
+        }
+        rows.finish(Some(batch.deltas.clone()))
+    }
+}
+
+#[cfg(test)]
+impl JournalRows {
+    /// The journal rows of a folded batch.
+    pub fn of(batch: &LedgerBatch) -> Result<JournalRows, StoreError> {
+        Ok(LedgerRows::of(batch)?.journal)
+    }
+}
+
+/// One account a page posts to: its totals (when the page is folded here) and the positions
+/// of its entries.
+#[derive(Debug)]
+struct AccountRows {
+    account: Account,
+    totals: AccountTotals,
+    positions: Vec<u64>,
+}
+
+/// Encodes a page's lines into its rows as they come, entry by entry and block by block: each
+/// entry's lines into `lines` (reused), each finished entry onto the open block.
+#[derive(Debug, Default)]
+struct RowsBuilder {
+    accounts: Vec<AccountRows>,
+    /// Where each account's rows are in `accounts` (the accounts are the log's, never a
+    /// request's, so a fast hasher with no defence against chosen keys is enough).
+    index: rustc_hash::FxHashMap<Account, usize>,
+    /// The account of the last posting the fold added to, which its next line names.
+    last_account: usize,
+    /// The open entry: its position and id, its postings so far and their encoding.
+    entry: Option<(u64, Uuid)>,
+    postings: u32,
+    lines: Vec<u8>,
+    /// The position of the last entry finished.
+    last_entry: Option<u64>,
+    /// The open block: its entries so far, the first one's position and the encoding.
+    block_entries: u8,
+    block_first: u64,
+    block: Vec<u8>,
+    blocks: Vec<BlockRow>,
+}
+
+impl RowsBuilder {
+    /// The index of `account`'s rows, added on its first posting.
+    fn account(&mut self, account: Account) -> usize {
+        if self
+            .accounts
+            .get(self.last_account)
+            .is_some_and(|rows| rows.account == account)
+        {
+            return self.last_account;
+        }
+        let accounts = &mut self.accounts;
+        let index = *self.index.entry(account).or_insert_with(|| {
+            accounts.push(AccountRows {
+                account,
+                totals: AccountTotals::EMPTY,
+                positions: Vec::new(),
+            });
+            accounts.len() - 1
+        });
+        self.last_account = index;
+        index
+    }
+
+    fn line(&mut self, line: LedgerLine) -> Result<(), StoreError> {
+        let corrupt = |reason: &str| StoreError::CorruptRow {
+            position: line.position,
+            reason: format!("journal entry: {reason}"),
+        };
+        let index = self.account(line.account);
+        let positions = &mut self.accounts[index].positions;
+        if positions.last() != Some(&line.position) {
+            positions.push(line.position);
+        }
+        if self
+            .entry
+            .is_none_or(|(position, _)| position != line.position)
+        {
+            self.finish_entry()?;
+            self.entry = Some((line.position, line.entry_id));
+            self.postings = 0;
+            self.lines.clear();
+            // The number of postings is set when the entry is finished.
+            self.lines.extend_from_slice(&[LINES_FORMAT, 0]);
+        }
+        if line.line_index != self.postings || line.amount.micros() <= 0 {
+            return Err(corrupt("postings out of order or not positive"));
+        }
+        self.postings += 1;
+        if self.postings as usize > gpunex_domain::ledger::JOURNAL_LINES_MAX {
+            return Err(corrupt("1 to 64 postings"));
+        }
+        let (kind, owner) = account_kind(line.account);
+        self.lines.push(kind);
+        if let Some(owner) = owner {
+            self.lines.extend_from_slice(owner.as_bytes());
+        }
+        self.lines.push(match line.side {
+            Side::Debit => 0,
+            Side::Credit => 1,
+        });
+        put_varint(&mut self.lines, line.amount.micros().unsigned_abs());
+        Ok(())
+    }
+
+    /// Adds the open entry (if any) to the open block, after closing a full one.
+    fn finish_entry(&mut self) -> Result<(), StoreError> {
+        let Some((position, entry_id)) = self.entry.take() else {
+            return Ok(());
+        };
+        if self.last_entry.is_some_and(|last| position <= last) {
+            return Err(StoreError::CorruptRow {
+                position,
+                reason: "journal block: entries out of order".to_owned(),
+            });
+        }
+        // 1 to JOURNAL_LINES_MAX (64), checked as each posting was added.
+        self.lines[1] = u8::try_from(self.postings).unwrap_or(u8::MAX);
+        if usize::from(self.block_entries) == BLOCK_ENTRIES_MAX {
+            self.finish_block();
+        }
+        if self.block_entries == 0 {
+            self.block = Vec::with_capacity(BLOCK_BYTES_EXPECTED);
+            self.block.extend_from_slice(&[BLOCK_FORMAT, 0]);
+            self.block_first = position;
+        } else if let Some(last) = self.last_entry {
+            put_varint(&mut self.block, position - last);
+        }
+        self.block.extend_from_slice(entry_id.as_bytes());
+        put_varint(&mut self.block, self.lines.len() as u64);
+        self.block.extend_from_slice(&self.lines);
+        self.block_entries += 1;
+        self.last_entry = Some(position);
+        Ok(())
+    }
+
+    fn finish_block(&mut self) {
+        let Some(last) = self.last_entry.filter(|_| self.block_entries > 0) else {
+            return;
+        };
+        self.block[1] = self.block_entries;
+        self.blocks.push(BlockRow {
+            position: last,
+            first_position: self.block_first,
+            entries: std::mem::take(&mut self.block),
+        });
+        self.block_entries = 0;
+    }
+
+    /// The page's rows; its deltas are the totals folded here, or `deltas` when given.
+    fn finish(
+        mut self,
+        deltas: Option<BTreeMap<Account, AccountTotals>>,
+    ) -> Result<LedgerRows, StoreError> {
+        self.finish_entry()?;
+        self.finish_block();
+        self.accounts.sort_unstable_by_key(|rows| rows.account);
+        let postings = self
+            .accounts
+            .iter()
+            .filter_map(|rows| {
+                Some(PostingsRow {
+                    account: rows.account.to_string(),
+                    last_position: *rows.positions.last()?,
+                    positions: encode_positions(&rows.positions),
+                })
+            })
+            .collect();
+        let deltas = deltas.unwrap_or_else(|| {
+            self.accounts
+                .iter()
+                .map(|rows| (rows.account, rows.totals))
+                .collect()
+        });
         Ok(LedgerRows {
-            journal: JournalRows::of(batch)?,
-            deltas: batch.deltas.clone(),
+            journal: JournalRows {
+                blocks: self.blocks,
+                postings,
+            },
+            deltas,
         })
     }
 }
 
-impl JournalRows {
-    /// The rows of `batch` (its lines in position and line order, as the fold makes them).
-    pub fn of(batch: &LedgerBatch) -> Result<JournalRows, StoreError> {
-        let mut rows = JournalRows::default();
-        let mut entries = Vec::new();
-        let mut by_account: BTreeMap<Account, Vec<u64>> = BTreeMap::new();
-        // An entry's lines are contiguous in the fold's output.
-        for entry in batch.lines.chunk_by(|a, b| a.position == b.position) {
-            let Some(first) = entry.first() else {
-                continue;
-            };
-            entries.push(EntryRow {
-                position: first.position,
-                entry_id: first.entry_id,
-                lines: encode_lines(entry)?,
-            });
-            for line in entry {
-                let positions = by_account.entry(line.account).or_default();
-                if positions.last() != Some(&line.position) {
-                    positions.push(line.position);
-                }
-            }
-        }
-        rows.postings = by_account
-            .into_iter()
-            .filter_map(|(account, positions)| {
-                let last_position = *positions.last()?;
-                Some(PostingsRow {
-                    account: account.to_string(),
-                    last_position,
-                    positions: encode_positions(&positions),
-                })
-            })
-            .collect();
-        rows.blocks = entries
-            .chunks(BLOCK_ENTRIES_MAX)
-            .map(encode_block)
-            .collect::<Result<_, _>>()?;
-        Ok(rows)
-    }
-}
+impl LedgerSink for RowsBuilder {
+    type Error = StoreError;
 
-/// One block of `entries` (1 to [`BLOCK_ENTRIES_MAX`], in increasing positions).
-fn encode_block(entries: &[EntryRow]) -> Result<BlockRow, StoreError> {
-    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
-        return Err(StoreError::Direct("a journal block of no entry".to_owned()));
-    };
-    let corrupt = |reason: &str| StoreError::CorruptRow {
-        position: last.position,
-        reason: format!("journal block: {reason}"),
-    };
-    let count = u8::try_from(entries.len())
-        .ok()
-        .filter(|n| usize::from(*n) <= BLOCK_ENTRIES_MAX)
-        .ok_or_else(|| corrupt("too many entries"))?;
-    let size = entries.iter().map(|e| e.lines.len() + 20).sum::<usize>();
-    let mut out = Vec::with_capacity(2 + size);
-    out.push(BLOCK_FORMAT);
-    out.push(count);
-    let mut previous = first.position;
-    for (index, entry) in entries.iter().enumerate() {
-        if index > 0 {
-            if entry.position <= previous {
-                return Err(corrupt("entries out of order"));
-            }
-            put_varint(&mut out, entry.position - previous);
-            previous = entry.position;
-        }
-        out.extend_from_slice(entry.entry_id.as_bytes());
-        put_varint(&mut out, entry.lines.len() as u64);
-        out.extend_from_slice(&entry.lines);
+    fn totals(&mut self, account: Account) -> &mut AccountTotals {
+        let index = self.account(account);
+        &mut self.accounts[index].totals
     }
-    Ok(BlockRow {
-        position: last.position,
-        first_position: first.position,
-        entries: out,
-    })
+
+    fn line(&mut self, line: LedgerLine) -> Result<(), StoreError> {
+        RowsBuilder::line(self, line)
+    }
 }
 
 /// The entries of a stored block whose positions `keep` accepts, checked to run from
@@ -447,37 +580,6 @@ fn has_owner(kind: u8) -> bool {
     matches!(kind, 1 | 2 | 4)
 }
 
-/// Encodes one entry's lines (all of one position, in line order).
-fn encode_lines(lines: &[LedgerLine]) -> Result<Vec<u8>, StoreError> {
-    let corrupt = |reason: &str| StoreError::CorruptRow {
-        position: lines.first().map_or(0, |l| l.position),
-        reason: format!("journal entry: {reason}"),
-    };
-    let count = u8::try_from(lines.len())
-        .ok()
-        .filter(|n| *n >= 1 && usize::from(*n) <= gpunex_domain::ledger::JOURNAL_LINES_MAX)
-        .ok_or_else(|| corrupt("1 to 64 postings"))?;
-    let mut out = Vec::with_capacity(2 + lines.len() * 22);
-    out.push(LINES_FORMAT);
-    out.push(count);
-    for (index, line) in lines.iter().enumerate() {
-        if line.line_index as usize != index || line.amount.micros() <= 0 {
-            return Err(corrupt("postings out of order or not positive"));
-        }
-        let (kind, owner) = account_kind(line.account);
-        out.push(kind);
-        if let Some(owner) = owner {
-            out.extend_from_slice(owner.as_bytes());
-        }
-        out.push(match line.side {
-            Side::Debit => 0,
-            Side::Credit => 1,
-        });
-        put_varint(&mut out, line.amount.micros().unsigned_abs());
-    }
-    Ok(out)
-}
-
 /// The lines of a stored entry, with its event's id and recorded time.
 pub(crate) fn decode_lines(
     position: u64,
@@ -574,6 +676,8 @@ pub(crate) fn decode_positions(last_position: u64, bytes: &[u8]) -> Result<Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpunex_projections::FoldError;
+    use gpunex_projections::ledger::JournalEvent;
 
     fn line(
         position: u64,
@@ -669,6 +773,132 @@ mod tests {
                 .iter()
                 .all(|l| l.event_id.is_nil() && l.recorded_at_us == 0)
         );
+    }
+
+    /// The stored bytes of ADR 0016's format, spelled out: rows written before keep decoding,
+    /// and rows written now decode in older readers.
+    #[test]
+    fn blocks_are_written_in_the_stored_format() {
+        let mut batch = batch();
+        batch.lines.truncate(5);
+        let rows = JournalRows::of(&batch).unwrap();
+        let owner = |n: u128| Uuid::from_u128(n).as_bytes().to_vec();
+        let entry3 = [
+            vec![LINES_FORMAT, 3],
+            vec![1],
+            owner(9),
+            vec![0, 100],
+            vec![2],
+            owner(7),
+            vec![1, 80],
+            vec![3, 1, 20],
+        ]
+        .concat();
+        let max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+        let entry9 = [
+            vec![LINES_FORMAT, 2, 5, 0],
+            max.to_vec(),
+            vec![4],
+            owner(1),
+            vec![1],
+            max.to_vec(),
+        ]
+        .concat();
+        let expected = [
+            vec![BLOCK_FORMAT, 2],
+            owner(3 << 64),
+            vec![entry3.len() as u8],
+            entry3,
+            vec![6],
+            owner(9 << 64),
+            vec![entry9.len() as u8],
+            entry9,
+        ]
+        .concat();
+        assert_eq!(rows.blocks.len(), 1);
+        assert_eq!(rows.blocks[0].entries, expected);
+        assert_eq!(
+            (rows.blocks[0].first_position, rows.blocks[0].position),
+            (3, 9)
+        );
+    }
+
+    /// A journal event of `lines` postings (a debit, then credits summing to it).
+    fn journal_event(position: u64, lines: usize, amount: i64) -> JournalEvent {
+        let renter = Account::RenterReceivable(Uuid::from_u128(u128::from(position % 5)));
+        let mut postings = vec![gpunex_domain::ledger::Posting::debit(
+            renter,
+            Usdc::from_micros(amount * (lines as i64 - 1)),
+        )];
+        for n in 1..lines {
+            let account = if n % 2 == 1 {
+                Account::ProviderPayable(Uuid::from_u128(u128::from(position % 3) + 100))
+            } else {
+                Account::PlatformRevenue
+            };
+            postings.push(gpunex_domain::ledger::Posting::credit(
+                account,
+                Usdc::from_micros(amount),
+            ));
+        }
+        JournalEvent {
+            position,
+            event_id: Uuid::from_u128(u128::from(position)),
+            recorded_at_us: position as i64 * 1_000,
+            entry_id: Uuid::from_u128(u128::from(position) << 64),
+            entry: gpunex_domain::ledger::JournalEntry::new(postings).unwrap(),
+        }
+    }
+
+    #[test]
+    fn folding_into_rows_equals_encoding_the_folded_batch() {
+        for count in [1_u64, 2, 27, 28, 29, 56, 57, 300] {
+            // Gaps between positions, 2 to 64 postings an entry.
+            let events: Vec<JournalEvent> = (1..=count)
+                .map(|n| journal_event(n * 8 + n % 7, 2 + (n as usize * 5) % 63, n as i64))
+                .collect();
+            let batch = gpunex_projections::ledger::fold_batch(&events).unwrap();
+            let folded = LedgerRows::fold(&events).unwrap();
+            assert_eq!(folded, LedgerRows::of(&batch).unwrap(), "{count} events");
+            assert_eq!(folded.deltas, batch.deltas);
+            let all = block_entries(stored(&folded.journal), |_| true).unwrap();
+            assert_eq!(entry_lines(all, &stamps_of(&batch)).unwrap(), batch.lines);
+        }
+        let events = vec![journal_event(5, 3, 1), journal_event(4, 3, 1)];
+        assert!(matches!(
+            LedgerRows::fold(&events),
+            Err(StoreError::Fold(FoldError::OutOfOrder { position: 4, .. }))
+        ));
+        // One renter debited the most a posting may hold until its debits overflow.
+        let max = gpunex_domain::ledger::POSTING_MICRO_USDC_MAX;
+        let events: Vec<JournalEvent> = (1..=(i64::MAX / max + 1) as u64)
+            .map(|k| journal_event(k * 5, 2, max))
+            .collect();
+        let overflow = Err::<(), _>(FoldError::BalanceOverflow {
+            account: Account::RenterReceivable(Uuid::nil()).to_string(),
+            position: 5 * (i64::MAX / max + 1) as u64,
+        });
+        assert_eq!(
+            gpunex_projections::ledger::fold_batch(&events).map(|_| ()),
+            overflow
+        );
+        match LedgerRows::fold(&events) {
+            Err(StoreError::Fold(error)) => assert_eq!(Err::<(), _>(error), overflow),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_batch_out_of_order_is_refused() {
+        let mut shuffled = batch();
+        shuffled.lines.swap(3, 5);
+        assert!(LedgerRows::of(&shuffled).is_err(), "an entry's lines apart");
+        let mut skipped = batch();
+        skipped.lines.remove(1);
+        assert!(LedgerRows::of(&skipped).is_err(), "a line index skipped");
+        let mut zero = batch();
+        zero.lines[2].amount = Usdc::ZERO;
+        assert!(LedgerRows::of(&zero).is_err(), "an amount of zero");
     }
 
     #[test]

@@ -361,7 +361,7 @@ impl ReadRange for PgBackend {
                 .await?,
             };
         crate::off_task::off_task(move || {
-            let mut read = RangeRead::new();
+            let mut read = RangeRead::with_capacity(rows.len());
             for row in &rows {
                 read.push(&rows::pg_event_row(row)?, decode)?;
             }
@@ -434,8 +434,8 @@ impl RebuildBackend for PgBackend {
         read_all(&mut **swap, after, limit).await
     }
 
-    async fn write_in_swap(swap: &mut Self::Swap, batch: &LedgerBatch) -> Result<(), StoreError> {
-        write_ledger_batch(swap, LedgerTables::REBUILD, &LedgerRows::of(batch)?).await
+    async fn write_in_swap(swap: &mut Self::Swap, rows: &LedgerRows) -> Result<(), StoreError> {
+        write_ledger_batch(swap, LedgerTables::REBUILD, rows).await
     }
 
     async fn finish_swap(

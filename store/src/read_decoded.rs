@@ -22,6 +22,20 @@ pub(crate) enum Reach {
     Next(usize),
 }
 
+impl Reach {
+    /// The most rows a read after `after` takes (positions are gapless), bounded by a page:
+    /// the room its decoded rows are given at once, rather than grown into.
+    pub(crate) fn rows_at_most(self, after: u64) -> usize {
+        let rows = match self {
+            Reach::Through(through) => {
+                usize::try_from(through.saturating_sub(after)).unwrap_or(usize::MAX)
+            }
+            Reach::Next(limit) => limit,
+        };
+        rows.min(crate::READ_BATCH_EVENTS_MAX)
+    }
+}
+
 /// A range of the log, read and decoded.
 #[derive(Debug)]
 pub(crate) struct RangeRead<T> {
@@ -34,11 +48,12 @@ pub(crate) struct RangeRead<T> {
 }
 
 impl<T> RangeRead<T> {
-    pub(crate) fn new() -> RangeRead<T> {
+    /// A read whose decoder keeps up to `rows` items without growing its vector.
+    pub(crate) fn with_capacity(rows: usize) -> RangeRead<T> {
         RangeRead {
             rows: 0,
             last: None,
-            decoded: Vec::new(),
+            decoded: Vec::with_capacity(rows),
         }
     }
 
@@ -156,7 +171,7 @@ mod tests {
                     heads[0]
                 }
             };
-            let mut read = RangeRead::new();
+            let mut read = RangeRead::with_capacity(reach.rows_at_most(after));
             let visible = self
                 .positions
                 .iter()

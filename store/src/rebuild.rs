@@ -13,7 +13,7 @@ use std::future::Future;
 use gpunex_domain::events::{USAGE_METERED, posts_journal};
 use gpunex_domain::metered_line::metered_entry;
 use gpunex_projections::ProjectedEvent;
-use gpunex_projections::ledger::{JournalEvent, LedgerBatch};
+use gpunex_projections::ledger::JournalEvent;
 use uuid::Uuid;
 
 use tokio::sync::mpsc;
@@ -77,10 +77,8 @@ pub(crate) fn journal_events(events: &[RecordedEvent]) -> Result<Vec<ProjectedEv
 }
 
 /// Decodes the stored events that post a journal entry and folds them into ledger rows.
-pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerBatch, StoreError> {
-    Ok(gpunex_projections::ledger::fold_batch(&journal_events(
-        events,
-    )?)?)
+pub(crate) fn fold_ledger(events: &[RecordedEvent]) -> Result<LedgerRows, StoreError> {
+    LedgerRows::fold(&journal_events(events)?)
 }
 
 /// The journal entry of an event that posts one, decoded from its row; `None` for any other. A
@@ -140,9 +138,7 @@ async fn load<B: RebuildBackend>(
                     None => Ok(None),
                 }
             }),
-            timed(off_task(move || {
-                LedgerRows::of(&gpunex_projections::ledger::fold_batch(&journal)?)
-            }))
+            timed(off_task(move || LedgerRows::fold(&journal)))
         );
         times.write += write;
         times.fold += fold;
@@ -196,10 +192,10 @@ pub(crate) trait RebuildBackend: ReadRange {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<RecordedEvent>, StoreError>> + Send;
 
-    /// Writes `batch` into the rebuild tables inside the swap.
+    /// Writes `rows` into the rebuild tables inside the swap.
     fn write_in_swap(
         swap: &mut Self::Swap,
-        batch: &LedgerBatch,
+        rows: &LedgerRows,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Replaces the live tables with the rebuilt ones, sets the checkpoint to `position`,

@@ -380,8 +380,8 @@ impl RebuildBackend for SqliteBackend {
         read_all(&mut **swap, after, limit).await
     }
 
-    async fn write_in_swap(swap: &mut Self::Swap, batch: &LedgerBatch) -> Result<(), StoreError> {
-        write_ledger_batch(swap, LedgerTables::REBUILD, &LedgerRows::of(batch)?).await
+    async fn write_in_swap(swap: &mut Self::Swap, rows: &LedgerRows) -> Result<(), StoreError> {
+        write_ledger_batch(swap, LedgerTables::REBUILD, rows).await
     }
 
     async fn finish_swap(

@@ -303,7 +303,7 @@ fn scan_range<T>(
     let mut rows = statement
         .query(params![to_i64(after), to_i64(bound)])
         .map_err(scan_error)?;
-    let mut read = RangeRead::new();
+    let mut read = RangeRead::with_capacity(reach.rows_at_most(after));
     while let Some(row) = rows.next().map_err(scan_error)? {
         read.push(&event_row(row)?, decode)?;
     }
