@@ -786,6 +786,9 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
     let short = gpunex(db, &["bench", "scale", "--min-events", "100000000"]);
     assert_eq!(short.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&short.stderr).contains("run `gpunex simulate` first"));
+    let no_rounds = gpunex(db, &["bench", "scale", "--catch-up-rounds", "0"]);
+    assert_eq!(no_rounds.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&no_rounds.stderr).contains("--catch-up-rounds"));
     let run = gpunex(
         db,
         &[
@@ -799,6 +802,8 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
             "1",
             "--clients",
             "1",
+            "--catch-up-rounds",
+            "2",
             "--json",
         ],
     );
@@ -846,6 +851,21 @@ async fn bench_scale_starts_a_server_and_reports_what_it_costs(db: &TestDb) {
         }
         // No model builds an index after its rows (ADR 0012, ADR 0013).
         assert!(model.get("index_seconds").is_none(), "{model}");
+        // Two rounds; the figures are the fastest rebuild's and the fastest bare read's.
+        let rounds = model["rounds"].as_array().unwrap();
+        assert_eq!(rounds.len(), 2, "{model}");
+        let fastest = |key: &str| {
+            rounds
+                .iter()
+                .map(|r| r[key].as_f64().unwrap())
+                .fold(f64::INFINITY, f64::min)
+        };
+        assert_eq!(seconds, fastest("seconds"), "{model}");
+        assert_eq!(
+            model["bare_read_seconds"].as_f64().unwrap(),
+            fastest("bare_read_seconds"),
+            "{model}"
+        );
     }
     let endpoints = report["endpoints"].as_array().unwrap();
     assert_eq!(endpoints.len(), 7, "{report}");
