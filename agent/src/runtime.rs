@@ -36,7 +36,11 @@ pub enum Runtime {
 
 impl Runtime {
     pub fn docker(socket: PathBuf, policy: JobPolicy) -> Runtime {
-        Runtime::Docker(Docker { socket, policy })
+        Runtime::Docker(Docker {
+            socket,
+            policy,
+            killed_unconfirmed: HashMap::new(),
+        })
     }
 
     pub fn process(jobs_dir: PathBuf) -> Runtime {
@@ -276,7 +280,19 @@ fn exit_of(status: std::process::ExitStatus) -> Exit {
 pub struct Docker {
     socket: PathBuf,
     policy: JobPolicy,
+    /// Jobs seen ended by SIGKILL (exit code 137) without Docker's out-of-memory flag, and how
+    /// many polls since: [`Docker::exited`] looks again before it reports them.
+    killed_unconfirmed: HashMap<String, u8>,
 }
+
+/// Polls a job that ended by SIGKILL without the out-of-memory flag is looked at again before
+/// its end is reported: Docker can record an out-of-memory kill after the exit (on cgroup v2
+/// the two events reach it in either order), and a job killed for its memory should say so.
+const OOM_FLAG_POLLS: u8 = 2;
+
+/// A container's exit code when its process was killed by SIGKILL (128 + 9), as the kernel's
+/// out-of-memory killer does.
+const SIGKILL_EXIT_CODE: i32 = 137;
 
 /// What each rented GPU brings to its job's container besides the GPU: a share of the host's
 /// memory and CPUs, a number of processes, and the network the container joins. A job on `n`
@@ -517,12 +533,37 @@ impl Docker {
         }
     }
 
-    async fn exited(&self, handle: &str) -> anyhow::Result<Option<Exit>> {
+    /// `Some` once the container has stopped; a SIGKILL without the out-of-memory flag only
+    /// after [`OOM_FLAG_POLLS`] more looks.
+    async fn exited(&mut self, handle: &str) -> anyhow::Result<Option<Exit>> {
+        let Some((exit, oom_killed)) = self.exit(handle).await? else {
+            return Ok(None);
+        };
+        if exit.exit_code == Some(SIGKILL_EXIT_CODE) && !oom_killed {
+            let polls = self
+                .killed_unconfirmed
+                .entry(handle.to_owned())
+                .or_insert(0);
+            if *polls < OOM_FLAG_POLLS {
+                *polls += 1;
+                return Ok(None);
+            }
+        }
+        self.killed_unconfirmed.remove(handle);
+        Ok(Some(exit))
+    }
+
+    /// How the container ended and whether Docker flagged it killed for its memory (`None`:
+    /// it has not stopped).
+    async fn exit(&self, handle: &str) -> anyhow::Result<Option<(Exit, bool)>> {
         let Some(container) = self.inspect(handle).await? else {
-            return Ok(Some(Exit {
-                detail: "the container is gone".to_owned(),
-                ..Exit::default()
-            }));
+            return Ok(Some((
+                Exit {
+                    detail: "the container is gone".to_owned(),
+                    ..Exit::default()
+                },
+                false,
+            )));
         };
         let state = &container["State"];
         if state["Running"].as_bool() == Some(true) {
@@ -532,19 +573,21 @@ impl Docker {
             return Ok(None);
         }
         let mut detail = state["Error"].as_str().unwrap_or_default().to_owned();
-        if state["OOMKilled"].as_bool() == Some(true) {
+        let oom_killed = state["OOMKilled"].as_bool() == Some(true);
+        if oom_killed {
             let limit = container["HostConfig"]["Memory"].as_u64().unwrap_or(0) >> 20;
             detail = format!(
                 "out of memory: the job used all of its {limit} MiB and was killed (OOMKilled)"
             );
         }
-        Ok(Some(Exit {
+        let exit = Exit {
             exit_code: state["ExitCode"]
                 .as_i64()
                 .and_then(|c| i32::try_from(c).ok()),
             signal: None,
             detail,
-        }))
+        };
+        Ok(Some((exit, oom_killed)))
     }
 
     /// The container's log entries after `cursor` (both streams, with Docker's timestamps,
@@ -571,7 +614,7 @@ impl Docker {
         Ok(take_log_entries(&bytes, cursor))
     }
 
-    async fn stop(&self, handle: &str) -> anyhow::Result<Exit> {
+    async fn stop(&mut self, handle: &str) -> anyhow::Result<Exit> {
         let (status, _) = self
             .call(
                 "POST",
@@ -583,7 +626,13 @@ impl Docker {
         if !matches!(status, 204 | 304 | 404) {
             anyhow::bail!("Docker answered {status} to stopping {handle}");
         }
-        Ok(self.exited(handle).await?.unwrap_or_default())
+        // The agent stopped it: a SIGKILL here is the agent's own, reported as it reads.
+        self.killed_unconfirmed.remove(handle);
+        Ok(self
+            .exit(handle)
+            .await?
+            .map(|(exit, _)| exit)
+            .unwrap_or_default())
     }
 }
 
@@ -858,6 +907,7 @@ mod tests {
             let recorded = calls.clone();
             tokio::spawn(async move {
                 let mut inspections = 0;
+                let mut oom_inspections = 0;
                 loop {
                     let (mut stream, _) = listener.accept().await.unwrap();
                     let mut buffer = Vec::new();
@@ -931,6 +981,23 @@ mod tests {
                             };
                             ("200 OK", format!("{{\"Id\":\"c0ffee\",\"State\":{state}}}"))
                         }
+                        // Killed for its memory, the flag recorded after the exit (the
+                        // third look sees it).
+                        ("GET", "/containers/0ff00d/json") => {
+                            oom_inspections += 1;
+                            let flagged = oom_inspections >= 3;
+                            (
+                                "200 OK",
+                                format!(
+                                    "{{\"Id\":\"0ff00d\",\"HostConfig\":{{\"Memory\":100663296}},\"State\":{{\"Running\":false,\"Status\":\"exited\",\"ExitCode\":137,\"OOMKilled\":{flagged},\"Error\":\"\"}}}}"
+                                ),
+                            )
+                        }
+                        // Killed by SIGKILL, never flagged.
+                        ("GET", "/containers/dead/json") => (
+                            "200 OK",
+                            "{\"Id\":\"dead\",\"State\":{\"Running\":false,\"Status\":\"exited\",\"ExitCode\":137,\"OOMKilled\":false,\"Error\":\"\"}}".to_owned(),
+                        ),
                         ("GET", _) => (
                             "404 Not Found",
                             "{\"message\":\"No such container\"}".to_owned(),
@@ -951,6 +1018,34 @@ mod tests {
         fn calls(&self) -> Vec<(String, String, String)> {
             self.calls.lock().unwrap().clone()
         }
+    }
+
+    /// Docker may record an out-of-memory kill after the exit: a SIGKILL without the flag is
+    /// looked at again before it is reported, so the job says why it died.
+    #[tokio::test]
+    async fn a_sigkill_waits_for_a_late_out_of_memory_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let _docker = StandInDocker::start(&socket, Pull::Present);
+        let mut runtime = Runtime::docker(socket, policy());
+        assert_eq!(runtime.exited("0ff00d").await.unwrap(), None);
+        assert_eq!(runtime.exited("0ff00d").await.unwrap(), None);
+        let exit = runtime.exited("0ff00d").await.unwrap().unwrap();
+        assert_eq!(exit.exit_code, Some(137));
+        assert!(
+            exit.detail.contains("out of memory") && exit.detail.contains("96 MiB"),
+            "{exit:?}"
+        );
+
+        // Never flagged: reported after OOM_FLAG_POLLS more looks, as it is.
+        for _ in 0..OOM_FLAG_POLLS {
+            assert_eq!(runtime.exited("dead").await.unwrap(), None);
+        }
+        let exit = runtime.exited("dead").await.unwrap().unwrap();
+        assert_eq!((exit.exit_code, exit.detail.as_str()), (Some(137), ""));
+        // The agent's own stop reads the exit at once.
+        let stopped = runtime.stop("dead").await.unwrap();
+        assert_eq!(stopped.exit_code, Some(137));
     }
 
     #[tokio::test]
